@@ -1,0 +1,1 @@
+"""The Offtake operator: reconciles ConsumerPipeline resources."""

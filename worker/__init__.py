@@ -1,0 +1,1 @@
+"""Offtake: Kafka consumer pipelines done right."""
