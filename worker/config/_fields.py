@@ -1,0 +1,157 @@
+"""Typed reads from an untrusted mapping, each error naming the field's full path."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A manifest field is missing, unknown or of the wrong type or value."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    return type(value).__name__
+
+
+class Fields:
+    """One mapping of the manifest being read; remembers which keys were used.
+
+    Call :meth:`done` after the last read so that misspelt keys are reported instead of
+    silently ignored (a typo in ``maxInFlightMesages`` must not fall back to a default).
+    """
+
+    def __init__(self, raw: object, path: str) -> None:
+        if not isinstance(raw, Mapping):
+            raise ConfigError(path, f"expected a mapping, got {_kind(raw)}")
+        self.raw: Mapping[str, Any] = raw
+        self.path = path
+        self._seen: set[str] = set()
+
+    def at(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def _get(self, key: str, required: bool) -> Any:
+        self._seen.add(key)
+        if key not in self.raw or self.raw[key] is None:
+            if required:
+                raise ConfigError(self.at(key), "is required")
+            return None
+        return self.raw[key]
+
+    def has(self, key: str) -> bool:
+        return self.raw.get(key) is not None
+
+    def str(self, key: str, default: str | None = None, *, required: bool = False) -> str:
+        value = self._get(key, required and default is None)
+        if value is None:
+            return default  # type: ignore[return-value]
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(self.at(key), f"expected a non-empty string, got {_kind(value)}")
+        return value
+
+    def opt_str(self, key: str) -> str | None:
+        value = self._get(key, False)
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(self.at(key), f"expected a non-empty string, got {_kind(value)}")
+        return value
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None) -> str:
+        value = self.str(key, default, required=default is None)
+        if value not in choices:
+            raise ConfigError(self.at(key), f"expected one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    def int(self, key: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
+        value = self._get(key, False)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(self.at(key), f"expected an integer, got {_kind(value)}")
+        self._bounds(key, value, minimum, maximum)
+        return value
+
+    def float(
+        self, key: str, default: float, *, minimum: float = 0.0, maximum: float | None = None
+    ) -> float:
+        value = self._get(key, False)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(self.at(key), f"expected a number, got {_kind(value)}")
+        self._bounds(key, value, minimum, maximum)
+        return float(value)
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self._get(key, False)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise ConfigError(self.at(key), f"expected true or false, got {_kind(value)}")
+        return value
+
+    def str_list(self, key: str, *, required: bool = False) -> tuple[str, ...]:
+        value = self._get(key, required)
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            raise ConfigError(self.at(key), f"expected a list of strings, got {_kind(value)}")
+        for i, item in enumerate(value):
+            if not isinstance(item, str) or not item.strip():
+                raise ConfigError(f"{self.at(key)}[{i}]", f"expected a non-empty string, got {_kind(item)}")
+        if required and not value:
+            raise ConfigError(self.at(key), "expected at least one entry, got an empty list")
+        return tuple(value)
+
+    def str_map(self, key: str) -> dict[str, str]:
+        """A free-form string map such as librdkafka properties; scalars are stringified."""
+        value = self._get(key, False)
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise ConfigError(self.at(key), f"expected a mapping of strings, got {_kind(value)}")
+        out: dict[str, str] = {}
+        for k, v in value.items():
+            if isinstance(v, Mapping | list) or v is None:
+                raise ConfigError(f"{self.at(key)}.{k}", f"expected a string or number, got {_kind(v)}")
+            out[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
+        return out
+
+    def sub(self, key: str, *, required: bool = False) -> Fields | None:
+        value = self._get(key, required)
+        if value is None:
+            return None
+        return Fields(value, self.at(key))
+
+    def done(self) -> None:
+        unknown = sorted(set(self.raw) - self._seen)
+        if unknown:
+            known = ", ".join(sorted(self._seen)) or "none"
+            raise ConfigError(self.at(unknown[0]), f"unknown field (known fields here: {known})")
+
+    def _bounds(self, key: str, value: float, minimum: float, maximum: float | None) -> None:
+        if value < minimum:
+            raise ConfigError(self.at(key), f"expected at least {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise ConfigError(self.at(key), f"expected at most {maximum}, got {value}")

@@ -1,0 +1,1 @@
+"""The engine: poll loop, offset tracking, backpressure, rebalance and shutdown."""

@@ -1,0 +1,1 @@
+"""Kafka client seams: the protocols the engine needs, and the real and in-memory clients."""

@@ -1,0 +1,49 @@
+"""The processor contract: records in, one outcome per record out.
+
+A processor takes a batch of records (of any partitions, in consumption order) and returns,
+for each record in the same order, either the list of values to send on (empty to drop the
+record) or the exception that processing raised. Per-record failures are outcomes, not
+exceptions: one bad record must not fail its neighbours. The engine retries failed records
+with backoff (``spec.errors``) and then applies the error policy.
+
+An exception raised by ``process`` itself means the processor could not be reached at all
+(a sidecar that is down, say): the engine retries the whole batch without counting an
+attempt against any record, so an unavailable processor is backpressure, never data loss.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from offtake.records import Record
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What processing made of one record: values to send on, or the error it raised."""
+
+    values: list[Any]
+    error: BaseException | None = None
+    # False for errors that will fail the same way again (a record that cannot be decoded).
+    retriable: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class ProcessorUnavailable(Exception):
+    """The processor could not be reached; the batch is retried, no record is charged."""
+
+
+class Processor(ABC):
+    """Turns records into outcomes; see the module docstring for the contract."""
+
+    @abstractmethod
+    def process(self, records: Sequence[Record]) -> list[Outcome]: ...
+
+    def close(self) -> None:
+        """Release resources (HTTP sessions, ...)."""

@@ -1,0 +1,48 @@
+"""The record a processing function sees, and the values it may return."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+
+class TopicPartition(NamedTuple):
+    """A partition of a topic; hashable, so it keys every per-partition table."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}[{self.partition}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One Kafka record as handed to user code.
+
+    ``value`` is decoded per ``source.format``; ``raw_value`` keeps the original bytes so a
+    record routed to the dead-letter topic is byte-for-byte what was consumed.
+    ``timestamp`` is milliseconds since the epoch, as Kafka stores it (None when absent).
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: Any
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp: int | None
+    raw_value: bytes | None = None
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def size(self) -> int:
+        """Bytes this record holds in memory, for the in-flight byte bound."""
+        return len(self.key or b"") + len(self.raw_value or b"") + 64
+
+    def where(self) -> str:
+        """Where this record came from, for error messages and logs."""
+        return f"{self.topic}[{self.partition}]@{self.offset}"

@@ -1,0 +1,87 @@
+"""The sink contract: where processed records go, and how a sink says they arrived.
+
+A sink receives :class:`SinkItem` objects (one source record and the values processing made
+of it) through :meth:`Sink.submit` and later reports each item done, or failed, through the
+``on_complete`` callback. The engine commits a source offset only after that report, so
+"done" must mean durably written: a Kafka delivery report, a Spark job that succeeded.
+
+Record sinks (Kafka) complete items one by one; batch sinks (Spark) collect items and complete
+a whole batch at once when its job succeeds. Both fit the same four calls, so the engine has no
+special case for either:
+
+- ``submit`` hands over an item; it must not block for long (the processing thread calls it).
+- ``poll`` lets the sink make progress and fire callbacks (the engine loop calls it often);
+  a batch sink starts a job here once a batch reaches its bounds.
+- ``drain`` completes what was submitted for the given partitions (all when None) within a
+  timeout: a batch sink closes its open batches now. Used on revoke and shutdown.
+- ``close`` releases resources after the final drain.
+
+A sink reports errors only once it has given up (its own retries are its business); the
+engine then applies ``spec.errors.policy`` to the item's source record.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from offtake.records import Record, TopicPartition
+
+
+@dataclass(slots=True)
+class SinkItem:
+    """A source record and what processing made of it (zero, one or more values)."""
+
+    record: Record
+    values: list[Any]
+    epoch: int = 0
+    attempts: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tp(self) -> TopicPartition:
+        return self.record.tp
+
+
+Completion = Callable[[SinkItem, BaseException | None], None]
+
+
+class SinkError(Exception):
+    """A sink gave up on an item; the message says why and where."""
+
+
+class Sink(ABC):
+    """Base class of every sink; see the module docstring for the contract."""
+
+    name: str = "sink"
+
+    def __init__(self) -> None:
+        self._on_complete: Completion | None = None
+
+    def start(self, on_complete: Completion) -> None:
+        """Called once by the engine before the first submit."""
+        self._on_complete = on_complete
+
+    def complete(self, item: SinkItem, error: BaseException | None = None) -> None:
+        """Report an item done (error None) or given up; safe from any thread."""
+        assert self._on_complete is not None, "Sink.start() was not called"
+        self._on_complete(item, error)
+
+    @abstractmethod
+    def submit(self, item: SinkItem) -> None: ...
+
+    def poll(self) -> None:
+        """Make progress and fire completions; the default has nothing to do."""
+
+    @abstractmethod
+    def drain(self, partitions: Collection[TopicPartition] | None, timeout: float) -> bool:
+        """Complete submitted items (of these partitions; all if None). True if all done."""
+
+    def close(self) -> None:
+        """Release resources; called after the final drain."""
+
+    def pending(self) -> int:
+        """Items submitted and not yet completed (for metrics and drain loops)."""
+        return 0
