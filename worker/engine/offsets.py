@@ -95,6 +95,7 @@ class OffsetTracker:
         part = self._parts.get(tp)
         if part is not None and part.epoch == epoch:
             part.failed = offset if part.failed is None else min(part.failed, offset)
+            part.pending.discard(offset)  # settled (as failed), so drains do not wait for it
 
     # -- commits ----------------------------------------------------------------------------
     def position(self, tp: TopicPartition) -> int | None:

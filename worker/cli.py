@@ -1,0 +1,114 @@
+"""``offtake worker --pipeline FILE``: the process every ConsumerPipeline pod runs.
+
+Exit codes: 0 graceful stop; 1 stopped by errors.policy=stop; 2 invalid manifest or
+configuration; 3 fatal Kafka or internal error; 128+N when a second signal N forced the exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from types import FrameType
+
+from offtake.config import ConfigError, load_pipeline
+
+EXIT_CONFIG = 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="offtake", description="Kafka consumer pipelines done right.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    w = sub.add_parser("worker", help="run the worker of one ConsumerPipeline manifest")
+    w.add_argument("--pipeline", required=True, help="path of the ConsumerPipeline manifest (YAML)")
+    w.add_argument("--metrics-port", type=int, default=None,
+                   help="serve /metrics, /healthz, /readyz here (default: spec.metrics.port; 0 picks a free port)")
+    w.add_argument("--log-level", default=os.environ.get("OFFTAKE_LOG_LEVEL", "INFO"))
+    w.add_argument("--instance-id", default=os.environ.get("OFFTAKE_GROUP_INSTANCE_ID"),
+                   help="static group membership id (group.instance.id), e.g. the pod name")
+    v = sub.add_parser("validate", help="check a ConsumerPipeline manifest and print the result")
+    v.add_argument("pipeline")
+    args = parser.parse_args(argv)
+    if args.command == "validate":
+        return _validate(args.pipeline)
+    return _worker(args)
+
+
+def _validate(path: str) -> int:
+    try:
+        spec = load_pipeline(path)
+    except ConfigError as exc:
+        print(f"offtake: invalid pipeline manifest: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(f"{path}: ok (pipeline {spec.namespace}/{spec.name}, sink {spec.sink.kind})")
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from offtake.logs import configure_logging
+
+    try:
+        spec = load_pipeline(args.pipeline)
+    except ConfigError as exc:
+        print(f"offtake: invalid pipeline manifest: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    configure_logging(args.log_level, spec.name)
+    log = logging.getLogger("offtake.cli")
+
+    from offtake.engine.worker import EXIT_FATAL, Worker
+    from offtake.health import Health, MetricsServer
+    from offtake.metrics import Metrics
+    from offtake.processing.function import FunctionLoadError
+
+    metrics = Metrics(spec.name)
+    max_poll_ms = float(spec.kafka.config.get("max.poll.interval.ms", 300_000))
+    health = Health(max_poll_interval_s=max_poll_ms / 1000)
+    try:
+        worker = Worker(spec, metrics=metrics, health=health, instance_id=args.instance_id)
+    except (FunctionLoadError, ConfigError, ValueError) as exc:
+        print(f"offtake: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    port = spec.metrics.port if args.metrics_port is None else args.metrics_port
+    server = MetricsServer(metrics, health, port)
+    try:
+        server.start()
+    except OSError as exc:
+        print(f"offtake: cannot serve metrics on port {port} (spec.metrics.port): {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    log.info("metrics, /healthz and /readyz on port %d", server.port)
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if worker_stopping[0]:
+            # A second signal: the operator (or a person) wants out now, drain or not.
+            os._exit(128 + signum)
+        worker_stopping[0] = True
+        worker.stop(f"received {signal.Signals(signum).name}")
+
+    worker_stopping = [False]
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    wait_ready = getattr(worker.processor, "wait_ready", None)
+    if wait_ready is not None:
+        import threading
+
+        abort = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: abort.set())
+        if not wait_ready(timeout=120.0, abort=abort):
+            print("offtake: the processor container did not become ready (processor.container)",
+                  file=sys.stderr)
+            return EXIT_FATAL
+        signal.signal(signal.SIGTERM, on_signal)
+    try:
+        return worker.run()
+    except Exception as exc:
+        log.exception("worker failed")
+        print(f"offtake: worker failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FATAL
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""librdkafka properties for the worker's consumer and producers, from the spec.
+
+The engine's correctness depends on a few properties (manual commits, manual offset store),
+so those are forced; everything else in ``spec.kafka.config`` is passed through.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from offtake.config.spec import PipelineSpec
+
+log = logging.getLogger("offtake.kafka")
+
+# The engine commits only offsets whose records reached the sink: auto commit would break that.
+_FORCED_CONSUMER = {"enable.auto.commit": "false", "enable.auto.offset.store": "false"}
+_CONSUMER_ONLY = ("partition.assignment.strategy", "session.timeout.ms", "max.poll.interval.ms",
+                  "heartbeat.interval.ms", "group.instance.id", "auto.offset.reset",
+                  "fetch.max.bytes", "max.partition.fetch.bytes", "fetch.wait.max.ms",
+                  "queued.max.messages.kbytes", "isolation.level", "group.protocol")
+SECRET_DIR = "/etc/offtake/kafka-secret"
+
+
+def secret_properties(directory: str | None = None) -> dict[str, str]:
+    """librdkafka properties from a mounted Secret: one file per property (e.g. sasl.password)."""
+    path = Path(directory or os.environ.get("OFFTAKE_KAFKA_SECRET_DIR", SECRET_DIR))
+    if not path.is_dir():
+        return {}
+    return {f.name: f.read_text().strip() for f in sorted(path.iterdir())
+            if f.is_file() and not f.name.startswith(".")}
+
+
+def _common(spec: PipelineSpec) -> dict[str, Any]:
+    conf: dict[str, Any] = {"bootstrap.servers": spec.kafka.bootstrap_servers}
+    conf.update(spec.kafka.config)
+    conf.update(secret_properties())
+    return conf
+
+
+def consumer_config(spec: PipelineSpec, instance_id: str | None = None) -> dict[str, Any]:
+    conf = {
+        "group.id": spec.source.group_id,
+        "auto.offset.reset": spec.source.start_from,
+        "partition.assignment.strategy": "cooperative-sticky",
+        "client.id": f"offtake-{spec.name}",
+    }
+    conf.update(_common(spec))
+    for key, value in _FORCED_CONSUMER.items():
+        if conf.get(key, value).lower() != value:
+            log.warning("spec.kafka.config.%s=%s is ignored: Offtake commits offsets itself "
+                        "once records reached the sink", key, conf[key])
+        conf[key] = value
+    if instance_id and "group.instance.id" not in conf:
+        conf["group.instance.id"] = instance_id  # static membership: restarts do not rebalance
+    return conf
+
+
+def producer_config(spec: PipelineSpec, overrides: dict[str, str] | None = None) -> dict[str, Any]:
+    conf = {"linger.ms": "5", "client.id": f"offtake-{spec.name}"}
+    conf.update({k: v for k, v in _common(spec).items() if k not in _CONSUMER_ONLY})
+    conf.update(overrides or {})
+    # Idempotence with acks=all: a delivery report means the record is durably in the log,
+    # once, even when the producer retried; that is what "done" has to mean for commits.
+    conf.update({"enable.idempotence": "true", "acks": "all"})
+    return conf

@@ -1,0 +1,495 @@
+"""Sidecar mode: records are processed by the user's own container, over HTTP on localhost.
+
+This is the worker's side of the protocol in docs/sidecar-protocol.md (version 1). It uses the
+standard library's ``http.client`` with one persistent keep-alive connection: the container is
+on the same host and the worker sends one batch at a time, so a connection pool (urllib3,
+requests) would add a dependency and buy nothing.
+
+How answers map onto the processor contract (offtake.processing.base):
+
+- ``200`` with results: one :class:`Outcome` per record, values or a :class:`SidecarRecordError`.
+  A malformed answer is an error of each record it fails to answer for, naming the record's id,
+  so the engine's bounded retries and error policy apply: a processor that answers nonsense
+  stalls nothing forever and loses nothing.
+- ``429``/``503``, other ``5xx``, refused connections and timeouts: :class:`SidecarUnavailable`
+  (a :class:`ProcessorUnavailable`): the engine retries the whole batch and charges no record.
+- other ``4xx``: :class:`SidecarProtocolError`, also "unavailable": a wrong path or an unknown
+  version is a deployment mistake, and must not send every record to the dead-letter topic.
+- ``413``: the batch is split in halves; one record still refused is an error of that record.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import email.utils
+import http.client
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from offtake.config.spec import ContainerSpec
+from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
+from offtake.records import Record
+
+log = logging.getLogger("offtake.sidecar")
+
+PROTOCOL_VERSION = 1
+PROTOCOL_HEADER = "Offtake-Protocol"
+HEALTH_PATH = "/healthz"
+# A container's Retry-After is honoured up to this many seconds: a misconfigured "come back
+# tomorrow" must not park a pipeline for a day without anyone noticing.
+MAX_RETRY_AFTER = 60.0
+# How much of an unexpected response body goes into error messages and logs.
+BODY_EXCERPT = 300
+FORMATS = ("json", "string", "bytes")
+
+
+class SidecarRecordError(Exception):
+    """The sidecar failed one record; ``error_type`` and ``message`` are what it said.
+
+    Also used for answers that are wrong about one record (no result for it, bad values), so
+    every record error names the record's id.
+    """
+
+    def __init__(self, record_id: str, error_type: str, message: str) -> None:
+        super().__init__(f"{error_type}: {message} (record {record_id})")
+        self.record_id = record_id
+        self.error_type = error_type
+        self.message = message
+
+
+class SidecarUnavailable(ProcessorUnavailable):
+    """The sidecar did not take the batch; retry all of it, after ``retry_after`` if given."""
+
+    def __init__(self, message: str, *, status: int | None = None,
+                 retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        # Seconds the container asked the worker to wait (Retry-After), capped; None if unsaid.
+        self.retry_after = retry_after
+
+
+class SidecarBackpressure(SidecarUnavailable):
+    """The sidecar answered 429 or 503: it is busy or not ready yet."""
+
+
+class SidecarProtocolError(SidecarUnavailable):
+    """The sidecar and the worker disagree on the protocol (4xx, version mismatch)."""
+
+
+@dataclass(slots=True)
+class SidecarStats:
+    """Counters for logs and metrics; updated under the processor's lock."""
+
+    requests: int = 0
+    records: int = 0
+    record_errors: int = 0
+    malformed_responses: int = 0
+    unavailable: int = 0
+    backpressure: int = 0
+    protocol_errors: int = 0
+    reconnects: int = 0
+
+
+def record_id(record: Record) -> str:
+    """``<topic>/<partition>/<offset>``: unambiguous, since Kafka topic names cannot hold '/'."""
+    return f"{record.topic}/{record.partition}/{record.offset}"
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def _text(data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def record_to_wire(record: Record, fmt: str) -> dict[str, Any]:
+    """The JSON object the protocol sends for one record (docs/sidecar-protocol.md, section 2)."""
+    wire: dict[str, Any] = {
+        "id": record_id(record),
+        "topic": record.topic,
+        "partition": record.partition,
+        "offset": record.offset,
+        "timestamp": record.timestamp,
+        "key": _text(record.key),
+        "keyBase64": _b64(record.key),
+    }
+    value = record.value
+    if fmt == "bytes":
+        if value is not None and not isinstance(value, bytes | bytearray | memoryview):
+            raise TypeError(f"format bytes expects a bytes value, got {type(value).__name__}")
+        wire["valueBase64"] = None if value is None else _b64(bytes(value))
+    elif fmt == "string":
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"format string expects a str value, got {type(value).__name__}")
+        wire["value"] = value
+    else:
+        wire["value"] = value
+    headers = []
+    for name, raw in record.headers:
+        header_value = bytes(raw) if raw is not None else None
+        headers.append({
+            "key": name if isinstance(name, str) else bytes(name).decode("utf-8", "replace"),
+            "value": _text(header_value),
+            "valueBase64": _b64(header_value),
+        })
+    wire["headers"] = headers
+    return wire
+
+
+def parse_retry_after(header: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), capped."""
+    if header is None or not header.strip():
+        return None
+    text = header.strip()
+    try:
+        seconds = float(text)  # RFC 9110 says an integer; a fraction is harmless to accept
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if seconds != seconds:  # NaN
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+def _excerpt(body: bytes) -> str:
+    text = body[:BODY_EXCERPT].decode("utf-8", "replace").strip()
+    return text + ("..." if len(body) > BODY_EXCERPT else "") if text else "(empty body)"
+
+
+class SidecarProcessor(Processor):
+    """Sends batches to the user's container and turns its answers into outcomes.
+
+    Thread-safe: calls are serialised on one connection, as the protocol sends one batch at a
+    time.
+    """
+
+    def __init__(self, spec: ContainerSpec, format: str, host: str = "127.0.0.1") -> None:
+        if format not in FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+        if spec.max_batch_records < 1:
+            raise ValueError("max_batch_records must be at least 1")
+        self.spec = spec
+        self.format = format
+        self.host = host
+        self.port = spec.port
+        self.path = spec.path if spec.path.startswith("/") else "/" + spec.path
+        self.timeout = spec.timeout_seconds
+        self.max_batch = spec.max_batch_records
+        self.stats = SidecarStats()
+        self._lock = threading.Lock()
+        self._conn: http.client.HTTPConnection | None = None
+        self._headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            PROTOCOL_HEADER: str(PROTOCOL_VERSION),
+        }
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def __repr__(self) -> str:
+        return f"SidecarProcessor(http://{self.address}{self.path}, format={self.format})"
+
+    # -- processing --------------------------------------------------------------------------
+
+    def process(self, records: Sequence[Record]) -> list[Outcome]:
+        outcomes: list[Outcome | None] = [None] * len(records)
+        # Encode each record on its own: one that cannot become JSON fails alone, and the
+        # encoded text is reused if the batch has to be split.
+        encoded: list[tuple[int, str, bytes]] = []
+        for i, record in enumerate(records):
+            rid = record_id(record)
+            try:
+                text = json.dumps(record_to_wire(record, self.format), ensure_ascii=False,
+                                  allow_nan=False, separators=(",", ":"))
+            except (TypeError, ValueError) as exc:
+                err = SidecarRecordError(rid, "EncodeError",
+                                         f"cannot send the record to the sidecar as JSON: {exc}")
+                outcomes[i] = Outcome([], err, retriable=False)
+                continue
+            encoded.append((i, rid, text.encode("utf-8")))
+        with self._lock:
+            for start in range(0, len(encoded), self.max_batch):
+                # An exception here abandons the batch, including chunks already answered:
+                # the engine retries all of it, and at-least-once tolerates the repeat.
+                for i, outcome in self._send(encoded[start:start + self.max_batch]):
+                    outcomes[i] = outcome
+        done = [o for o in outcomes if o is not None]
+        assert len(done) == len(records)
+        return done
+
+    def _send(self, chunk: list[tuple[int, str, bytes]]) -> Iterator[tuple[int, Outcome]]:
+        """Outcomes of one request's records (index, outcome); splits on 413."""
+        body = b"".join([
+            b'{"version":', str(PROTOCOL_VERSION).encode(), b',"format":"',
+            self.format.encode(), b'","records":[', b",".join(e for _, _, e in chunk), b"]}",
+        ])
+        status, headers, data = self._post(body, len(chunk))
+        if status == 413:
+            if len(chunk) > 1:
+                half = len(chunk) // 2
+                log.info("sidecar at %s refused %d records as too large; splitting",
+                         self.address, len(chunk))
+                yield from self._send(chunk[:half])
+                yield from self._send(chunk[half:])
+                return
+            i, rid, _ = chunk[0]
+            self.stats.record_errors += 1
+            err = SidecarRecordError(rid, "PayloadTooLarge",
+                                     f"the sidecar refused the record as too large (413): "
+                                     f"{_excerpt(data)}")
+            yield i, Outcome([], err, retriable=False)
+            return
+        self._check_status(status, headers, data, len(chunk))
+        yield from self._results(chunk, data)
+
+    def _check_status(self, status: int, headers: http.client.HTTPMessage, data: bytes,
+                      n: int) -> None:
+        version = headers.get(PROTOCOL_HEADER)
+        if version is not None and version.strip() != str(PROTOCOL_VERSION):
+            self.stats.protocol_errors += 1
+            raise SidecarProtocolError(
+                f"sidecar at {self.address} answered with {PROTOCOL_HEADER}: {version.strip()}; "
+                f"this worker speaks version {PROTOCOL_VERSION}", status=status)
+        if status == 200:
+            return
+        retry_after = parse_retry_after(headers.get("Retry-After"))
+        if status in (429, 503):
+            self.stats.backpressure += 1
+            wait = f"; retry after {retry_after:g}s" if retry_after is not None else ""
+            raise SidecarBackpressure(
+                f"sidecar at {self.address} is busy ({status}){wait}; {n} record(s) will be "
+                f"sent again", status=status, retry_after=retry_after)
+        if status >= 500:
+            self.stats.unavailable += 1
+            raise SidecarUnavailable(
+                f"sidecar at {self.address} failed the request ({status}): {_excerpt(data)}",
+                status=status, retry_after=retry_after)
+        self.stats.protocol_errors += 1
+        hint = " (is spec.processor.container.path right?)" if status in (404, 405) else ""
+        raise SidecarProtocolError(
+            f"sidecar at {self.address} rejected the request to {self.path} ({status}){hint}: "
+            f"{_excerpt(data)}", status=status, retry_after=retry_after)
+
+    def _results(self, chunk: list[tuple[int, str, bytes]],
+                 data: bytes) -> Iterator[tuple[int, Outcome]]:
+        """Match a 200 answer's results to the chunk's records by id."""
+        problem = None
+        results: Any = None
+        try:
+            answer = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            problem = f"the body is not JSON ({exc}): {_excerpt(data)}"
+        else:
+            results = answer.get("results") if isinstance(answer, dict) else None
+            if not isinstance(results, list):
+                problem = f'the body has no "results" list: {_excerpt(data)}'
+        if problem is not None or not isinstance(results, list):
+            self.stats.malformed_responses += 1
+            self.stats.record_errors += len(chunk)
+            log.warning("sidecar at %s answered %d record(s) with a malformed response: %s",
+                        self.address, len(chunk), problem)
+            for i, rid, _ in chunk:
+                err = SidecarRecordError(rid, "MalformedResponse",
+                                         f"sidecar at {self.address} answered with a malformed "
+                                         f"response: {problem}")
+                yield i, Outcome([], err)
+            return
+
+        wanted: dict[str, list[int]] = {}
+        for i, rid, _ in chunk:
+            wanted.setdefault(rid, []).append(i)  # an id twice in a batch gets one result
+        by_id: dict[str, list[Any]] = {}
+        strays: list[str] = []
+        for item in results:
+            rid = item.get("id") if isinstance(item, dict) else None
+            if isinstance(rid, str) and rid in wanted:
+                by_id.setdefault(rid, []).append(item)
+            else:
+                strays.append(repr(rid) if isinstance(item, dict) else repr(item)[:60])
+        if strays:
+            log.warning("sidecar at %s returned %d result(s) for no record of the batch: %s",
+                        self.address, len(strays), ", ".join(strays[:5]))
+        for rid, indices in wanted.items():
+            outcome = self._outcome(rid, by_id.get(rid, []))
+            if outcome.error is not None:
+                self.stats.record_errors += len(indices)
+            for i in indices:
+                yield i, outcome
+
+    def _outcome(self, rid: str, items: list[Any]) -> Outcome:
+        def bad(message: str) -> Outcome:
+            return Outcome([], SidecarRecordError(
+                rid, "MalformedResponse", f"sidecar at {self.address}: {message}"))
+
+        if not items:
+            return bad("the response has no result for this record")
+        if len(items) > 1:
+            return bad(f"the response has {len(items)} results for this record")
+        item = items[0]
+        error = item.get("error")
+        if error is not None:
+            retriable = item.get("retriable", True)
+            if not isinstance(retriable, bool):
+                return bad(f'"retriable" must be true or false, got {retriable!r}')
+            if isinstance(error, str):
+                return Outcome([], SidecarRecordError(rid, "Error", error), retriable=retriable)
+            if not isinstance(error, dict):
+                return bad(f'"error" must be an object with type and message, got {error!r}')
+            etype, message = error.get("type"), error.get("message")
+            return Outcome([], SidecarRecordError(
+                rid, etype if isinstance(etype, str) and etype else "Error",
+                message if isinstance(message, str) else json.dumps(message)),
+                retriable=retriable)
+        values, values_b64 = item.get("values"), item.get("valuesBase64")
+        if values is not None and values_b64 is not None:
+            return bad('a result has either "values" or "valuesBase64", not both')
+        if values_b64 is not None:
+            if not isinstance(values_b64, list):
+                return bad(f'"valuesBase64" must be a list, got {type(values_b64).__name__}')
+            decoded: list[Any] = []
+            for v in values_b64:
+                if v is None:
+                    decoded.append(None)
+                    continue
+                try:
+                    decoded.append(base64.b64decode(v, validate=True))
+                except (TypeError, ValueError, binascii.Error):
+                    return bad(f'"valuesBase64" holds something that is not base64: {v!r:.60}')
+            return Outcome(decoded)
+        if values is None:
+            return Outcome([])  # null or absent: the record is dropped
+        if not isinstance(values, list):
+            return bad(f'"values" must be a list, got {type(values).__name__}')
+        return Outcome(values)
+
+    # -- transport ---------------------------------------------------------------------------
+
+    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
+        """The keep-alive connection, and whether it was used before (may have gone stale)."""
+        if self._conn is not None:
+            return self._conn, True
+        self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        return self._conn, False
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _post(self, body: bytes, n: int) -> tuple[int, http.client.HTTPMessage, bytes]:
+        self.stats.requests += 1
+        self.stats.records += n
+        while True:
+            conn, reused = self._connection()
+            try:
+                conn.request("POST", self.path, body=body, headers=self._headers)
+                response = conn.getresponse()
+                data = response.read()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
+                    ConnectionAbortedError) as exc:
+                self._drop_connection()
+                if reused:
+                    # The container closed the idle keep-alive connection before it saw this
+                    # request (an idle timeout, a restart): send it once more on a new one.
+                    self.stats.reconnects += 1
+                    continue
+                raise self._unavailable(f"closed the connection before answering ({exc})", n)
+            except TimeoutError:
+                # Close, so that a late answer to this batch cannot be read as the next one's.
+                self._drop_connection()
+                raise self._unavailable(
+                    f"did not answer within {self.timeout:g}s (timeoutSeconds)", n) from None
+            except ConnectionRefusedError:
+                self._drop_connection()
+                raise self._unavailable(
+                    f"refused the connection (is the container running and listening on port "
+                    f"{self.port}?)", n) from None
+            except (OSError, http.client.HTTPException) as exc:
+                self._drop_connection()
+                raise self._unavailable(f"failed: {type(exc).__name__}: {exc}", n) from None
+            if response.will_close:
+                self._drop_connection()
+            return response.status, response.headers, data
+
+    def _unavailable(self, what: str, n: int) -> SidecarUnavailable:
+        self.stats.unavailable += 1
+        return SidecarUnavailable(
+            f"sidecar at {self.address} {what}; {n} record(s) will be sent again")
+
+    # -- health ------------------------------------------------------------------------------
+
+    def probe(self) -> str | None:
+        """One health check: None when ``GET /healthz`` answers 200, else why not.
+
+        Raises :class:`SidecarProtocolError` when the container advertises protocol versions
+        and not this one: waiting would not help.
+        """
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=min(self.timeout, 5.0))
+        try:
+            conn.request("GET", HEALTH_PATH, headers={PROTOCOL_HEADER: str(PROTOCOL_VERSION)})
+            response = conn.getresponse()
+            data = response.read()
+        except ConnectionRefusedError:
+            return "connection refused"
+        except TimeoutError:
+            return f"{HEALTH_PATH} did not answer in time"
+        except (OSError, http.client.HTTPException) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            conn.close()
+        if response.status != 200:
+            return f"{HEALTH_PATH} answered {response.status}: {_excerpt(data)}"
+        try:
+            health = json.loads(data) if data.strip() else None
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            health = None  # any body is fine; only a "protocols" list means something
+        protocols = health.get("protocols") if isinstance(health, dict) else None
+        if isinstance(protocols, list) and PROTOCOL_VERSION not in protocols:
+            raise SidecarProtocolError(
+                f"sidecar at {self.address} speaks protocol version(s) "
+                f"{', '.join(map(str, protocols)) or 'none'}; this worker speaks version "
+                f"{PROTOCOL_VERSION} (see docs/sidecar-protocol.md)")
+        return None
+
+    def wait_ready(self, timeout: float, abort: threading.Event | None = None) -> bool:
+        """Poll ``/healthz`` until it answers 200: True; False if ``abort`` is set first.
+
+        Raises :class:`SidecarUnavailable` naming the last problem when ``timeout`` seconds
+        pass, and :class:`SidecarProtocolError` at once for a container of another version.
+        """
+        abort = abort or threading.Event()
+        deadline = time.monotonic() + timeout
+        delay = 0.05
+        while True:
+            why = self.probe()
+            if why is None:
+                log.info("sidecar at %s is ready", self.address)
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SidecarUnavailable(
+                    f"sidecar at {self.address} not ready after {timeout:g}s: {why}")
+            if abort.wait(min(delay, remaining)):
+                return False
+            delay = min(delay * 2, 1.0)  # quick while it starts, gentle if it takes long
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop_connection()
