@@ -2,27 +2,137 @@
 
 Each worker owns a registry, so several workers in one process (tests, the test kit) do not
 share counters. Labels are bounded: topic, and partition only for assigned partitions; never
-member or client ids, which change on every restart.
+member or client ids, which change on every restart. The ``namespace`` and ``pipeline`` labels
+are not exported here: Prometheus adds them from the pod's labels when it scrapes (exporting
+them too would clash and turn into ``exported_pipeline``).
+
+prometheus_client appends ``_total`` to counter names: ``Counter("offtake_commits")`` is
+exported as ``offtake_commits_total``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import platform
 import threading
 import time
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from collections.abc import Callable, Iterable, Iterator
+from importlib import metadata
 
 from offtake.records import TopicPartition
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    disable_created_metrics,
+)
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
+
+__all__ = [
+    "COMMIT_RESULTS",
+    "ERROR_STAGES",
+    "OUTCOMES",
+    "REBALANCE_KINDS",
+    "SPARK_RESULTS",
+    "STATES",
+    "Metrics",
+]
+
+# The ``*_created`` gauges the client adds for every counter and histogram would almost double
+# the series count for a value nobody queries (Prometheus handles resets from the counter
+# itself). The switch is process-wide, which is right for a worker process.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _JOB_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+# The bounded label values. Series for them are created at zero up front, so dashboards and
+# alerts see a flat 0 (not "no data") before the first event, and rate()/increase() see the
+# first event at all (a counter born at 1 has no earlier sample to rise from).
 STATES = ("busy", "idle", "backpressure")
+OUTCOMES = ("delivered", "dropped", "dlq", "skipped", "failed")
+ERROR_STAGES = ("process", "sink", "dlq", "commit", "poll")
+COMMIT_RESULTS = ("success", "failure")
+REBALANCE_KINDS = ("assign", "revoke", "lost")
+SPARK_RESULTS = ("success", "failure")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("offtake")
+    except metadata.PackageNotFoundError:  # running from a source tree that is not installed
+        return "unknown"
+
+
+class _StateClock:
+    """Time spent in each engine state, exported as counters read at scrape time.
+
+    A plain Counter would only advance when the state changes, so a worker stuck in
+    backpressure for ten minutes would show a flat line and then a jump. Adding the time
+    elapsed in the current state at every scrape makes rate() the true fraction of time.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._totals = dict.fromkeys(STATES, 0.0)
+        self._state = "idle"
+        self._since = clock()
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def switch(self, state: str) -> None:
+        if state not in self._totals:
+            raise ValueError(f"unknown engine state {state!r}; expected one of {STATES}")
+        with self._lock:
+            now = self._clock()
+            self._totals[self._state] += now - self._since
+            self._state, self._since = state, now
+
+    def totals(self) -> dict[str, float]:
+        with self._lock:
+            totals = dict(self._totals)
+            totals[self._state] += self._clock() - self._since
+        return totals
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families(dict.fromkeys(STATES, 0.0))
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families(self.totals())
+
+    @staticmethod
+    def _families(totals: dict[str, float]) -> Iterator[Metric]:
+        states = CounterMetricFamily(
+            "offtake_state_seconds",
+            "Time spent in each engine state; rate() is the fraction of time in that state.",
+            labels=["state"],
+        )
+        for state, seconds in totals.items():
+            states.add_metric([state], seconds)
+        yield states
+        # DESIGN.md names this series on its own: it is the backpressure state's time.
+        yield CounterMetricFamily(
+            "offtake_backpressure_seconds",
+            "Time with partitions paused because in-flight work reached its bound.",
+            value=totals["backpressure"],
+        )
 
 
 class Metrics:
     """All series of one worker, with small methods the engine calls."""
 
-    def __init__(self, pipeline: str = "", registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        pipeline: str = "",
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.pipeline = pipeline
@@ -31,7 +141,8 @@ class Metrics:
         )
         self.processed = Counter(
             "offtake_messages_processed",
-            "Records done: delivered to the sink, dropped by the processor, or handled by the error policy.",
+            "Records done: delivered to the sink, dropped by the processor, or handled by the "
+            "error policy.",
             ["topic", "outcome"],
             registry=r,
         )
@@ -43,21 +154,13 @@ class Metrics:
         )
         self.lag_seconds = Gauge(
             "offtake_consumer_lag_seconds",
-            "Age of the oldest record not yet committed, from record timestamps (0 when caught up).",
+            "Age of the oldest record not yet committed, from record timestamps "
+            "(0 when caught up).",
             ["topic", "partition"],
             registry=r,
         )
-        self.state_seconds = Counter(
-            "offtake_state_seconds",
-            "Time spent in each engine state; rate() is the fraction of time in that state.",
-            ["state"],
-            registry=r,
-        )
-        self.backpressure_seconds = Counter(
-            "offtake_backpressure_seconds",
-            "Time with partitions paused because in-flight work reached its bound.",
-            registry=r,
-        )
+        self.states = _StateClock(clock)
+        r.register(self.states)
         self.paused_partitions = Gauge(
             "offtake_paused_partitions", "Assigned partitions paused for backpressure.", registry=r
         )
@@ -71,16 +174,19 @@ class Metrics:
             "offtake_inflight_bytes", "Bytes of records consumed and not yet committed.", registry=r
         )
         self.commits = Counter(
-            "offtake_commits", "Offset commits acknowledged by the broker.", ["result"], registry=r
+            "offtake_commits", "Offset commits by result.", ["result"], registry=r
         )
         self.rebalances = Counter(
             "offtake_rebalances", "Rebalance events seen by this worker.", ["kind"], registry=r
         )
         self.dlq_messages = Counter(
-            "offtake_dlq_messages", "Records routed to the dead-letter topic.", ["topic"], registry=r
+            "offtake_dlq_messages",
+            "Records routed to the dead-letter topic, by the topic they were consumed from.",
+            ["topic"],
+            registry=r,
         )
         self.errors = Counter(
-            "offtake_errors", "Processing and sink errors, before retries.", ["stage"], registry=r
+            "offtake_errors", "Errors by stage, each attempt counted.", ["stage"], registry=r
         )
         self.retries = Counter("offtake_retries", "Records retried after an error.", registry=r)
         self.processing_seconds = Histogram(
@@ -121,25 +227,36 @@ class Metrics:
             "Unix time of the last successful Spark batch.",
             registry=r,
         )
-        self.build_info = Info("offtake_build", "Offtake version and pipeline.", registry=r)
-        self._state = "idle"
-        self._state_since = time.monotonic()
-        self._lock = threading.Lock()
-        for state in STATES:
-            self.state_seconds.labels(state).inc(0)
-        for result in ("success", "failure"):
-            self.commits.labels(result).inc(0)
+        self.build_info = Info("offtake_build", "Offtake version and Python runtime.", registry=r)
+        self.build_info.info({"version": _version(), "python": platform.python_version()})
+        for result in COMMIT_RESULTS:
+            self.commits.labels(result)
+        for kind in REBALANCE_KINDS:
+            self.rebalances.labels(kind)
+        for stage in ERROR_STAGES:
+            self.errors.labels(stage)
+        for result in SPARK_RESULTS:
+            self.spark_jobs.labels(result)
+
+    def init_topics(self, topics: Iterable[str]) -> None:
+        """Create the per-topic counters at zero for the pipeline's source topics.
+
+        Called once at start-up, so a pipeline that has consumed nothing yet (or never routed
+        to the DLQ) shows 0 rather than no data, and the first increment is visible to rate().
+        """
+        for topic in topics:
+            self.consumed.labels(topic)
+            self.dlq_messages.labels(topic)
+            for outcome in OUTCOMES:
+                self.processed.labels(topic, outcome)
 
     # -- time in state ------------------------------------------------------------------
     def set_state(self, state: str) -> None:
-        """Account the time since the last call to the previous state, then switch."""
-        with self._lock:
-            now = time.monotonic()
-            elapsed = now - self._state_since
-            self.state_seconds.labels(self._state).inc(elapsed)
-            if self._state == "backpressure":
-                self.backpressure_seconds.inc(elapsed)
-            self._state, self._state_since = state, now
+        """Account the time since the last switch to the previous state, then switch.
+
+        ``state`` is one of STATES; anything else raises ValueError (labels stay bounded).
+        """
+        self.states.switch(state)
 
     # -- partitions -----------------------------------------------------------------------
     def set_lag(self, tp: TopicPartition, messages: int, seconds: float) -> None:
@@ -149,7 +266,5 @@ class Metrics:
     def forget_partition(self, tp: TopicPartition) -> None:
         """Drop the series of a partition no longer assigned, so labels stay bounded."""
         for gauge in (self.lag_messages, self.lag_seconds):
-            try:
+            with contextlib.suppress(KeyError):
                 gauge.remove(tp.topic, str(tp.partition))
-            except KeyError:
-                pass

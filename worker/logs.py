@@ -1,0 +1,100 @@
+"""Structured JSON logs: one object per line, on stderr.
+
+Every line carries ``timestamp`` (UTC, RFC 3339), ``level``, ``logger``, ``message`` and
+``pipeline``; fields passed with ``extra=`` (``topic``, ``partition``, ``offset``, or any other
+JSON-able value) are added as they are::
+
+    log.warning("record failed", extra={"topic": "orders", "partition": 3, "offset": 42})
+    log.warning("record failed", extra=record_fields(record))
+
+stderr, not stdout, because the ``log`` sink prints records on stdout: keeping the two apart
+lets ``offtake worker ... > records.jsonl`` capture records only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from datetime import UTC, datetime
+from typing import IO, Any
+
+from offtake.records import Record
+
+__all__ = ["ENV_LEVEL", "JsonFormatter", "configure_logging", "record_fields"]
+
+ENV_LEVEL = "OFFTAKE_LOG_LEVEL"
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+# Attributes every LogRecord has; anything else on a record came from ``extra=``.
+_STANDARD = frozenset(
+    vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys() | {"message", "asctime"}
+)
+
+
+class JsonFormatter(logging.Formatter):
+    """Formats a LogRecord as one JSON object."""
+
+    def __init__(self, pipeline: str) -> None:
+        super().__init__()
+        self.pipeline = pipeline
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "timestamp": datetime.fromtimestamp(record.created, UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "pipeline": self.pipeline,
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and key not in out:
+                out[key] = value
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            out["stack"] = self.formatStack(record.stack_info)
+        # default=str: a stray non-JSON value in extra= must not lose the whole line.
+        return json.dumps(out, default=str, ensure_ascii=False)
+
+
+def _parse_level(level: str | None) -> int:
+    text = (level or os.environ.get(ENV_LEVEL) or "INFO").strip().upper()
+    if text == "WARN":
+        text = "WARNING"
+    if text not in _LEVELS:
+        raise ValueError(
+            f"unknown log level {level or os.environ.get(ENV_LEVEL)!r} "
+            f"(from {'the argument' if level else ENV_LEVEL}); expected one of "
+            f"{', '.join(_LEVELS)}"
+        )
+    return int(getattr(logging, text))
+
+
+def configure_logging(
+    level: str | None, pipeline: str, stream: IO[str] | None = None
+) -> logging.Handler:
+    """Send all logging through one JSON handler on the root logger.
+
+    ``level`` is a level name (case-insensitive); None or "" falls back to $OFFTAKE_LOG_LEVEL,
+    then INFO. Calling it again replaces the handler it installed before (not others'), so
+    tests and the CLI can call it more than once. Returns the handler.
+    """
+    numeric = _parse_level(level)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, "_offtake", False)]:
+        root.removeHandler(old)
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(JsonFormatter(pipeline))
+    handler._offtake = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(numeric)
+    return handler
+
+
+def record_fields(record: Record) -> dict[str, Any]:
+    """``extra=`` fields that locate a record: topic, partition and offset."""
+    return {"topic": record.topic, "partition": record.partition, "offset": record.offset}
