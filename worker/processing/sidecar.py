@@ -66,8 +66,9 @@ class SidecarRecordError(Exception):
 class SidecarUnavailable(ProcessorUnavailable):
     """The sidecar did not take the batch; retry all of it, after ``retry_after`` if given."""
 
-    def __init__(self, message: str, *, status: int | None = None,
-                 retry_after: float | None = None) -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, retry_after: float | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         # Seconds the container asked the worker to wait (Retry-After), capped; None if unsaid.
@@ -139,11 +140,13 @@ def record_to_wire(record: Record, fmt: str) -> dict[str, Any]:
     headers = []
     for name, raw in record.headers:
         header_value = bytes(raw) if raw is not None else None
-        headers.append({
-            "key": name if isinstance(name, str) else bytes(name).decode("utf-8", "replace"),
-            "value": _text(header_value),
-            "valueBase64": _b64(header_value),
-        })
+        headers.append(
+            {
+                "key": name if isinstance(name, str) else bytes(name).decode("utf-8", "replace"),
+                "value": _text(header_value),
+                "valueBase64": _b64(header_value),
+            }
+        )
     wire["headers"] = headers
     return wire
 
@@ -216,11 +219,16 @@ class SidecarProcessor(Processor):
         for i, record in enumerate(records):
             rid = record_id(record)
             try:
-                text = json.dumps(record_to_wire(record, self.format), ensure_ascii=False,
-                                  allow_nan=False, separators=(",", ":"))
+                text = json.dumps(
+                    record_to_wire(record, self.format),
+                    ensure_ascii=False,
+                    allow_nan=False,
+                    separators=(",", ":"),
+                )
             except (TypeError, ValueError) as exc:
-                err = SidecarRecordError(rid, "EncodeError",
-                                         f"cannot send the record to the sidecar as JSON: {exc}")
+                err = SidecarRecordError(
+                    rid, "EncodeError", f"cannot send the record to the sidecar as JSON: {exc}"
+                )
                 outcomes[i] = Outcome([], err, retriable=False)
                 continue
             encoded.append((i, rid, text.encode("utf-8")))
@@ -228,7 +236,7 @@ class SidecarProcessor(Processor):
             for start in range(0, len(encoded), self.max_batch):
                 # An exception here abandons the batch, including chunks already answered:
                 # the engine retries all of it, and at-least-once tolerates the repeat.
-                for i, outcome in self._send(encoded[start:start + self.max_batch]):
+                for i, outcome in self._send(encoded[start : start + self.max_batch]):
                     outcomes[i] = outcome
         done = [o for o in outcomes if o is not None]
         assert len(done) == len(records)
@@ -236,37 +244,52 @@ class SidecarProcessor(Processor):
 
     def _send(self, chunk: list[tuple[int, str, bytes]]) -> Iterator[tuple[int, Outcome]]:
         """Outcomes of one request's records (index, outcome); splits on 413."""
-        body = b"".join([
-            b'{"version":', str(PROTOCOL_VERSION).encode(), b',"format":"',
-            self.format.encode(), b'","records":[', b",".join(e for _, _, e in chunk), b"]}",
-        ])
+        body = b"".join(
+            [
+                b'{"version":',
+                str(PROTOCOL_VERSION).encode(),
+                b',"format":"',
+                self.format.encode(),
+                b'","records":[',
+                b",".join(e for _, _, e in chunk),
+                b"]}",
+            ]
+        )
         status, headers, data = self._post(body, len(chunk))
         if status == 413:
             if len(chunk) > 1:
                 half = len(chunk) // 2
-                log.info("sidecar at %s refused %d records as too large; splitting",
-                         self.address, len(chunk))
+                log.info(
+                    "sidecar at %s refused %d records as too large; splitting",
+                    self.address,
+                    len(chunk),
+                )
                 yield from self._send(chunk[:half])
                 yield from self._send(chunk[half:])
                 return
             i, rid, _ = chunk[0]
             self.stats.record_errors += 1
-            err = SidecarRecordError(rid, "PayloadTooLarge",
-                                     f"the sidecar refused the record as too large (413): "
-                                     f"{_excerpt(data)}")
+            err = SidecarRecordError(
+                rid,
+                "PayloadTooLarge",
+                f"the sidecar refused the record as too large (413): {_excerpt(data)}",
+            )
             yield i, Outcome([], err, retriable=False)
             return
         self._check_status(status, headers, data, len(chunk))
         yield from self._results(chunk, data)
 
-    def _check_status(self, status: int, headers: http.client.HTTPMessage, data: bytes,
-                      n: int) -> None:
+    def _check_status(
+        self, status: int, headers: http.client.HTTPMessage, data: bytes, n: int
+    ) -> None:
         version = headers.get(PROTOCOL_HEADER)
         if version is not None and version.strip() != str(PROTOCOL_VERSION):
             self.stats.protocol_errors += 1
             raise SidecarProtocolError(
                 f"sidecar at {self.address} answered with {PROTOCOL_HEADER}: {version.strip()}; "
-                f"this worker speaks version {PROTOCOL_VERSION}", status=status)
+                f"this worker speaks version {PROTOCOL_VERSION}",
+                status=status,
+            )
         if status == 200:
             return
         retry_after = parse_retry_after(headers.get("Retry-After"))
@@ -275,20 +298,29 @@ class SidecarProcessor(Processor):
             wait = f"; retry after {retry_after:g}s" if retry_after is not None else ""
             raise SidecarBackpressure(
                 f"sidecar at {self.address} is busy ({status}){wait}; {n} record(s) will be "
-                f"sent again", status=status, retry_after=retry_after)
+                f"sent again",
+                status=status,
+                retry_after=retry_after,
+            )
         if status >= 500:
             self.stats.unavailable += 1
             raise SidecarUnavailable(
                 f"sidecar at {self.address} failed the request ({status}): {_excerpt(data)}",
-                status=status, retry_after=retry_after)
+                status=status,
+                retry_after=retry_after,
+            )
         self.stats.protocol_errors += 1
         hint = " (is spec.processor.container.path right?)" if status in (404, 405) else ""
         raise SidecarProtocolError(
             f"sidecar at {self.address} rejected the request to {self.path} ({status}){hint}: "
-            f"{_excerpt(data)}", status=status, retry_after=retry_after)
+            f"{_excerpt(data)}",
+            status=status,
+            retry_after=retry_after,
+        )
 
-    def _results(self, chunk: list[tuple[int, str, bytes]],
-                 data: bytes) -> Iterator[tuple[int, Outcome]]:
+    def _results(
+        self, chunk: list[tuple[int, str, bytes]], data: bytes
+    ) -> Iterator[tuple[int, Outcome]]:
         """Match a 200 answer's results to the chunk's records by id."""
         problem = None
         results: Any = None
@@ -303,12 +335,18 @@ class SidecarProcessor(Processor):
         if problem is not None or not isinstance(results, list):
             self.stats.malformed_responses += 1
             self.stats.record_errors += len(chunk)
-            log.warning("sidecar at %s answered %d record(s) with a malformed response: %s",
-                        self.address, len(chunk), problem)
+            log.warning(
+                "sidecar at %s answered %d record(s) with a malformed response: %s",
+                self.address,
+                len(chunk),
+                problem,
+            )
             for i, rid, _ in chunk:
-                err = SidecarRecordError(rid, "MalformedResponse",
-                                         f"sidecar at {self.address} answered with a malformed "
-                                         f"response: {problem}")
+                err = SidecarRecordError(
+                    rid,
+                    "MalformedResponse",
+                    f"sidecar at {self.address} answered with a malformed response: {problem}",
+                )
                 yield i, Outcome([], err)
             return
 
@@ -318,14 +356,18 @@ class SidecarProcessor(Processor):
         by_id: dict[str, list[Any]] = {}
         strays: list[str] = []
         for item in results:
-            rid = item.get("id") if isinstance(item, dict) else None
-            if isinstance(rid, str) and rid in wanted:
-                by_id.setdefault(rid, []).append(item)
+            item_id = item.get("id") if isinstance(item, dict) else None
+            if isinstance(item_id, str) and item_id in wanted:
+                by_id.setdefault(item_id, []).append(item)
             else:
-                strays.append(repr(rid) if isinstance(item, dict) else repr(item)[:60])
+                strays.append(repr(item_id) if isinstance(item, dict) else repr(item)[:60])
         if strays:
-            log.warning("sidecar at %s returned %d result(s) for no record of the batch: %s",
-                        self.address, len(strays), ", ".join(strays[:5]))
+            log.warning(
+                "sidecar at %s returned %d result(s) for no record of the batch: %s",
+                self.address,
+                len(strays),
+                ", ".join(strays[:5]),
+            )
         for rid, indices in wanted.items():
             outcome = self._outcome(rid, by_id.get(rid, []))
             if outcome.error is not None:
@@ -335,8 +377,12 @@ class SidecarProcessor(Processor):
 
     def _outcome(self, rid: str, items: list[Any]) -> Outcome:
         def bad(message: str) -> Outcome:
-            return Outcome([], SidecarRecordError(
-                rid, "MalformedResponse", f"sidecar at {self.address}: {message}"))
+            return Outcome(
+                [],
+                SidecarRecordError(
+                    rid, "MalformedResponse", f"sidecar at {self.address}: {message}"
+                ),
+            )
 
         if not items:
             return bad("the response has no result for this record")
@@ -353,10 +399,15 @@ class SidecarProcessor(Processor):
             if not isinstance(error, dict):
                 return bad(f'"error" must be an object with type and message, got {error!r}')
             etype, message = error.get("type"), error.get("message")
-            return Outcome([], SidecarRecordError(
-                rid, etype if isinstance(etype, str) and etype else "Error",
-                message if isinstance(message, str) else json.dumps(message)),
-                retriable=retriable)
+            return Outcome(
+                [],
+                SidecarRecordError(
+                    rid,
+                    etype if isinstance(etype, str) and etype else "Error",
+                    message if isinstance(message, str) else json.dumps(message),
+                ),
+                retriable=retriable,
+            )
         values, values_b64 = item.get("values"), item.get("valuesBase64")
         if values is not None and values_b64 is not None:
             return bad('a result has either "values" or "valuesBase64", not both')
@@ -402,25 +453,34 @@ class SidecarProcessor(Processor):
                 conn.request("POST", self.path, body=body, headers=self._headers)
                 response = conn.getresponse()
                 data = response.read()
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
-                    ConnectionAbortedError) as exc:
+            except (
+                http.client.RemoteDisconnected,
+                BrokenPipeError,
+                ConnectionResetError,
+                ConnectionAbortedError,
+            ) as exc:
                 self._drop_connection()
                 if reused:
                     # The container closed the idle keep-alive connection before it saw this
                     # request (an idle timeout, a restart): send it once more on a new one.
                     self.stats.reconnects += 1
                     continue
-                raise self._unavailable(f"closed the connection before answering ({exc})", n)
+                raise self._unavailable(
+                    f"closed the connection before answering ({exc})", n
+                ) from None
             except TimeoutError:
                 # Close, so that a late answer to this batch cannot be read as the next one's.
                 self._drop_connection()
                 raise self._unavailable(
-                    f"did not answer within {self.timeout:g}s (timeoutSeconds)", n) from None
+                    f"did not answer within {self.timeout:g}s (timeoutSeconds)", n
+                ) from None
             except ConnectionRefusedError:
                 self._drop_connection()
                 raise self._unavailable(
                     f"refused the connection (is the container running and listening on port "
-                    f"{self.port}?)", n) from None
+                    f"{self.port}?)",
+                    n,
+                ) from None
             except (OSError, http.client.HTTPException) as exc:
                 self._drop_connection()
                 raise self._unavailable(f"failed: {type(exc).__name__}: {exc}", n) from None
@@ -431,7 +491,8 @@ class SidecarProcessor(Processor):
     def _unavailable(self, what: str, n: int) -> SidecarUnavailable:
         self.stats.unavailable += 1
         return SidecarUnavailable(
-            f"sidecar at {self.address} {what}; {n} record(s) will be sent again")
+            f"sidecar at {self.address} {what}; {n} record(s) will be sent again"
+        )
 
     # -- health ------------------------------------------------------------------------------
 
@@ -465,7 +526,8 @@ class SidecarProcessor(Processor):
             raise SidecarProtocolError(
                 f"sidecar at {self.address} speaks protocol version(s) "
                 f"{', '.join(map(str, protocols)) or 'none'}; this worker speaks version "
-                f"{PROTOCOL_VERSION} (see docs/sidecar-protocol.md)")
+                f"{PROTOCOL_VERSION} (see docs/sidecar-protocol.md)"
+            )
         return None
 
     def wait_ready(self, timeout: float, abort: threading.Event | None = None) -> bool:
@@ -485,7 +547,8 @@ class SidecarProcessor(Processor):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise SidecarUnavailable(
-                    f"sidecar at {self.address} not ready after {timeout:g}s: {why}")
+                    f"sidecar at {self.address} not ready after {timeout:g}s: {why}"
+                )
             if abort.wait(min(delay, remaining)):
                 return False
             delay = min(delay * 2, 1.0)  # quick while it starts, gentle if it takes long
