@@ -1,0 +1,556 @@
+"""The CRD (crds/consumerpipeline.yaml) and the worker's loader agree.
+
+The CRD is what the API server enforces; the loader is what the worker enforces. They must not
+drift apart: a manifest the server accepts must run, the server's defaults must mean what the
+worker's defaults mean, and every rule the server checks with CEL is mirrored here (and, where
+the worker reads the field, also rejected by the loader).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import re
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from offtake.config import ConfigError, PipelineSpec, load_pipeline, parse_pipeline
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_PATH = ROOT / "crds" / "consumerpipeline.yaml"
+HELM_CRD_PATH = ROOT / "helm" / "offtake" / "crds" / "consumerpipeline.yaml"
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+
+# Fields the operator reads and the worker accepts without interpreting (see loader.py).
+OPERATOR_ONLY = {
+    ("spec", "rewind"), ("spec", "autoscaling"), ("spec", "template"), ("spec", "resources"),
+    ("spec", "image"),
+}
+CONTAINER_EXTRAS = {"resources", "env", "envFrom", "command", "args", "imagePullPolicy"}
+SUBMIT_EXTRAS = {"image", "serviceAccount", "sparkApplication"}
+
+FieldPath = tuple[str, ...]
+Node = Mapping[str, Any]
+
+
+@functools.cache
+def _crd() -> dict[str, Any]:
+    doc = yaml.safe_load(CRD_PATH.read_text())
+    assert isinstance(doc, dict)
+    return doc
+
+
+def _schema() -> dict[str, Any]:
+    version = _crd()["spec"]["versions"][0]
+    schema = version["schema"]["openAPIV3Schema"]
+    assert isinstance(schema, dict)
+    return schema
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+# ---------------------------------------------------------------- the schema as JSON Schema
+
+
+def to_json_schema(node: Any) -> Any:
+    """The CRD schema as plain JSON Schema: Kubernetes extensions removed or translated."""
+    if isinstance(node, list):
+        return [to_json_schema(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key.startswith("x-kubernetes-"):
+            continue
+        if key in ("properties", "patternProperties"):
+            out[key] = {k: to_json_schema(v) for k, v in value.items()}
+        elif key in ("default", "enum", "required", "example"):
+            out[key] = copy.deepcopy(value)
+        else:
+            out[key] = to_json_schema(value)
+    if node.get("x-kubernetes-int-or-string"):
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    return out
+
+
+def validate(manifest: Mapping[str, Any]) -> None:
+    """Raise if ``manifest`` breaks the CRD's schema or one of its CEL rules."""
+    jsonschema.Draft4Validator(
+        to_json_schema(_schema()), format_checker=jsonschema.FormatChecker()
+    ).validate(manifest)
+    for path, rule, message in cel_rules(_schema()):
+        for value in _values_at(manifest, path):
+            if not CEL_MIRROR[rule](value):
+                raise AssertionError(f"CEL rule at {'.'.join(path) or '<root>'} fails: {message}")
+
+
+def _values_at(doc: Any, path: tuple[str, ...]) -> Iterator[Any]:
+    if not path:
+        yield doc
+        return
+    if isinstance(doc, Mapping) and path[0] in doc:
+        yield from _values_at(doc[path[0]], path[1:])
+
+
+def apply_defaults(node: Mapping[str, Any], value: Any) -> Any:
+    """Default ``value`` the way the API server does: absent fields with a default get it."""
+    if not isinstance(value, dict) or node.get("type") != "object":
+        return value
+    out = dict(value)
+    for name, sub in node.get("properties", {}).items():
+        if name not in out and "default" in sub:
+            out[name] = copy.deepcopy(sub["default"])
+        if name in out:
+            out[name] = apply_defaults(sub, out[name])
+    return out
+
+
+# ---------------------------------------------------------------- CEL rules, mirrored in Python
+
+
+def _has(d: Mapping[str, Any], key: str) -> bool:
+    return key in d
+
+
+CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
+    "self.metadata.name.size() <= 55": lambda s: len(s["metadata"]["name"]) <= 55,
+    "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')": lambda s: re.search(
+        r"^[a-z]([-a-z0-9]*[a-z0-9])?$", s["metadata"]["name"]
+    ) is not None,
+    "!(has(self.function) && has(self.container))": lambda s: not (
+        _has(s, "function") and _has(s, "container")
+    ),
+    "(has(self.kafka) ? 1 : 0) + (has(self.spark) ? 1 : 0) + (has(self.log) ? 1 : 0) == 1": (
+        lambda s: sum(_has(s, k) for k in ("kafka", "spark", "log")) == 1
+    ),
+    "self.format == 'jdbc' ? has(self.jdbc) : has(self.path)": lambda s: (
+        _has(s, "jdbc") if s["format"] == "jdbc" else _has(s, "path")
+    ),
+    "self.mode != 'connect' || has(self.connectUrl)": lambda s: (
+        s.get("mode", "local") != "connect" or _has(s, "connectUrl")
+    ),
+    "self.policy != 'dlq' || has(self.dlq)": lambda s: (
+        s.get("policy", "stop") != "dlq" or _has(s, "dlq")
+    ),
+    "self.to != 'timestamp' || has(self.timestamp)": lambda s: (
+        s["to"] != "timestamp" or _has(s, "timestamp")
+    ),
+    "self.minReplicas <= self.maxReplicas": lambda s: (
+        s.get("minReplicas", 1) <= s.get("maxReplicas", 10)
+    ),
+}
+
+
+def cel_rules(node: Node, path: FieldPath = ()) -> Iterator[tuple[FieldPath, str, str]]:
+    for v in node.get("x-kubernetes-validations", []):
+        yield path, v["rule"], v.get("message", "")
+    for name, sub in node.get("properties", {}).items():
+        yield from cel_rules(sub, (*path, name))
+    if isinstance(node.get("items"), dict):
+        yield from cel_rules(node["items"], path)
+
+
+# ---------------------------------------------------------------- sample manifests
+
+
+def minimal() -> dict[str, Any]:
+    return {
+        "apiVersion": "offtake.dev/v1alpha1",
+        "kind": "ConsumerPipeline",
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {
+            "kafka": {"bootstrapServers": "kafka:9092"},
+            "source": {"topics": ["orders"]},
+            "sink": {"log": {}},
+        },
+    }
+
+
+SAMPLE_STRINGS = {
+    "function": "pkg.mod:handle",
+    "transform": "pkg.jobs:clean",
+    "timestamp": "2024-05-01T12:00:00Z",
+    "path": "/v1/process",
+    "connectUrl": "sc://spark:15002",
+}
+
+
+def sample(node: Mapping[str, Any], name: str) -> Any:
+    """A valid value for a schema node, with every required field of objects filled in."""
+    if "default" in node:
+        return copy.deepcopy(node["default"])
+    if "enum" in node:
+        return node["enum"][0]
+    if node.get("x-kubernetes-int-or-string"):
+        return "1"
+    kind = node.get("type")
+    if kind == "string":
+        if name == "path" and "pattern" not in node:
+            return "s3a://lake/x"
+        return SAMPLE_STRINGS.get(name, "x")
+    if kind == "integer":
+        return max(1, node.get("minimum", 1))
+    if kind == "number":
+        return max(1.0, float(node.get("minimum", 1)))
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        return [sample(node["items"], name)]
+    if kind == "object" or node.get("x-kubernetes-preserve-unknown-fields"):
+        props = node.get("properties", {})
+        return {k: sample(props[k], k) for k in node.get("required", [])}
+    raise AssertionError(f"no sample for {name}: {node}")
+
+
+def leaves(node: Node, path: FieldPath = ()) -> Iterator[tuple[FieldPath, Node]]:
+    """Every settable field below ``node``: scalars, lists and free-form maps."""
+    props = node.get("properties")
+    if node.get("type") == "object" and props:
+        for name, sub in props.items():
+            yield from leaves(sub, (*path, name))
+    elif node.get("type") == "array" and node["items"].get("properties"):
+        yield path, node  # a list of objects: set as a whole
+    else:
+        yield path, node
+
+
+def leaf_values(node: Mapping[str, Any], name: str) -> list[Any]:
+    """The values worth trying for a leaf: every enum member, else the bounds, else a sample."""
+    if "enum" in node:
+        return list(node["enum"])
+    if node.get("type") in ("integer", "number"):
+        values = {node[b] for b in ("minimum", "maximum") if b in node}
+        return sorted(values) or [sample(node, name)]
+    if node.get("type") == "boolean":
+        return [True, False]
+    if node.get("type") == "object" and "additionalProperties" in node:
+        if node["additionalProperties"].get("x-kubernetes-int-or-string"):
+            return [{"some.key": "v", "n": 5}]
+        return [{"some.key": "v"}]
+    return [sample(node, name)]
+
+
+def set_path(manifest: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    """Set ``value`` at ``path``, creating parents with their required fields."""
+    node: Mapping[str, Any] = _schema()
+    here: dict[str, Any] = manifest
+    for i, key in enumerate(path):
+        node = node["properties"][key]
+        if i == len(path) - 1:
+            here[key] = value
+            break
+        if key == "sink" and path[i + 1] not in here.get("sink", {}):
+            here["sink"] = {}  # exactly one sink: replace the minimal one
+        if key not in here:
+            here[key] = sample(node, key)
+        here = here[key]
+    fix_cross_field_rules(manifest)
+
+
+def fix_cross_field_rules(m: dict[str, Any]) -> None:
+    """Make a manifest satisfy the CEL rules that tie fields together."""
+    spec = m["spec"]
+    spark = spec["sink"].get("spark")
+    if spark is not None:
+        if "jdbc" in spark:
+            spark["format"] = "jdbc"
+        elif spark["format"] == "jdbc":
+            spark["jdbc"] = {"url": "jdbc:postgresql://db/x", "table": "t"}
+        else:
+            spark.setdefault("path", "s3a://lake/x")
+        submit = spark.get("submit", {})
+        if submit.get("mode") == "connect":
+            submit.setdefault("connectUrl", "sc://spark:15002")
+    errors = spec.get("errors", {})
+    if errors.get("policy") == "dlq":
+        errors.setdefault("dlq", {"topic": "dlq"})
+    rewind = spec.get("rewind")
+    if rewind is not None and rewind.get("to") == "timestamp":
+        rewind.setdefault("timestamp", "2024-05-01T12:00:00Z")
+    auto = spec.get("autoscaling")
+    if auto is not None and auto.get("minReplicas", 1) > auto.get("maxReplicas", 10):
+        auto["maxReplicas"] = auto["minReplicas"]
+
+
+def spec_value(parsed: PipelineSpec, path: tuple[str, ...]) -> Any:
+    """The parsed value for a manifest path (camelCase keys, 'spec' first)."""
+    value: Any = parsed
+    for key in path[1:]:
+        value = getattr(value, _snake(key))
+    return value
+
+
+def worker_reads(path: tuple[str, ...]) -> bool:
+    if path[:2] in OPERATOR_ONLY:
+        return False
+    if path[:3] == ("spec", "processor", "container") and len(path) > 3:
+        return path[3] not in CONTAINER_EXTRAS
+    if path[:4] == ("spec", "sink", "spark", "submit") and len(path) > 4:
+        return path[4] not in SUBMIT_EXTRAS
+    return True
+
+
+# ---------------------------------------------------------------- tests
+
+
+def test_crd_names_subresources_and_columns() -> None:
+    crd = _crd()
+    spec = crd["spec"]
+    assert crd["metadata"]["name"] == "consumerpipelines.offtake.dev"
+    assert spec["group"] == "offtake.dev"
+    assert spec["names"]["kind"] == "ConsumerPipeline"
+    assert spec["names"]["plural"] == "consumerpipelines"
+    assert spec["names"]["shortNames"] == ["cpl"]
+    (version,) = spec["versions"]
+    assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
+    assert version["subresources"]["status"] == {}
+    assert version["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
+    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+    assert columns == ["Phase", "Ready", "Replicas", "Lag", "Lag(s)", "Age"]
+    schema = _schema()
+    for column in version["additionalPrinterColumns"]:
+        path = column["jsonPath"].strip(".").split(".")
+        if path[0] == "metadata":
+            continue
+        node: Mapping[str, Any] = schema
+        for key in path:
+            node = node["properties"][key]
+        assert node["type"] == column["type"], column
+
+
+def _walk_nodes(node: Mapping[str, Any], path: str = "") -> Iterator[tuple[str, Mapping[str, Any]]]:
+    yield path, node
+    for name, sub in node.get("properties", {}).items():
+        yield from _walk_nodes(sub, f"{path}.{name}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            yield from _walk_nodes(node[key], f"{path}[{key}]")
+
+
+def test_schema_is_structural() -> None:
+    """Every node has a type unless an extension stands in for it (the server insists)."""
+    for path, node in _walk_nodes(_schema()):
+        if any(node.get(f"x-kubernetes-{x}") for x in ("int-or-string", "preserve-unknown-fields")):
+            continue
+        assert "type" in node, f"{path or '<root>'} has no type"
+        if "properties" in node:
+            assert "additionalProperties" not in node, f"{path}: both kinds of properties"
+
+
+def test_defaults_are_valid_for_their_fields() -> None:
+    for path, node in _walk_nodes(_schema()):
+        if "default" in node:
+            jsonschema.Draft4Validator(to_json_schema(node)).validate(node["default"])
+            assert path, "no default at the root"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e.name for e in EXAMPLES])
+def test_examples_parse_and_validate(example: Path) -> None:
+    parsed = load_pipeline(example)
+    manifest = yaml.safe_load(example.read_text())
+    validate(manifest)
+    assert "namespace" not in manifest["metadata"], "examples are applied with kubectl -n"
+    # What the server stores (with its defaults) means the same to the worker.
+    assert parse_pipeline(apply_defaults(_schema(), manifest)) == parsed
+
+
+def test_there_are_examples_of_each_sink_and_processor_mode() -> None:
+    specs = [load_pipeline(e) for e in EXAMPLES]
+    assert {s.sink.kind for s in specs} >= {"kafka", "spark", "log"}
+    assert any(s.processor.function for s in specs)
+    assert any(s.processor.container for s in specs)
+    assert any(s.sink.spark and s.sink.spark.format == "parquet" for s in specs)
+
+
+LEAVES = [(p, n) for p, n in leaves(_schema()["properties"]["spec"], ("spec",))]
+
+
+@pytest.mark.parametrize(("path", "node"), LEAVES, ids=[".".join(p) for p, _ in LEAVES])
+def test_every_leaf_field_accepted_by_the_crd_parses(path: FieldPath, node: Node) -> None:
+    for value in leaf_values(node, path[-1]):
+        manifest = minimal()
+        set_path(manifest, path, copy.deepcopy(value))
+        validate(manifest)  # the generator made a manifest the server accepts...
+        try:
+            parsed = parse_pipeline(manifest)  # ...and the worker runs it
+        except ConfigError as exc:
+            pytest.fail(f"{'.'.join(path)}={value!r} passes the CRD but not the loader: {exc}")
+        if not worker_reads(path):
+            continue
+        got = spec_value(parsed, path)
+        if dataclasses.is_dataclass(got):
+            continue  # an empty object such as sink.log: parsed into its (field-less) class
+        if isinstance(value, list):
+            assert list(got) == value
+        elif isinstance(value, dict):
+            assert got == {k: str(v) for k, v in value.items()}
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            assert got == value
+        else:
+            assert got == pytest.approx(value)
+
+
+def _dataclass_defaults(cls: type, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """(manifest path, default) for every scalar default in the spec dataclasses."""
+    hints = {f.name: f for f in dataclasses.fields(cls)}
+    for name, f in hints.items():
+        camel = re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
+        if f.default is not dataclasses.MISSING:
+            if f.default is not None and not isinstance(f.default, tuple):
+                yield (*path, camel), f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            made = f.default_factory()
+            if dataclasses.is_dataclass(made):
+                yield from _dataclass_defaults(type(made), (*path, camel))
+
+
+NESTED_TYPES: dict[tuple[str, ...], type] = {}
+
+
+def _field_types() -> None:
+    """Map manifest paths of nested dataclasses (including optional ones) to their classes."""
+    import typing
+
+    from offtake.config import spec as spec_module
+
+    def visit(cls: type, path: tuple[str, ...]) -> None:
+        NESTED_TYPES[path] = cls
+        hints = typing.get_type_hints(cls, vars(spec_module))
+        for f in dataclasses.fields(cls):
+            camel = re.sub(r"_([a-z])", lambda m: m.group(1).upper(), f.name)
+            for arg in (hints[f.name], *typing.get_args(hints[f.name])):
+                if dataclasses.is_dataclass(arg):
+                    visit(arg, (*path, camel))  # type: ignore[arg-type]
+
+    visit(PipelineSpec, ("spec",))
+
+
+_field_types()
+
+
+def _crd_defaults(node: Node, path: FieldPath) -> Iterator[tuple[FieldPath, Any]]:
+    for name, sub in node.get("properties", {}).items():
+        if "default" in sub and sub["default"] != {}:
+            yield (*path, name), sub["default"]
+        yield from _crd_defaults(sub, (*path, name))
+
+
+def test_crd_defaults_equal_the_dataclass_defaults() -> None:
+    spec_node = _schema()["properties"]["spec"]
+    ours = {p: v for p, v in _crd_defaults(spec_node, ("spec",)) if worker_reads(p)}
+    theirs: dict[tuple[str, ...], Any] = {}
+    for path, cls in NESTED_TYPES.items():
+        depth = len(path)
+        for p, v in _dataclass_defaults(cls, path):
+            if len(p) == depth + 1:
+                theirs[p] = v
+    theirs = {p: v for p, v in theirs.items() if p[1:2] != ("name",)}
+    assert ours == theirs
+
+
+def test_every_dataclass_field_is_in_the_crd() -> None:
+    spec_node = _schema()["properties"]["spec"]
+    for path, cls in NESTED_TYPES.items():
+        node: Mapping[str, Any] = {"properties": {"spec": spec_node}}
+        for key in path:
+            node = node["properties"][key]
+        for f in dataclasses.fields(cls):
+            if path == ("spec",) and f.name in ("name", "namespace"):
+                continue
+            camel = re.sub(r"_([a-z])", lambda m: m.group(1).upper(), f.name)
+            where = f"{'.'.join(path)}.{camel}"
+            assert camel in node.get("properties", {}), f"{where} is not in the CRD"
+
+
+def test_required_fields_agree_with_the_loader() -> None:
+    """Dropping a field the CRD requires makes the loader fail too, naming the field."""
+    def required(node: Mapping[str, Any], path: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+        for name in node.get("required", []):
+            yield (*path, name)
+        for name, sub in node.get("properties", {}).items():
+            yield from required(sub, (*path, name))
+
+    for path in required(_schema()["properties"]["spec"], ("spec",)):
+        if not worker_reads(path):
+            continue
+        manifest = minimal()
+        set_path(manifest, path, sample(_node_at(path), path[-1]))
+        parent = manifest
+        for key in path[:-1]:
+            parent = parent[key]
+        del parent[path[-1]]
+        with pytest.raises(ConfigError) as err:
+            parse_pipeline(manifest)
+        assert path[-1] in str(err.value) or path[-2] in str(err.value), err.value
+
+
+def _node_at(path: tuple[str, ...]) -> Mapping[str, Any]:
+    node: Mapping[str, Any] = _schema()
+    for key in path:
+        node = node["properties"][key]
+    return node
+
+
+def test_every_cel_rule_is_mirrored() -> None:
+    rules = {rule for _, rule, _ in cel_rules(_schema())}
+    assert rules == set(CEL_MIRROR)
+
+
+# One manifest breaking each rule; None where the rule guards a field only the operator reads.
+def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
+    m = minimal()
+    spec = m["spec"]
+    loader_rejects = True
+    if "size() <= 55" in rule:
+        m["metadata"]["name"] = "p" * 56
+        loader_rejects = False
+    elif "matches(" in rule:
+        m["metadata"]["name"] = "9lives"
+        loader_rejects = False
+    elif "has(self.function)" in rule:
+        spec["processor"] = {"function": "a:b", "container": {"image": "img"}}
+    elif "has(self.kafka)" in rule:
+        spec["sink"] = {"log": {}, "kafka": {"topic": "t"}}
+    elif "has(self.jdbc)" in rule:
+        spec["sink"] = {"spark": {"format": "parquet"}}
+    elif "connectUrl" in rule:
+        spec["sink"] = {"spark": {"format": "json", "path": "/x", "submit": {"mode": "connect"}}}
+    elif "dlq" in rule:
+        spec["errors"] = {"policy": "dlq"}
+    elif "timestamp" in rule:
+        spec["rewind"] = {"to": "timestamp", "id": "r1"}
+        loader_rejects = False
+    elif "minReplicas" in rule:
+        spec["autoscaling"] = {"enabled": True, "minReplicas": 5, "maxReplicas": 2}
+        loader_rejects = False
+    else:
+        raise AssertionError(f"no breaking example for {rule}")
+    return m, loader_rejects
+
+
+@pytest.mark.parametrize("rule", sorted(CEL_MIRROR))
+def test_each_cel_rule_rejects_what_the_loader_rejects(rule: str) -> None:
+    manifest, loader_rejects = _breaking(rule)
+    with pytest.raises(AssertionError, match="CEL rule"):
+        validate(manifest)
+    if loader_rejects:
+        with pytest.raises(ConfigError):
+            parse_pipeline(manifest)
+
+
+def test_helm_chart_carries_the_same_crd() -> None:
+    assert HELM_CRD_PATH.read_bytes() == CRD_PATH.read_bytes(), (
+        "helm/offtake/crds/consumerpipeline.yaml differs from crds/consumerpipeline.yaml; "
+        "copy it: cp crds/consumerpipeline.yaml helm/offtake/crds/"
+    )
