@@ -54,7 +54,7 @@ _JOB_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 # first event at all (a counter born at 1 has no earlier sample to rise from).
 STATES = ("busy", "idle", "backpressure")
 OUTCOMES = ("delivered", "dropped", "dlq", "skipped", "failed")
-ERROR_STAGES = ("process", "sink", "dlq", "commit", "poll")
+ERROR_STAGES = ("decode", "process", "sink")
 COMMIT_RESULTS = ("success", "failure")
 REBALANCE_KINDS = ("assign", "revoke", "lost")
 SPARK_RESULTS = ("success", "failure")

@@ -1,0 +1,505 @@
+"""Generate dashboards/offtake.json from this description, and the Helm chart's copies.
+
+    python dashboards/generate.py          # rewrite offtake.json and the chart's copies
+    python dashboards/generate.py --check  # exit 1 if any is out of date
+
+The chart gets copies of offtake.json and alerts.yaml in helm/offtake/dashboards/ because
+Helm's .Files can only read files inside the chart (and symlinks out of it are not packaged).
+
+A Grafana dashboard is a large JSON document where one panel's query sits among dozens of
+layout keys; writing the panels as data here keeps the queries reviewable, and a test keeps the
+committed JSON, the chart's copy and this file in step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DASHBOARD = ROOT / "dashboards" / "offtake.json"
+ALERTS = ROOT / "dashboards" / "alerts.yaml"
+CHART_DIR = ROOT / "helm" / "offtake" / "dashboards"
+
+# Every worker series carries namespace and pipeline from the scrape's target labels.
+SEL = 'namespace="$namespace", pipeline="$pipeline"'
+DS = {"type": "prometheus", "uid": "${datasource}"}
+RI = "$__rate_interval"
+
+
+def q(expr: str, legend: str = "") -> dict[str, str]:
+    return {"expr": expr, "legendFormat": legend}
+
+
+def quantiles(series: str) -> list[dict[str, str]]:
+    return [
+        q(
+            f"histogram_quantile({p}, sum by (le) (rate({series}_bucket{{{SEL}}}[{RI}])))",
+            f"p{int(p * 100)}",
+        )
+        for p in (0.5, 0.99)
+    ]
+
+
+# (row title, [(panel title, type, unit, description, [queries])])
+ROWS: list[tuple[str, list[tuple[str, str, str, str, list[dict[str, str]]]]]] = [
+    (
+        "Overview",
+        [
+            (
+                "Workers up",
+                "stat",
+                "short",
+                "Scrape targets of this pipeline that answer.",
+                [q(f'sum(up{{job="offtake", {SEL}}})')],
+            ),
+            (
+                "Consumed",
+                "stat",
+                "ops",
+                "Records consumed per second, all topics.",
+                [q(f"sum(rate(offtake_messages_consumed_total{{{SEL}}}[{RI}]))")],
+            ),
+            (
+                "Lag",
+                "stat",
+                "short",
+                "Log-end minus committed offset, summed over partitions.",
+                [q(f"sum(max by (topic, partition) (offtake_consumer_lag_messages{{{SEL}}}))")],
+            ),
+            (
+                "Oldest uncommitted record",
+                "stat",
+                "s",
+                "Age of the oldest record not yet committed, worst partition.",
+                [q(f"max(offtake_consumer_lag_seconds{{{SEL}}})")],
+            ),
+            (
+                "Assigned partitions",
+                "stat",
+                "short",
+                "Partitions assigned across workers.",
+                [q(f"sum(offtake_assigned_partitions{{{SEL}}})")],
+            ),
+            (
+                "Version",
+                "stat",
+                "short",
+                "Offtake versions running (count of workers).",
+                [q(f"count by (version) (offtake_build_info{{{SEL}}})", "{{version}}")],
+            ),
+        ],
+    ),
+    (
+        "Throughput",
+        [
+            (
+                "Consumed by topic",
+                "timeseries",
+                "ops",
+                "Records consumed from Kafka per second.",
+                [
+                    q(
+                        f"sum by (topic) (rate(offtake_messages_consumed_total{{{SEL}}}[{RI}]))",
+                        "{{topic}}",
+                    )
+                ],
+            ),
+            (
+                "Processed by outcome",
+                "timeseries",
+                "ops",
+                "Records done per second: delivered, dropped by the processor, or handled by the "
+                "error policy (dlq, skipped, failed).",
+                [
+                    q(
+                        f"sum by (outcome) (rate(offtake_messages_processed_total{{{SEL}}}[{RI}]))",
+                        "{{outcome}}",
+                    )
+                ],
+            ),
+        ],
+    ),
+    (
+        "Lag",
+        [
+            (
+                "Lag (messages) by partition",
+                "timeseries",
+                "short",
+                "Log-end offset minus committed offset of each assigned partition.",
+                [
+                    q(
+                        f"max by (topic, partition) (offtake_consumer_lag_messages{{{SEL}}})",
+                        "{{topic}}[{{partition}}]",
+                    )
+                ],
+            ),
+            (
+                "Lag (seconds) by partition",
+                "timeseries",
+                "s",
+                "Age of the oldest record not yet committed, from record timestamps.",
+                [
+                    q(
+                        f"max by (topic, partition) (offtake_consumer_lag_seconds{{{SEL}}})",
+                        "{{topic}}[{{partition}}]",
+                    )
+                ],
+            ),
+        ],
+    ),
+    (
+        "Flow control",
+        [
+            (
+                "Backpressure (fraction of time)",
+                "timeseries",
+                "percentunit",
+                "Fraction of time each worker had its partitions paused because in-flight work "
+                "reached its bound.",
+                [
+                    q(
+                        "sum by (instance) "
+                        f"(rate(offtake_backpressure_seconds_total{{{SEL}}}[{RI}]))",
+                        "{{instance}}",
+                    )
+                ],
+            ),
+            (
+                "Time in state",
+                "timeseries",
+                "percentunit",
+                "Average fraction of time the workers spend busy, idle or in backpressure.",
+                [
+                    q(
+                        f"avg by (state) (rate(offtake_state_seconds_total{{{SEL}}}[{RI}]))",
+                        "{{state}}",
+                    )
+                ],
+            ),
+            (
+                "In-flight messages",
+                "timeseries",
+                "short",
+                "Records consumed and not yet committed, per worker.",
+                [q(f"sum by (instance) (offtake_inflight_messages{{{SEL}}})", "{{instance}}")],
+            ),
+            (
+                "In-flight bytes",
+                "timeseries",
+                "bytes",
+                "Bytes of records consumed and not yet committed, per worker.",
+                [q(f"sum by (instance) (offtake_inflight_bytes{{{SEL}}})", "{{instance}}")],
+            ),
+            (
+                "Paused and assigned partitions",
+                "timeseries",
+                "short",
+                "Partitions paused for backpressure, against partitions assigned.",
+                [
+                    q(f"sum(offtake_paused_partitions{{{SEL}}})", "paused"),
+                    q(f"sum(offtake_assigned_partitions{{{SEL}}})", "assigned"),
+                ],
+            ),
+        ],
+    ),
+    (
+        "Commits and group",
+        [
+            (
+                "Commit rate",
+                "timeseries",
+                "ops",
+                "Offset commits per second, by result.",
+                [q(f"sum by (result) (rate(offtake_commits_total{{{SEL}}}[{RI}]))", "{{result}}")],
+            ),
+            (
+                "Commit latency",
+                "timeseries",
+                "s",
+                "Time from issuing a commit until the broker acknowledged it.",
+                quantiles("offtake_commit_duration_seconds"),
+            ),
+            (
+                "Rebalances",
+                "timeseries",
+                "short",
+                "Rebalance events per interval: partitions assigned, revoked, or lost.",
+                [
+                    q(
+                        f"sum by (kind) (increase(offtake_rebalances_total{{{SEL}}}[{RI}]))",
+                        "{{kind}}",
+                    )
+                ],
+            ),
+        ],
+    ),
+    (
+        "Errors",
+        [
+            (
+                "Dead-lettered",
+                "timeseries",
+                "ops",
+                "Records routed to the dead-letter topic per second, by source topic.",
+                [
+                    q(
+                        f"sum by (topic) (rate(offtake_dlq_messages_total{{{SEL}}}[{RI}]))",
+                        "{{topic}}",
+                    )
+                ],
+            ),
+            (
+                "Errors by stage",
+                "timeseries",
+                "ops",
+                "Errors per second by stage (each attempt counted), and retries.",
+                [
+                    q(f"sum by (stage) (rate(offtake_errors_total{{{SEL}}}[{RI}]))", "{{stage}}"),
+                    q(f"sum(rate(offtake_retries_total{{{SEL}}}[{RI}]))", "retries"),
+                ],
+            ),
+        ],
+    ),
+    (
+        "Latency",
+        [
+            (
+                "Processing latency",
+                "timeseries",
+                "s",
+                "Time to process one batch of records.",
+                quantiles("offtake_processing_duration_seconds"),
+            ),
+            (
+                "Sink latency",
+                "timeseries",
+                "s",
+                "Time from submitting a record to the sink until the sink confirmed it.",
+                quantiles("offtake_sink_duration_seconds"),
+            ),
+        ],
+    ),
+    (
+        "Spark jobs",
+        [
+            (
+                "Spark jobs",
+                "timeseries",
+                "short",
+                "Spark batch jobs per interval, by result.",
+                [
+                    q(
+                        f"sum by (result) (increase(offtake_spark_jobs_total{{{SEL}}}[{RI}]))",
+                        "{{result}}",
+                    )
+                ],
+            ),
+            (
+                "Spark job duration",
+                "timeseries",
+                "s",
+                "Duration of Spark batch jobs.",
+                quantiles("offtake_spark_job_duration_seconds"),
+            ),
+            (
+                "Records per Spark batch",
+                "timeseries",
+                "short",
+                "Median records per batch.",
+                [
+                    q(
+                        "histogram_quantile(0.5, sum by (le) "
+                        f"(rate(offtake_spark_batch_records_bucket{{{SEL}}}[{RI}])))",
+                        "p50",
+                    )
+                ],
+            ),
+            (
+                "Since last successful Spark batch",
+                "stat",
+                "s",
+                "Seconds since the most recent successful Spark batch of any worker.",
+                [q(f"time() - max(offtake_spark_last_success_timestamp_seconds{{{SEL}}} > 0)")],
+            ),
+        ],
+    ),
+]
+
+
+def _variables() -> list[dict[str, Any]]:
+    def query_var(name: str, query: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "label": name.capitalize(),
+            "type": "query",
+            "datasource": DS,
+            "query": {"query": query, "refId": f"{name}-values"},
+            "definition": query,
+            "refresh": 2,  # on time range change: pipelines come and go
+            "sort": 1,
+            "multi": False,
+            "includeAll": False,
+            "current": {},
+            "options": [],
+            "hide": 0,
+        }
+
+    return [
+        {
+            "name": "datasource",
+            "label": "Data source",
+            "type": "datasource",
+            "query": "prometheus",
+            "current": {},
+            "hide": 0,
+            "options": [],
+            "refresh": 1,
+        },
+        query_var("namespace", "label_values(offtake_build_info, namespace)"),
+        query_var("pipeline", 'label_values(offtake_build_info{namespace="$namespace"}, pipeline)'),
+    ]
+
+
+def _panel(
+    pid: int,
+    title: str,
+    kind: str,
+    unit: str,
+    desc: str,
+    queries: list[dict[str, str]],
+    pos: dict[str, int],
+) -> dict[str, Any]:
+    panel: dict[str, Any] = {
+        "id": pid,
+        "title": title,
+        "description": desc,
+        "type": kind,
+        "datasource": DS,
+        "gridPos": pos,
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "targets": [
+            {
+                "datasource": DS,
+                "refId": chr(ord("A") + i),
+                "expr": t["expr"],
+                "legendFormat": t["legendFormat"] or "__auto",
+                "range": True,
+            }
+            for i, t in enumerate(queries)
+        ],
+    }
+    if kind == "stat":
+        panel["options"] = {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "value",
+            "graphMode": "area",
+            "textMode": "auto",
+        }
+    else:
+        panel["fieldConfig"]["defaults"]["custom"] = {
+            "drawStyle": "line",
+            "fillOpacity": 10,
+            "lineWidth": 1,
+            "showPoints": "never",
+        }
+        panel["options"] = {
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        }
+    return panel
+
+
+def dashboard() -> dict[str, Any]:
+    panels: list[dict[str, Any]] = []
+    pid, y = 1, 0
+    for row_title, row_panels in ROWS:
+        panels.append(
+            {
+                "id": pid,
+                "type": "row",
+                "title": row_title,
+                "collapsed": False,
+                "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
+                "panels": [],
+            }
+        )
+        pid, y = pid + 1, y + 1
+        x = 0
+        for title, kind, unit, desc, queries in row_panels:
+            w, h = (4, 4) if kind == "stat" else (12, 8)
+            if x + w > 24:
+                x, y = 0, y + h
+            panels.append(
+                _panel(pid, title, kind, unit, desc, queries, {"h": h, "w": w, "x": x, "y": y})
+            )
+            pid, x = pid + 1, x + w
+        y += 8
+    return {
+        "uid": "offtake-pipeline",
+        "title": "Offtake pipeline",
+        "description": "One Offtake ConsumerPipeline: throughput, lag, flow control, commits, "
+        "errors, latency and Spark jobs. See docs/metrics.md.",
+        "tags": ["offtake", "kafka"],
+        "editable": True,
+        "graphTooltip": 1,
+        "refresh": "30s",
+        "schemaVersion": 39,
+        "version": 1,
+        "time": {"from": "now-1h", "to": "now"},
+        "timepicker": {},
+        "timezone": "",
+        "annotations": {
+            "list": [
+                {
+                    "builtIn": 1,
+                    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                    "enable": True,
+                    "hide": True,
+                    "iconColor": "rgba(0, 211, 255, 1)",
+                    "name": "Annotations & Alerts",
+                    "type": "dashboard",
+                }
+            ]
+        },
+        "templating": {"list": _variables()},
+        "panels": panels,
+    }
+
+
+def render() -> str:
+    return json.dumps(dashboard(), indent=2) + "\n"
+
+
+def expected_outputs() -> list[tuple[Path, str]]:
+    """(path, content) of every generated file."""
+    text, alerts = render(), ALERTS.read_text()
+    return [
+        (DASHBOARD, text),
+        (CHART_DIR / "offtake.json", text),
+        (CHART_DIR / "alerts.yaml", alerts),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--check", action="store_true", help="fail if a file is out of date")
+    args = parser.parse_args(argv)
+    outputs = dict(expected_outputs())
+    stale = [p for p, t in outputs.items() if not p.exists() or p.read_text() != t]
+    if args.check:
+        for p in stale:
+            print(f"{p.relative_to(ROOT)} is out of date: run python dashboards/generate.py")
+        return 1 if stale else 0
+    for p, t in outputs.items():
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(t)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
