@@ -1,0 +1,3 @@
+module example.com/offtake-sidecar
+
+go 1.21
