@@ -38,7 +38,10 @@ def test_lines_carry_timestamp_level_logger_message_pipeline_and_location() -> N
     assert first["message"] == "record orders[3]@42 failed"
     assert first["pipeline"] == "orders-enrich"
     assert (first["topic"], first["partition"], first["offset"], first["attempts"]) == (
-        "orders", 3, 42, 3,
+        "orders",
+        3,
+        42,
+        3,
     )
     assert str(first["timestamp"]).endswith("+00:00")
     assert "topic" not in second and second["message"] == "plain"
@@ -60,7 +63,7 @@ def test_level_filters_and_comes_from_the_environment_when_not_given(
 
 
 def test_an_unknown_level_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ValueError, match="'loud'.*DEBUG, INFO"):
+    with pytest.raises(ValueError, match=r"'loud'.*DEBUG, INFO"):
         configure_logging("loud", "p")
     monkeypatch.setenv(ENV_LEVEL, "chatty")
     with pytest.raises(ValueError, match=ENV_LEVEL):
