@@ -1,0 +1,99 @@
+"""pytest fixtures for a real Kafka broker: ``kafka_broker`` (session) and ``topic_factory``.
+
+Register with ``pytest_plugins = ["offtake_testbed.pytest_plugin"]`` in a conftest.py. Tests
+that use the broker are marked ``kafka`` automatically, so ``-m "not kafka"`` deselects them.
+A missing Java, Maven or network fails these tests loudly; it never skips them.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Protocol
+
+import pytest
+
+from .kafka import KafkaBroker, KafkaTestbedError, install_kafka
+
+__all__ = ["TopicFactory", "kafka_broker", "topic_factory"]
+
+# Kafka topic names: at most 249 of [a-zA-Z0-9._-]; keep room for the unique suffix.
+_ILLEGAL_TOPIC_CHARS = re.compile(r"[^a-zA-Z0-9._-]+")
+_MAX_PREFIX = 180
+
+
+class TopicFactory(Protocol):
+    """Creates a uniquely named topic on the test broker and returns its name."""
+
+    def __call__(
+        self,
+        partitions: int = 1,
+        config: Mapping[str, str] | None = None,
+        prefix: str | None = None,
+    ) -> str: ...
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "kafka_broker" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.kafka)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[KafkaBroker]:
+    """A started single-node KRaft broker shared by the whole test session."""
+    broker = KafkaBroker()
+    began = time.monotonic()
+    problem = _start(broker)
+    if problem is not None:
+        # Outside the except block, so pytest shows just the message, not a chained traceback.
+        pytest.fail(f"the Kafka testbed could not start a broker: {problem}", pytrace=False)
+    print(
+        f"\nKafka {broker.version} on {broker.bootstrap} ready in {time.monotonic() - began:.1f}s"
+    )
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def topic_factory(
+    kafka_broker: KafkaBroker, request: pytest.FixtureRequest
+) -> Iterator[TopicFactory]:
+    """Create topics named after the test (plus a unique suffix); delete them afterwards."""
+    created: list[str] = []
+
+    def make(
+        partitions: int = 1,
+        config: Mapping[str, str] | None = None,
+        prefix: str | None = None,
+    ) -> str:
+        stem = _ILLEGAL_TOPIC_CHARS.sub("-", prefix or request.node.name).strip("-.")
+        name = f"{stem[:_MAX_PREFIX] or 'topic'}-{uuid.uuid4().hex[:10]}"
+        kafka_broker.create_topic(name, partitions, config)
+        created.append(name)
+        return name
+
+    yield make
+    _delete_all(kafka_broker, created)
+
+
+def _start(broker: KafkaBroker) -> str | None:
+    """Install (if needed) and start; return the reason on failure."""
+    try:
+        install_kafka(broker.version)
+        broker.start()
+    except KafkaTestbedError as exc:
+        return str(exc)
+    return None
+
+
+def _delete_all(broker: KafkaBroker, names: list[str]) -> None:
+    # A test may have deleted its topic itself, or stopped the broker on purpose.
+    if not broker.is_running():
+        return
+    for name in names:
+        broker.delete_topic(name, missing_ok=True)

@@ -1,0 +1,1 @@
+pytest_plugins = ["offtake_testbed.pytest_plugin"]

@@ -1,0 +1,160 @@
+"""The testbed's real Kafka broker: it starts, hosts topics, and keeps group offsets."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from offtake_testbed.kafka import KAFKA_VERSION, KafkaBroker, install_kafka
+from offtake_testbed.pytest_plugin import TopicFactory
+
+MESSAGES = 1000
+
+
+def test_cached_install_is_fast_and_complete() -> None:
+    install_kafka()  # may be the cold install when this test runs first
+    began = time.monotonic()
+    libs = install_kafka()
+    assert time.monotonic() - began < 1.0
+    assert (libs / f"kafka_2.13-{KAFKA_VERSION}.jar").is_file()
+    assert any(p.name.startswith("log4j-slf4j") for p in libs.iterdir())
+
+
+def test_cli_install_prints_the_libs_folder() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "offtake_testbed.kafka", "install"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    assert done.stdout.strip() == str(install_kafka())
+
+
+def test_broker_answers_metadata_on_loopback(kafka_broker: KafkaBroker) -> None:
+    assert kafka_broker.is_running()
+    assert kafka_broker.bootstrap == f"127.0.0.1:{kafka_broker.port}"
+    metadata = kafka_broker.admin().list_topics(timeout=10)
+    assert list(metadata.brokers) == [1]
+    assert metadata.brokers[1].port == kafka_broker.port
+
+
+def test_context_manager_takes_a_port_and_cleans_up() -> None:
+    port = _free_port()
+    with KafkaBroker(port=port) as broker:
+        assert broker.bootstrap == f"127.0.0.1:{port}"
+        assert broker.admin().list_topics(timeout=10).brokers[1].port == port
+        workdir = broker.workdir
+        assert (workdir / "server.log").stat().st_size > 0
+    assert not broker.is_running()
+    assert not workdir.exists()
+
+
+def test_topic_factory_creates_twelve_led_partitions(
+    kafka_broker: KafkaBroker, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=12)
+    partitions = kafka_broker.admin().list_topics(topic, timeout=10).topics[topic].partitions
+    assert sorted(partitions) == list(range(12))
+    assert all(p.leader == 1 for p in partitions.values())
+
+
+def test_delete_topic_removes_it(kafka_broker: KafkaBroker) -> None:
+    name = f"to-delete-{uuid.uuid4().hex[:8]}"
+    kafka_broker.create_topic(name, partitions=3)
+    kafka_broker.delete_topic(name)
+    assert name not in kafka_broker.admin().list_topics(timeout=10).topics
+
+
+def test_auto_topic_creation_is_off(kafka_broker: KafkaBroker) -> None:
+    # The worker must never create topics by accident; the broker is configured to refuse.
+    name = f"never-created-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "message.timeout.ms": 1000})
+    producer.produce(name, b"x")
+    producer.flush(5)
+    assert name not in kafka_broker.admin().list_topics(timeout=10).topics
+
+
+def test_produce_consume_and_commit_in_a_group(
+    kafka_broker: KafkaBroker, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=12)
+    sent = _produce(kafka_broker.bootstrap, topic, MESSAGES)
+    group = f"group-{uuid.uuid4().hex[:8]}"
+
+    received = _consume_and_commit(kafka_broker.bootstrap, topic, group, MESSAGES)
+
+    assert sorted(received) == sorted(sent)
+    committed = _committed_offsets(kafka_broker, group)
+    assert committed == _high_watermarks(kafka_broker.bootstrap, topic, 12)
+    assert sum(committed.values()) == MESSAGES
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _produce(bootstrap: str, topic: str, count: int) -> list[bytes]:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    errors: list[str] = []
+
+    def on_delivery(err: object, _msg: object) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    values = [f"value-{i}".encode() for i in range(count)]
+    for i, value in enumerate(values):
+        producer.produce(topic, value, key=f"key-{i}".encode(), on_delivery=on_delivery)
+    assert producer.flush(30) == 0, "messages still in flight after 30 s"
+    assert errors == []
+    return values
+
+
+def _consume_and_commit(bootstrap: str, topic: str, group: str, expected: int) -> list[bytes]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+        }
+    )
+    received: list[bytes] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(received) < expected and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=500, timeout=1.0):
+                assert msg.error() is None, msg.error()
+                value = msg.value()
+                assert isinstance(value, bytes)
+                received.append(value)
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    return received
+
+
+def _committed_offsets(broker: KafkaBroker, group: str) -> dict[int, int]:
+    request = [ConsumerGroupTopicPartitions(group)]
+    result = broker.admin().list_consumer_group_offsets(request)[group].result(timeout=30)
+    return {tp.partition: tp.offset for tp in result.topic_partitions}
+
+
+def _high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks"})
+    try:
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(partitions)
+        }
+    finally:
+        consumer.close()
