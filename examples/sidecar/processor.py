@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     try:
-        server.serve_forever()
+        server.serve_forever(poll_interval=0.1)
     except KeyboardInterrupt:
         pass
     finally:

@@ -219,10 +219,11 @@ func main() {
 		log.Fatal(err)
 	}
 	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// SIGTERM: finish the requests in hand, then exit. Registered before "listening" is
+	// printed, so that a signal sent any time after start-up is handled.
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, os.Interrupt)
 	go func() {
-		// SIGTERM: finish the requests in hand, then exit.
-		stop := make(chan os.Signal, 1)
-		signal.Notify(stop, syscall.SIGTERM, os.Interrupt)
 		<-stop
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
