@@ -9,8 +9,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sidecar_helpers import References, free_port
-
 from offtake.processing.base import ProcessorUnavailable
 from offtake.processing.sidecar import (
     SidecarProcessor,
@@ -19,18 +17,27 @@ from offtake.processing.sidecar import (
     SidecarUnavailable,
 )
 from offtake.records import Record
+from sidecar_helpers import References, free_port
 
 Make = Callable[..., SidecarProcessor]
 
 
-def rec(value: Any, offset: int = 0, *, key: bytes | None = b"k", topic: str = "orders",
-        partition: int = 0, headers: tuple[tuple[str, bytes | None], ...] = (),
-        timestamp: int | None = 1_767_225_600_000) -> Record:
+def rec(
+    value: Any,
+    offset: int = 0,
+    *,
+    key: bytes | None = b"k",
+    topic: str = "orders",
+    partition: int = 0,
+    headers: tuple[tuple[str, bytes | None], ...] = (),
+    timestamp: int | None = 1_767_225_600_000,
+) -> Record:
     return Record(topic, partition, offset, key, value, headers, timestamp)
 
 
-def test_a_batch_round_trips_split_at_max_batch_records(references: References,
-                                                        processors: Make) -> None:
+def test_a_batch_round_trips_split_at_max_batch_records(
+    references: References, processors: Make
+) -> None:
     ref = references.start()
     p = processors(ref.port, max_batch_records=3)
     records = [rec({"n": i, "name": f"user{i}"}, offset=i, partition=i % 2) for i in range(10)]
@@ -66,9 +73,14 @@ def test_drop_and_fan_out(references: References, processors: Make) -> None:
     ref = references.start()
     p = processors(ref.port)
 
-    dropped, split, scalar, tombstone = p.process([
-        rec({"drop": True}, 0), rec({"split": [1, 2, 3]}, 1), rec(42, 2), rec(None, 3),
-    ])
+    dropped, split, scalar, tombstone = p.process(
+        [
+            rec({"drop": True}, 0),
+            rec({"split": [1, 2, 3]}, 1),
+            rec(42, 2),
+            rec(None, 3),
+        ]
+    )
 
     assert dropped.ok and dropped.values == []
     assert [v["part"] for v in split.values] == [1, 2, 3]
@@ -86,15 +98,22 @@ def echoed(p: SidecarProcessor, records: list[Record]) -> list[dict[str, Any]]:
 
 BINARY = bytes(range(256))
 HEADERS: tuple[tuple[str, bytes | None], ...] = (
-    ("trace", b"abc"), ("bin", b"\xff\x00\xfe"), ("empty", b""), ("none", None), ("trace", b"2"),
+    ("trace", b"abc"),
+    ("bin", b"\xff\x00\xfe"),
+    ("empty", b""),
+    ("none", None),
+    ("trace", b"2"),
 )
 
 
-@pytest.mark.parametrize("fmt, value, wire", [
-    ("json", {"a": [1, 2.5, None, True], "s": "é ✓ \u0000", "big": 2**62}, "value"),
-    ("string", "héllo ✓\nnext line", "value"),
-    ("bytes", BINARY, "valueBase64"),
-])
+@pytest.mark.parametrize(
+    "fmt, value, wire",
+    [
+        ("json", {"a": [1, 2.5, None, True], "s": "é ✓ \u0000", "big": 2**62}, "value"),
+        ("string", "héllo ✓\nnext line", "value"),
+        ("bytes", BINARY, "valueBase64"),
+    ],
+)
 def test_every_format_carries_keys_values_and_headers_exactly(
     references: References, processors: Make, fmt: str, value: Any, wire: str
 ) -> None:
@@ -111,9 +130,13 @@ def test_every_format_carries_keys_values_and_headers_exactly(
 
     expected_value = base64.b64encode(value).decode() if fmt == "bytes" else value
     assert first == {
-        "id": "t.x-1/11/7", "topic": "t.x-1", "partition": 11, "offset": 7,
+        "id": "t.x-1/11/7",
+        "topic": "t.x-1",
+        "partition": 11,
+        "offset": 7,
         "timestamp": 1_767_225_600_000,
-        "key": "customer-17", "keyBase64": base64.b64encode(b"customer-17").decode(),
+        "key": "customer-17",
+        "keyBase64": base64.b64encode(b"customer-17").decode(),
         wire: expected_value,
         "headers": [
             {"key": "trace", "value": "abc", "valueBase64": "YWJj"},
@@ -131,8 +154,7 @@ def test_every_format_carries_keys_values_and_headers_exactly(
     assert "value" not in first if fmt == "bytes" else "valueBase64" not in first
 
 
-def test_values_come_back_exactly_in_every_format(references: References,
-                                                  processors: Make) -> None:
+def test_values_come_back_exactly_in_every_format(references: References, processors: Make) -> None:
     ref = references.start()
     text = "héllo ✓ wörld"
     [as_bytes] = processors(ref.port, "bytes").process([rec(BINARY)])
@@ -144,8 +166,9 @@ def test_values_come_back_exactly_in_every_format(references: References,
     assert big.values == [{"id": 2**62 + 1, "x": 0.1, "processedBy": "example-sidecar"}]
 
 
-def test_a_slow_processor_is_unavailable_after_the_timeout(references: References,
-                                                          processors: Make) -> None:
+def test_a_slow_processor_is_unavailable_after_the_timeout(
+    references: References, processors: Make
+) -> None:
     ref = references.start("--delay", "3")
     p = processors(ref.port, timeout_seconds=0.5)
 
@@ -156,8 +179,9 @@ def test_a_slow_processor_is_unavailable_after_the_timeout(references: Reference
     assert p.stats.unavailable == 1
 
 
-def test_not_started_is_unavailable_then_works_once_started(references: References,
-                                                            processors: Make) -> None:
+def test_not_started_is_unavailable_then_works_once_started(
+    references: References, processors: Make
+) -> None:
     port = free_port()
     p = processors(port)
 
@@ -169,8 +193,9 @@ def test_not_started_is_unavailable_then_works_once_started(references: Referenc
     assert outcome.ok
 
 
-def test_wait_ready_waits_for_a_processor_that_starts_late(references: References,
-                                                          processors: Make) -> None:
+def test_wait_ready_waits_for_a_processor_that_starts_late(
+    references: References, processors: Make
+) -> None:
     references.command(0)  # skips early when the language's toolchain is missing
     port = free_port()
     p = processors(port)
@@ -200,8 +225,9 @@ def test_wait_ready_returns_false_when_aborted(processors: Make) -> None:
     assert time.monotonic() - began < 2
 
 
-def test_a_restarted_processor_is_reached_on_a_fresh_connection(python_references: References,
-                                                                processors: Make) -> None:
+def test_a_restarted_processor_is_reached_on_a_fresh_connection(
+    python_references: References, processors: Make
+) -> None:
     ref = python_references.start()
     p = processors(ref.port)
     assert p.process([rec({"n": 1})])[0].ok  # opens the keep-alive connection
@@ -214,8 +240,9 @@ def test_a_restarted_processor_is_reached_on_a_fresh_connection(python_reference
     assert p.stats.reconnects == 1
 
 
-def test_a_wrong_path_is_a_protocol_error_not_a_record_error(references: References,
-                                                            processors: Make) -> None:
+def test_a_wrong_path_is_a_protocol_error_not_a_record_error(
+    references: References, processors: Make
+) -> None:
     ref = references.start()
     p = processors(ref.port, path="/v2/wrong")
     with pytest.raises(SidecarProtocolError, match=r"\(404\) \(is spec.processor.container.path"):
