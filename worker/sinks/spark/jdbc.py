@@ -1,0 +1,156 @@
+"""Running the swap transaction of the JDBC sink against the database.
+
+Spark writes a batch into a staging table; the swap (delete the batch's earlier copy, insert
+the staged rows, commit) needs one plain database connection from the worker. With an
+in-process session that is the JVM's ``java.sql.DriverManager`` and the driver Spark loaded
+from Maven, so any JDBC database works; with Spark Connect (no JVM here) PostgreSQL URLs go
+through psycopg.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, Protocol
+from urllib.parse import parse_qsl, urlsplit
+
+from offtake.config.spec import JdbcSpec
+
+# libpq understands these URI parameters; JDBC-only ones (currentSchema, ssl=true...) it rejects.
+_LIBPQ_PARAMS = {"sslmode", "connect_timeout", "application_name", "options", "sslrootcert"}
+
+Param = str | int
+
+
+class JdbcError(Exception):
+    """The JDBC sink's settings or the swap failed; the message names the field or batch."""
+
+
+class Statements(Protocol):
+    """Runs statements in one transaction: all are committed, or none is."""
+
+    def transaction(self, statements: Sequence[tuple[str, Sequence[Param]]]) -> list[int]:
+        """Execute each (sql, params) in order inside one transaction; rows affected each."""
+
+    def execute(self, sql: str) -> None:
+        """One statement outside any transaction (auto-commit)."""
+
+
+def credentials(spec: JdbcSpec) -> dict[str, str]:
+    """User and password: from the spec, else from the environment the operator fills from
+    ``jdbc.secretRef`` (OFFTAKE_JDBC_USER, OFFTAKE_JDBC_PASSWORD)."""
+    out: dict[str, str] = {}
+    user = spec.user or os.environ.get("OFFTAKE_JDBC_USER")
+    password = spec.password or os.environ.get("OFFTAKE_JDBC_PASSWORD")
+    if user:
+        out["user"] = user
+    if password:
+        out["password"] = password
+    return out
+
+
+class JvmStatements:
+    """java.sql through py4j, using the JDBC driver on the session's classpath."""
+
+    def __init__(self, session: Any, spec: JdbcSpec) -> None:
+        self._jvm = session._jvm
+        self._url = spec.url
+        self._props = credentials(spec)
+
+    def _connect(self) -> Any:
+        props = self._jvm.java.util.Properties()
+        for k, v in self._props.items():
+            props.setProperty(k, v)
+        try:
+            return self._jvm.java.sql.DriverManager.getConnection(self._url, props)
+        except Exception as exc:
+            raise JdbcError(
+                f"sink.spark.jdbc.url: cannot connect to {_redact(self._url)}: {exc}"
+            ) from exc
+
+    def transaction(self, statements: Sequence[tuple[str, Sequence[Param]]]) -> list[int]:
+        conn = self._connect()
+        try:
+            conn.setAutoCommit(False)
+            counts: list[int] = []
+            for sql, params in statements:
+                ps = conn.prepareStatement(sql)
+                try:
+                    for i, p in enumerate(params, start=1):
+                        if isinstance(p, int):
+                            ps.setLong(i, p)
+                        else:
+                            ps.setString(i, p)
+                    counts.append(int(ps.executeUpdate()))
+                finally:
+                    ps.close()
+            conn.commit()
+            return counts
+        except BaseException:
+            conn.rollback()
+            raise
+        finally:
+            conn.close()
+
+    def execute(self, sql: str) -> None:
+        conn = self._connect()
+        try:
+            st = conn.createStatement()
+            st.execute(sql)
+            st.close()
+        finally:
+            conn.close()
+
+
+class PsycopgStatements:
+    """psycopg for jdbc:postgresql URLs, where the worker has no JVM (Spark Connect)."""
+
+    def __init__(self, spec: JdbcSpec) -> None:
+        if not spec.url.startswith("jdbc:postgresql://"):
+            raise JdbcError(
+                f"sink.spark.jdbc.url: {_redact(spec.url)}: with Spark Connect only "
+                "jdbc:postgresql:// URLs are supported (the swap needs a connection from the "
+                "worker)"
+            )
+        parts = urlsplit(spec.url[len("jdbc:") :])
+        query = dict(parse_qsl(parts.query))
+        self._kwargs: dict[str, Any] = {
+            "host": parts.hostname or "localhost",
+            "port": parts.port or 5432,
+            "dbname": parts.path.lstrip("/") or "postgres",
+        }
+        self._kwargs.update({k: v for k, v in query.items() if k in _LIBPQ_PARAMS})
+        if "user" in query:
+            self._kwargs["user"] = query["user"]
+        if "password" in query:
+            self._kwargs["password"] = query["password"]
+        self._kwargs.update(credentials(spec))
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        return psycopg.connect(**self._kwargs)
+
+    def transaction(self, statements: Sequence[tuple[str, Sequence[Param]]]) -> list[int]:
+        counts: list[int] = []
+        with self._connect() as conn, conn.transaction(), conn.cursor() as cur:
+            for sql, params in statements:
+                cur.execute(sql.replace("?", "%s"), tuple(params))
+                counts.append(cur.rowcount)
+        return counts
+
+    def execute(self, sql: str) -> None:
+        with self._connect() as conn:
+            conn.autocommit = True
+            conn.execute(sql)
+
+
+def _redact(url: str) -> str:
+    """A JDBC URL for error messages, without a password parameter's value."""
+    head, sep, query = url.partition("?")
+    if not sep:
+        return url
+    kept = [
+        p if not p.lower().startswith("password=") else "password=***" for p in query.split("&")
+    ]
+    return head + "?" + "&".join(kept)

@@ -1,0 +1,166 @@
+"""The worker's one long-lived SparkSession.
+
+Starting a JVM costs seconds, so a worker starts one session and keeps it for every batch
+(never one per batch). ``submit.mode`` picks where the work runs:
+
+- ``local``: an in-process driver (``submit.master``, default ``local[*]``);
+- ``connect``: a Spark Connect client for ``submit.connectUrl`` (no JVM in the worker);
+- ``kubernetes``: a Spark Connect client when ``connectUrl`` is set (a Connect server run by
+  the spark-operator, see kubernetes.py), else an in-process driver in client mode against
+  the ``k8s://`` master, whose executors are pods.
+
+Connectors come from Maven coordinates (``spark.jars.packages``), resolved by Ivy into a
+cache outside the repository. The formats imply their own packages (delta, the PostgreSQL
+JDBC driver) unless the spec pins a version of the same artifact.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from offtake.config.spec import SparkSinkSpec
+
+log = logging.getLogger(__name__)
+
+# Delta releases are built for one Spark minor version each (the delta-spark_2.13 artifact).
+DELTA_FOR_SPARK = {"4.0": "4.0.1", "4.1": "4.3.1", "4.2": "4.4.0"}
+DELTA_DEFAULT = "4.4.0"
+POSTGRES_JDBC = "org.postgresql:postgresql:42.7.7"
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+_COORDINATE = re.compile(r"^[\w.\-]+:[\w.\-]+:[\w.\-+]+$")
+
+
+class SparkSessionError(Exception):
+    """The session could not be configured or started; the message names the field."""
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """Everything needed to start (or reach) the session, derived from the sink spec."""
+
+    mode: str
+    master: str
+    connect_url: str | None
+    app_name: str
+    packages: tuple[str, ...] = ()
+    conf: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def remote(self) -> bool:
+        return self.mode == "connect" or (
+            self.mode == "kubernetes" and self.connect_url is not None
+        )
+
+
+def spark_version() -> str:
+    import pyspark
+
+    return str(pyspark.__version__)
+
+
+def default_packages(spec: SparkSinkSpec, version: str | None = None) -> list[str]:
+    """Packages a format needs, unless the spec already names the same group:artifact."""
+    wanted: list[str] = []
+    if spec.format == "delta":
+        minor = ".".join((version or spark_version()).split(".")[:2])
+        wanted.append(f"io.delta:delta-spark_2.13:{DELTA_FOR_SPARK.get(minor, DELTA_DEFAULT)}")
+    if (
+        spec.format == "jdbc"
+        and spec.jdbc is not None
+        and spec.jdbc.url.startswith("jdbc:postgresql:")
+    ):
+        wanted.append(POSTGRES_JDBC)
+    pinned = {_artifact(p) for p in spec.packages}
+    return [p for p in wanted if _artifact(p) not in pinned]
+
+
+def _artifact(coordinate: str) -> str:
+    return ":".join(coordinate.split(":")[:2])
+
+
+def session_config(spec: SparkSinkSpec, pipeline: str = "offtake") -> SessionConfig:
+    """Validate the submit fields and derive the session's settings."""
+    for i, p in enumerate(spec.packages):
+        if not _COORDINATE.match(p):
+            raise SparkSessionError(
+                f"sink.spark.packages[{i}]: {p!r} is not a Maven coordinate group:artifact:version"
+            )
+    submit = spec.submit
+    if submit.mode == "connect" and not submit.connect_url:
+        raise SparkSessionError("sink.spark.submit.connectUrl: required when mode is connect")
+    if submit.connect_url is not None and not submit.connect_url.startswith("sc://"):
+        raise SparkSessionError(
+            f"sink.spark.submit.connectUrl: {submit.connect_url!r} must start with sc://"
+        )
+    if (
+        submit.mode == "kubernetes"
+        and not submit.connect_url
+        and not submit.master.startswith("k8s://")
+    ):
+        raise SparkSessionError(
+            f"sink.spark.submit.master: {submit.master!r} must be a k8s:// URL when mode is "
+            "kubernetes (or set connectUrl to a Spark Connect server)"
+        )
+    packages = (*spec.packages, *default_packages(spec))
+    conf: dict[str, str] = {
+        "spark.ui.enabled": "false",
+        # Batches are small relative to a cluster; the default 200 shuffle partitions would
+        # mostly schedule empty tasks.
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.jars.ivy": str(ivy_dir()),
+    }
+    if spec.format == "delta":
+        conf.update(DELTA_CONF)
+    conf.update(submit.conf)
+    return SessionConfig(
+        mode=submit.mode,
+        master=submit.master,
+        connect_url=submit.connect_url,
+        app_name=f"offtake-{pipeline}",
+        packages=tuple(dict.fromkeys(packages)),
+        conf=conf,
+    )
+
+
+def ivy_dir() -> Path:
+    """Ivy's cache for resolved packages: ``$OFFTAKE_CACHE/ivy`` or ~/.cache/offtake/ivy."""
+    root = Path(os.environ.get("OFFTAKE_CACHE", Path.home() / ".cache" / "offtake"))
+    path = root / "ivy"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def create_session(cfg: SessionConfig) -> Any:
+    """Start the session (or connect to the server). Blocks for seconds: call off the loop."""
+    from pyspark.sql import SparkSession
+
+    if cfg.remote:
+        assert cfg.connect_url is not None
+        log.info("connecting to Spark Connect at %s", cfg.connect_url)
+        builder = SparkSession.builder.remote(cfg.connect_url)
+        # A Connect client passes runtime SQL conf only; static conf belongs to the server.
+        for key, value in cfg.conf.items():
+            if key.startswith("spark.sql.") and key not in DELTA_CONF:
+                builder = builder.config(key, value)
+        return builder.getOrCreate()
+    builder = SparkSession.builder.master(cfg.master).appName(cfg.app_name)
+    if cfg.packages:
+        builder = builder.config("spark.jars.packages", ",".join(cfg.packages))
+    for key, value in cfg.conf.items():
+        builder = builder.config(key, value)
+    log.info("starting Spark (%s) with packages %s", cfg.master, ",".join(cfg.packages) or "none")
+    return builder.getOrCreate()
+
+
+def is_remote(session: Any) -> bool:
+    """True for a Spark Connect session (no JVM to reach through py4j)."""
+    return ".connect." in type(session).__module__
