@@ -333,17 +333,20 @@ def test_health_advertising_other_versions_fails_at_once(
     fake.health = (200, {}, b'{"protocols": [2, 3]}')
     p = processors(fake.port)
     began = time.monotonic()
-    with pytest.raises(SidecarProtocolError, match=r"speaks protocol version\(s\) 2, 3"):
-        p.wait_ready(timeout=30)
+    assert p.wait_ready(timeout=30) is False
     assert time.monotonic() - began < 2
+    assert p.not_ready_reason is not None
+    assert "speaks protocol version(s) 2, 3; this worker speaks version 1" in p.not_ready_reason
 
 
 def test_health_that_is_not_200_keeps_waiting(fake_sidecar: Fake, processors: Make) -> None:
     fake = fake_sidecar(echo_values)
     fake.health = (503, {}, b"warming up")
     p = processors(fake.port)
-    with pytest.raises(SidecarUnavailable, match="/healthz answered 503: warming up"):
-        p.wait_ready(timeout=0.3)
+    assert p.wait_ready(timeout=0.3) is False
+    assert p.not_ready_reason is not None
+    assert p.not_ready_reason.endswith("/healthz answered 503: warming up")
     fake.health = (200, {}, b"")  # any body will do
     assert p.wait_ready(timeout=5) is True
+    assert p.not_ready_reason is None
     assert p.probe() is None

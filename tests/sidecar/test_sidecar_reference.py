@@ -210,10 +210,15 @@ def test_wait_ready_waits_for_a_processor_that_starts_late(
     assert p.process([rec({"n": 1})])[0].ok
 
 
-def test_wait_ready_times_out_naming_the_problem(processors: Make) -> None:
-    p = processors(free_port())
-    with pytest.raises(SidecarUnavailable, match=r"not ready after 0\.3s: connection refused"):
-        p.wait_ready(timeout=0.3)
+def test_wait_ready_times_out_naming_the_problem(
+    processors: Make, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = free_port()
+    p = processors(port)
+    assert p.wait_ready(timeout=0.3) is False
+    expected = f"sidecar at 127.0.0.1:{port} not ready after 0.3s: connection refused"
+    assert p.not_ready_reason == expected
+    assert expected in caplog.text
 
 
 def test_wait_ready_returns_false_when_aborted(processors: Make) -> None:

@@ -196,6 +196,8 @@ class SidecarProcessor(Processor):
         self.stats = SidecarStats()
         self._lock = threading.Lock()
         self._conn: http.client.HTTPConnection | None = None
+        # Why the last wait_ready returned False, for the caller's error message.
+        self.not_ready_reason: str | None = None
         self._headers = {
             "Content-Type": "application/json",
             "Accept": "application/json",
@@ -497,59 +499,66 @@ class SidecarProcessor(Processor):
     # -- health ------------------------------------------------------------------------------
 
     def probe(self) -> str | None:
-        """One health check: None when ``GET /healthz`` answers 200, else why not.
+        """One health check: None when ``GET /healthz`` answers 200, else why not."""
+        return self._probe()[0]
 
-        Raises :class:`SidecarProtocolError` when the container advertises protocol versions
-        and not this one: waiting would not help.
-        """
+    def _probe(self) -> tuple[str | None, bool]:
+        """(why the sidecar is not ready, or None; whether waiting longer can help)."""
         conn = http.client.HTTPConnection(self.host, self.port, timeout=min(self.timeout, 5.0))
         try:
             conn.request("GET", HEALTH_PATH, headers={PROTOCOL_HEADER: str(PROTOCOL_VERSION)})
             response = conn.getresponse()
             data = response.read()
         except ConnectionRefusedError:
-            return "connection refused"
+            return "connection refused", True
         except TimeoutError:
-            return f"{HEALTH_PATH} did not answer in time"
+            return f"{HEALTH_PATH} did not answer in time", True
         except (OSError, http.client.HTTPException) as exc:
-            return f"{type(exc).__name__}: {exc}"
+            return f"{type(exc).__name__}: {exc}", True
         finally:
             conn.close()
         if response.status != 200:
-            return f"{HEALTH_PATH} answered {response.status}: {_excerpt(data)}"
+            return f"{HEALTH_PATH} answered {response.status}: {_excerpt(data)}", True
         try:
             health = json.loads(data) if data.strip() else None
         except (UnicodeDecodeError, json.JSONDecodeError):
             health = None  # any body is fine; only a "protocols" list means something
         protocols = health.get("protocols") if isinstance(health, dict) else None
         if isinstance(protocols, list) and PROTOCOL_VERSION not in protocols:
-            raise SidecarProtocolError(
-                f"sidecar at {self.address} speaks protocol version(s) "
-                f"{', '.join(map(str, protocols)) or 'none'}; this worker speaks version "
-                f"{PROTOCOL_VERSION} (see docs/sidecar-protocol.md)"
+            # A container of another protocol version: waiting would not help.
+            spoken = ", ".join(map(str, protocols)) or "none"
+            return (
+                f"it speaks protocol version(s) {spoken}; this worker speaks version "
+                f"{PROTOCOL_VERSION} (see docs/sidecar-protocol.md)",
+                False,
             )
-        return None
+        return None, True
 
     def wait_ready(self, timeout: float, abort: threading.Event | None = None) -> bool:
-        """Poll ``/healthz`` until it answers 200: True; False if ``abort`` is set first.
+        """Poll ``/healthz`` until it answers 200; True once it does.
 
-        Raises :class:`SidecarUnavailable` naming the last problem when ``timeout`` seconds
-        pass, and :class:`SidecarProtocolError` at once for a container of another version.
+        False when ``abort`` is set, when ``timeout`` seconds pass, or at once when the
+        container advertises protocol versions without this one. The reason is logged and
+        kept in :attr:`not_ready_reason`, so the caller can exit with a clear message rather
+        than handle exceptions of start-up.
         """
         abort = abort or threading.Event()
         deadline = time.monotonic() + timeout
         delay = 0.05
+        self.not_ready_reason = None
         while True:
-            why = self.probe()
+            why, worth_waiting = self._probe()
             if why is None:
                 log.info("sidecar at %s is ready", self.address)
                 return True
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise SidecarUnavailable(
-                    f"sidecar at {self.address} not ready after {timeout:g}s: {why}"
-                )
+            if not worth_waiting or remaining <= 0:
+                after = "" if not worth_waiting else f" after {timeout:g}s"
+                self.not_ready_reason = f"sidecar at {self.address} not ready{after}: {why}"
+                log.error("%s", self.not_ready_reason)
+                return False
             if abort.wait(min(delay, remaining)):
+                self.not_ready_reason = f"sidecar at {self.address}: stopped waiting ({why})"
                 return False
             delay = min(delay * 2, 1.0)  # quick while it starts, gentle if it takes long
 
