@@ -1,0 +1,79 @@
+"""What the handlers share: settings, the API client, Kafka access and per-pipeline state."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from .kafka_gateway import AdminKafkaGateway, KafkaGateway
+from .kubeapi import KubeApi, Resource
+from .settings import OperatorConfig
+
+Key = tuple[str, str]  # (namespace, name)
+
+#: How long a "does the cluster serve this CRD" answer is trusted.
+CAPABILITY_TTL_SECONDS = 60.0
+
+
+@dataclass
+class PipelineState:
+    """In-memory bookkeeping for one ConsumerPipeline (lost on restart, which is fine)."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: A reconcile is waiting for the lock: further triggers can be dropped, it will see them.
+    queued: bool = False
+    last_reconcile: float = float("-inf")
+    last_lag: float = float("-inf")
+    #: The last lag error logged, so a broker that stays down is logged once, not every tick.
+    lag_error: str | None = None
+
+
+class OperatorContext:
+    def __init__(self, config: OperatorConfig, kafka: KafkaGateway | None = None) -> None:
+        self.config = config
+        self.kafka: KafkaGateway = kafka or AdminKafkaGateway(config.kafka_timeout_seconds)
+        self.connection: kopf.ConnectionInfo | None = None
+        self.api = KubeApi(self._current_connection)
+        self.states: dict[Key, PipelineState] = {}
+        self._capabilities: dict[Resource, tuple[bool, float]] = {}
+
+    def _current_connection(self) -> kopf.ConnectionInfo:
+        if self.connection is None:
+            raise RuntimeError("the operator has not logged in to the API server yet")
+        return self.connection
+
+    def state(self, namespace: str, name: str) -> PipelineState:
+        key = (namespace, name)
+        if key not in self.states:
+            self.states[key] = PipelineState()
+        return self.states[key]
+
+    def forget(self, namespace: str, name: str) -> None:
+        self.states.pop((namespace, name), None)
+
+    async def serves(self, res: Resource) -> bool:
+        """Whether an optional API (ServiceMonitor, KEDA) exists, cached for a minute."""
+        now = time.monotonic()
+        cached = self._capabilities.get(res)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        found = await self.api.serves(res)
+        self._capabilities[res] = (found, now + CAPABILITY_TTL_SECONDS)
+        return found
+
+
+MEMO_KEY = "offtake"
+
+
+def context_of(memo: Any) -> OperatorContext:
+    """The shared context in kopf's memo, created from the environment on first use."""
+    ctx = memo.get(MEMO_KEY) if hasattr(memo, "get") else None
+    if ctx is None:
+        ctx = OperatorContext(OperatorConfig.from_env())
+        memo[MEMO_KEY] = ctx
+    assert isinstance(ctx, OperatorContext)
+    return ctx
