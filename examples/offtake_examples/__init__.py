@@ -1,0 +1,1 @@
+"""Example processing functions referenced by the manifests in examples/."""

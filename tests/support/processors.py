@@ -1,0 +1,33 @@
+"""Processing functions used by the tests' pipelines (imported by worker processes too)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from offtake.records import Record
+
+
+def tag(record: Record) -> dict[str, Any]:
+    """Pass the record on, noting where it came from (lets tests check provenance)."""
+    value = dict(record.value)
+    value["src"] = f"{record.partition}:{record.offset}"
+    return value
+
+
+def poison(record: Record) -> Any:
+    """Fails on records whose value says poison; counts attempts in a file if asked to."""
+    if isinstance(record.value, dict) and record.value.get("poison"):
+        counter = os.environ.get("OFFTAKE_TEST_ATTEMPTS_FILE")
+        if counter:
+            with open(counter, "a") as f:
+                f.write(f"{record.offset}\n")
+        raise ValueError(f"poison record {record.value.get('id')}")
+    return record.value
+
+
+def slow(record: Record) -> Any:
+    """Takes a while per record, so that work is in flight when a test stops the worker."""
+    time.sleep(float(os.environ.get("OFFTAKE_TEST_SLOW_SECONDS", "0.002")))
+    return record.value

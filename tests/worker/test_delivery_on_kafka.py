@@ -1,0 +1,150 @@
+"""Delivery semantics of real worker processes on a real Kafka broker.
+
+Each test reports the lost and duplicated counts it measured (printed, and appended to
+``$OFFTAKE_REPORT`` when set) so that a run's numbers can be quoted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.workers import (
+    WorkerProcess,
+    ids_of,
+    manifest,
+    produce,
+    read_all,
+    wait_caught_up,
+    write_manifest,
+)
+
+from offtake_testbed.kafka import KafkaBroker
+
+
+def report(name: str, **numbers: Any) -> None:
+    line = json.dumps({"test": name, **numbers})
+    print(f"\nREPORT {line}")
+    target = os.environ.get("OFFTAKE_REPORT")
+    if target:
+        with open(target, "a") as f:
+            f.write(line + "\n")
+
+
+def lost_and_duplicated(expected: int, counts: Any) -> tuple[int, int]:
+    lost = sum(1 for i in range(expected) if counts[i] == 0)
+    duplicated = sum(c - 1 for c in counts.values() if c > 1)
+    return lost, duplicated
+
+
+def test_three_workers_rebalance_while_records_flow_lose_and_duplicate_nothing(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    src, out = topic_factory(12), topic_factory(12)
+    doc = manifest("rebalance", kafka_broker.bootstrap, [src], sink={"kafka": {"topic": out}})
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    total = 30_000
+
+    def flow() -> None:  # records keep arriving during both rebalances
+        for chunk in range(30):
+            produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(chunk * 1000, (chunk + 1) * 1000)))
+            time.sleep(0.4)
+
+    producer = threading.Thread(target=flow)
+    producer.start()
+    workers = [WorkerProcess(path, tmp_path / f"w{i}.log").start() for i in range(3)]
+    time.sleep(5)
+    assert workers[0].terminate() == 0, workers[0].output()
+    time.sleep(2)
+    workers.append(WorkerProcess(path, tmp_path / "w3.log").start())
+    producer.join()
+    wait_caught_up(kafka_broker.bootstrap, doc["spec"]["source"]["groupId"], src, 12)
+    codes = [w.terminate() for w in workers[1:]]
+    assert codes == [0, 0, 0], [w.output()[-2000:] for w in workers]
+    counts = ids_of(read_all(kafka_broker.bootstrap, out))
+    lost, duplicated = lost_and_duplicated(total, counts)
+    report("rebalance", produced=total, delivered=sum(counts.values()), lost=lost, duplicated=duplicated)
+    assert "revoked" in workers[1].output() or "revoked" in workers[2].output()
+    assert (lost, duplicated) == (0, 0)
+
+
+def test_sigkill_mid_stream_loses_nothing_and_duplicates_at_most_the_in_flight_limit(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    src, out = topic_factory(4), topic_factory(4)
+    limit = 500
+    doc = manifest("sigkill", kafka_broker.bootstrap, [src], sink={"kafka": {"topic": out}},
+                   processor={"function": "support.processors:slow"},
+                   limits={"maxInFlightMessages": limit},
+                   commit={"intervalSeconds": 5.0})
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    total = produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(8_000)))
+    first = WorkerProcess(path, tmp_path / "first.log").start()
+    time.sleep(6)  # mid-stream: some records committed, some in flight, most not yet read
+    first.kill()
+    delivered_before_restart = len(read_all(kafka_broker.bootstrap, out, idle=1.0))
+    assert 0 < delivered_before_restart < total, "the kill must land mid-stream"
+    second = WorkerProcess(path, tmp_path / "second.log").start()
+    wait_caught_up(kafka_broker.bootstrap, doc["spec"]["source"]["groupId"], src, 4)
+    assert second.terminate() == 0, second.output()[-2000:]
+    counts = ids_of(read_all(kafka_broker.bootstrap, out))
+    lost, duplicated = lost_and_duplicated(total, counts)
+    report("sigkill", produced=total, delivered=sum(counts.values()), lost=lost,
+           duplicated=duplicated, in_flight_limit=limit, delivered_before_kill=delivered_before_restart)
+    assert lost == 0
+    assert duplicated <= limit
+
+
+@pytest.mark.parametrize("policy", ["dlq", "skip", "stop"])
+def test_poison_record_under_each_error_policy(
+    policy: str, kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    src, out, dlq = topic_factory(1), topic_factory(1), topic_factory(1)
+    errors: dict[str, Any] = {"policy": policy, "maxRetries": 2, "retryBackoffSeconds": 0.05}
+    if policy == "dlq":
+        errors["dlq"] = {"topic": dlq}
+    doc = manifest(f"poison-{policy}", kafka_broker.bootstrap, [src], sink={"kafka": {"topic": out}},
+                   processor={"function": "support.processors:poison"}, errors=errors)
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    attempts_file = tmp_path / "attempts"
+    produce(kafka_broker.bootstrap, src, ({"id": i, "poison": i == 50} for i in range(100)))
+    group = doc["spec"]["source"]["groupId"]
+    worker = WorkerProcess(path, tmp_path / "w.log", env={"OFFTAKE_TEST_ATTEMPTS_FILE": str(attempts_file)}).start()
+    if policy == "stop":
+        code = worker.wait(60)
+        assert code == 1, worker.output()[-3000:]
+        assert "[0]@50 failed in process" in worker.output()
+        from support.workers import committed
+        assert committed(kafka_broker.bootstrap, group, src, 1)[0] == 50  # nothing at or past the poison record
+        assert len(attempts_file.read_text().split()) == 3  # first try + maxRetries
+        report("poison-stop", exit_code=code, committed=50)
+        return
+    wait_caught_up(kafka_broker.bootstrap, group, src, 1, timeout=60)
+    assert worker.terminate() == 0, worker.output()[-2000:]
+    attempts = len(attempts_file.read_text().split())
+    assert attempts == 3
+    outputs = ids_of(read_all(kafka_broker.bootstrap, out, idle=1.5))
+    assert sorted(outputs) == [i for i in range(100) if i != 50]
+    dead = read_all(kafka_broker.bootstrap, dlq, idle=1.5)
+    if policy == "dlq":
+        assert len(dead) == 1
+        msg = dead[0]
+        assert json.loads(msg.value()) == {"id": 50, "poison": True}
+        assert msg.key() == b"50"
+        headers = {k: v.decode() for k, v in msg.headers()}
+        assert headers["offtake.original.topic"] == src
+        assert headers["offtake.original.partition"] == "0"
+        assert headers["offtake.original.offset"] == "50"
+        assert headers["offtake.original.timestamp"].isdigit()
+        assert headers["offtake.error.class"] == "builtins.ValueError"
+        assert "poison record 50" in headers["offtake.error.message"]
+        assert headers["offtake.attempts"] == "3"
+    else:
+        assert dead == []
+        assert "skipped (errors.policy=skip)" in worker.output()
+    report(f"poison-{policy}", outputs=sum(outputs.values()), dlq=len(dead), attempts=attempts)
