@@ -58,6 +58,18 @@ class BatchId:
         """Same partition and offset ranges that share at least one offset."""
         return self.tp == other.tp and self.start <= other.end and other.start <= self.end
 
+    def supersedes(self, other: BatchId) -> bool:
+        """True if writing this batch must replace ``other``: same partition, and ``other``
+        starts inside this batch's range.
+
+        After a crash the worker resumes at the committed offset, which is where an earlier
+        uncommitted batch started; its new batches, written in order, start at or before every
+        earlier batch they overlap. A batch that starts *before* this one was not replayed from
+        its start (a rewind into its middle): replacing it would lose its rows below this
+        batch's start, which may be committed, so it is kept (its rows may then appear twice).
+        """
+        return self.tp == other.tp and self.start <= other.start <= self.end
+
 
 @dataclass
 class Batch:

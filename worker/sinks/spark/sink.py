@@ -2,7 +2,7 @@
 
 The engine thread calls ``submit`` and ``poll``; neither waits for Spark. Closed batches queue
 for a single job thread (one job at a time keeps a small worker's cores for consuming, and
-keeps each partition's batches in offset order, which the overlap rule of writers.py needs).
+keeps each partition's batches in offset order, which the replacement rule of writers.py relies on).
 Completions are handed back to the engine thread: ``poll`` and ``drain`` fire them, so the
 engine's callback never runs concurrently with its own loop.
 
@@ -49,6 +49,7 @@ class SparkSink(Sink):
         metrics: Metrics,
         session: Any | None = None,
         clock: Callable[[], float] = time.monotonic,
+        writer: Writer | None = None,
     ) -> None:
         super().__init__()
         if spec.sink.spark is None:
@@ -64,7 +65,7 @@ class SparkSink(Sink):
         self.transform = make_transform(self.spec.transform, self.spec.sql)
         self._session = session
         self._owns_session = session is None
-        self._writer: Writer | None = None
+        self._writer: Writer | None = writer
         self._batcher = Batcher(self.spec.batch, clock)
         self._cond = threading.Condition()
         self._queue: deque[Batch] = deque()

@@ -3,18 +3,18 @@
 After a crash between a successful job and the offset commit, the restarted worker reads the
 same records again and writes them again, possibly cut into batches at other offsets (the time
 bound depends on when the worker restarted). So a write replaces every earlier batch of the
-same partition whose offset range overlaps its own, not only one of the same name. Those
-earlier batches were never committed (otherwise the records would not have come back), and
-the records they held that this batch lacks come back in the next batches.
+same partition that starts inside its offset range (BatchId.supersedes), not only one of the
+same name. Those earlier batches were never committed (otherwise the records would not have
+come back), and the records they held that this batch lacks come back in the next batches.
 
 - parquet / json: the batch is written to ``<path>/_offtake_staging/<id>.<uuid>`` (Spark skips
-  folders starting with "_" when reading), overlapping ``_offtake_batch=<id>`` folders are
+  folders starting with "_" when reading), superseded ``_offtake_batch=<id>`` folders are
   deleted, and the staged folder is renamed to ``<path>/_offtake_batch=<id>``. Reading
   ``<path>`` gives a ``_offtake_batch`` column from the folder name. The rename is atomic on
   HDFS and local disks; on object stores it is a copy, so prefer delta there.
 - delta: one transaction that overwrites with ``replaceWhere`` on the lineage columns.
 - jdbc: Spark writes the batch to a staging table; then, in one database transaction, rows
-  of overlapping batches are deleted and the staged rows inserted.
+  of superseded batches are deleted and the staged rows inserted.
 
 Table formats (delta, jdbc) get lineage columns, added after the transform so a transform
 cannot lose them: ``_offtake_topic``, ``_offtake_partition``, ``_offtake_start``,
@@ -94,14 +94,14 @@ class FileWriter(Writer):
             raise BatchAbandoned(f"batch {batch}: partition revoked before the swap")
         for name in self.fs.list_names(self.path):
             old = _batch_of_dir(name)
-            if old is not None and old.overlaps(batch):
+            if old is not None and batch.supersedes(old):
                 log.info("batch %s replaces earlier uncommitted batch %s", batch, old)
                 self.fs.delete(join(self.path, name))
         self.fs.rename(staged, self.batch_dir(batch))
-        # Staged folders of crashed attempts at overlapping batches would otherwise pile up.
+        # Staged folders of crashed attempts at superseded batches would otherwise pile up.
         for name in self.fs.list_names(staging_root):
             old = _batch_of_staging(name)
-            if old is not None and old.overlaps(batch):
+            if old is not None and batch.supersedes(old):
                 self.fs.delete(join(staging_root, name))
 
 
@@ -121,12 +121,12 @@ def _batch_of_staging(name: str) -> BatchId | None:
         return None
 
 
-def overlap_predicate(batch: BatchId, quote: str = "`") -> tuple[str, list[str | int]]:
-    """SQL condition matching rows of batches that overlap ``batch`` (params as '?')."""
+def superseded_predicate(batch: BatchId, quote: str = "`") -> tuple[str, list[str | int]]:
+    """SQL condition matching rows of the batches ``batch`` supersedes (params as '?')."""
     q = quote
     sql = (
         f"{q}_offtake_topic{q} = ? AND {q}_offtake_partition{q} = ? "
-        f"AND {q}_offtake_end{q} >= ? AND {q}_offtake_start{q} <= ?"
+        f"AND {q}_offtake_start{q} >= ? AND {q}_offtake_start{q} <= ?"
     )
     return sql, [batch.topic, batch.partition, batch.start, batch.end]
 
@@ -144,7 +144,7 @@ def _inline(sql: str, params: list[str | int]) -> str:
 
 
 class DeltaWriter(Writer):
-    """delta at ``path``: ``replaceWhere`` over the overlapping batches, in one commit."""
+    """delta at ``path``: ``replaceWhere`` over the superseded batches, in one commit."""
 
     def __init__(self, path: str, partition_by: tuple[str, ...], fs: FileOps) -> None:
         self.path, self.partition_by, self.fs = path.rstrip("/"), partition_by, fs
@@ -157,7 +157,7 @@ class DeltaWriter(Writer):
         if self.partition_by:
             writer = writer.partitionBy(*self.partition_by)
         if self.fs.exists(join(self.path, "_delta_log")):
-            cond, params = overlap_predicate(batch)
+            cond, params = superseded_predicate(batch)
             writer = writer.mode("overwrite").option("replaceWhere", _inline(cond, params))
         else:
             # A new table: nothing to replace. If another worker creates it first, Delta's
@@ -167,7 +167,7 @@ class DeltaWriter(Writer):
 
 
 class JdbcWriter(Writer):
-    """A database table: staging table, then delete-overlapping + insert in one transaction."""
+    """A database table: staging table, then delete superseded + insert in one transaction."""
 
     def __init__(self, spec: SparkSinkSpec, statements: Statements) -> None:
         assert spec.jdbc is not None
@@ -200,7 +200,7 @@ class JdbcWriter(Writer):
             raise BatchAbandoned(f"batch {batch}: partition revoked before the swap")
         q = self.quote
         cols = ", ".join(f"{q}{c}{q}" for c in df.columns)
-        cond, params = overlap_predicate(batch, q)
+        cond, params = superseded_predicate(batch, q)
         try:
             deleted, _ = self.statements.transaction(
                 [

@@ -1,0 +1,59 @@
+"""Fixtures for the Spark sink tests: one local SparkSession for the whole test session
+(a JVM start costs seconds and this machine has two cores), PostgreSQL, and a Spark Connect
+server started from the pyspark wheel."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from offtake.sinks.spark.session import POSTGRES_JDBC, create_session, session_config
+
+from .support import pipeline
+
+TIMINGS: dict[str, float] = {}
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The shared in-process session, with the PostgreSQL JDBC driver from Maven Central."""
+    spec = pipeline(
+        {
+            "format": "parquet",
+            "path": "/unused",
+            "packages": [POSTGRES_JDBC],
+            "submit": {
+                "master": "local[2]",
+                "conf": {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"},
+            },
+        }
+    )
+    assert spec.sink.spark is not None
+    began = time.monotonic()
+    session = create_session(session_config(spec.sink.spark, "tests"))
+    TIMINGS["jvm_start_seconds"] = time.monotonic() - began
+    print(f"\nlocal SparkSession ready in {TIMINGS['jvm_start_seconds']:.1f}s")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Any]:
+    from offtake_testbed.postgres import PostgresServer, PostgresTestbedError
+
+    server = PostgresServer()
+    try:
+        server.start()
+    except PostgresTestbedError as exc:
+        pytest.fail(f"the PostgreSQL testbed could not start: {exc}", pytrace=False)
+    yield server
+    server.stop()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if TIMINGS:
+        terminalreporter.section("spark sink timings")
+        for k, v in TIMINGS.items():
+            terminalreporter.write_line(f"{k}: {v:.3f}")

@@ -1,0 +1,118 @@
+"""Helpers for the Spark sink tests: specs, items, a completion collector, table readers."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from offtake.config.loader import parse_pipeline
+from offtake.config.spec import PipelineSpec
+from offtake.metrics import Metrics
+from offtake.records import Record
+from offtake.sinks.base import SinkItem
+from offtake.sinks.spark import SparkSink
+
+
+def pipeline(
+    spark: Mapping[str, Any],
+    *,
+    fmt: str = "json",
+    errors: Mapping[str, Any] | None = None,
+    name: str = "spark-test",
+) -> PipelineSpec:
+    doc = {
+        "apiVersion": "offtake.dev/v1alpha1",
+        "kind": "ConsumerPipeline",
+        "metadata": {"name": name, "namespace": "test"},
+        "spec": {
+            "kafka": {"bootstrapServers": "unused:9092"},
+            "source": {"topics": ["orders"], "format": fmt},
+            "sink": {"spark": dict(spark)},
+            "errors": dict(
+                errors or {"policy": "skip", "maxRetries": 2, "retryBackoffSeconds": 0.01}
+            ),
+        },
+    }
+    return parse_pipeline(doc)
+
+
+def item(
+    offset: int,
+    value: Any = None,
+    *,
+    topic: str = "orders",
+    partition: int = 0,
+    key: bytes | None = None,
+    epoch: int = 0,
+) -> SinkItem:
+    if value is None:
+        value = {"id": offset, "amount": offset * 1.5, "customer": f"c{offset % 7}"}
+    rec = Record(
+        topic,
+        partition,
+        offset,
+        key if key is not None else f"k{offset}".encode(),
+        value,
+        (),
+        1_700_000_000_000 + offset,
+        b"raw",
+    )
+    return SinkItem(rec, [value], epoch=epoch)
+
+
+def items(offsets: Iterable[int], **kw: Any) -> list[SinkItem]:
+    return [item(o, **kw) for o in offsets]
+
+
+class Collector:
+    """The engine's side of on_complete: records every completion."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ok: list[SinkItem] = []
+        self.failed: list[tuple[SinkItem, BaseException]] = []
+        self.threads: set[str] = set()
+
+    def __call__(self, it: SinkItem, error: BaseException | None) -> None:
+        with self.lock:
+            self.threads.add(threading.current_thread().name)
+            if error is None:
+                self.ok.append(it)
+            else:
+                self.failed.append((it, error))
+
+    @property
+    def count(self) -> int:
+        return len(self.ok) + len(self.failed)
+
+
+def run_sink(
+    spec: PipelineSpec,
+    session: Any,
+    batches_of: Iterable[list[SinkItem]],
+    timeout: float = 240.0,
+    metrics: Metrics | None = None,
+) -> tuple[Collector, SparkSink]:
+    """Start a sink, submit everything, drain all, close; return what completed."""
+    metrics = metrics or Metrics("test")
+    sink = SparkSink(spec, metrics, session=session)
+    done = Collector()
+    sink.start(done)
+    total = 0
+    for chunk in batches_of:
+        for it in chunk:
+            sink.submit(it)
+            total += 1
+        sink.poll()
+    deadline = time.monotonic() + timeout
+    while done.count < total and time.monotonic() < deadline:
+        sink.drain(None, 1.0)
+    sink.close()
+    return done, sink
+
+
+def metric(metrics: Metrics, name: str, **labels: str) -> float:
+    value = metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
