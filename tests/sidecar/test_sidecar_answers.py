@@ -350,3 +350,59 @@ def test_health_that_is_not_200_keeps_waiting(fake_sidecar: Fake, processors: Ma
     assert p.wait_ready(timeout=5) is True
     assert p.not_ready_reason is None
     assert p.probe() is None
+
+
+def test_a_sidecar_that_takes_part_of_each_batch_still_gets_through_it(
+    fake_sidecar: Fake, processors: Make
+) -> None:
+    """Pushback after two requests every time: the retried batch must not start over, or the
+    same first chunks would be processed forever."""
+    requests = [0]
+
+    def two_then_busy(b: dict[str, Any]) -> Answer:
+        requests[0] += 1
+        return (429, {}, b"") if requests[0] % 3 == 0 else echo_values(b)
+
+    fake = fake_sidecar(two_then_busy)
+    p = processors(fake.port, max_batch_records=2)
+    records = batch(10)  # 5 requests' worth
+
+    calls = 0
+    while True:
+        calls += 1
+        assert calls <= 5, "no progress"
+        try:
+            outcomes = p.process(records)
+            break
+        except SidecarBackpressure:
+            continue
+
+    assert [o.values for o in outcomes] == [[{"n": i}] for i in range(10)]
+    sent = [r["id"] for b in fake.batches for r in b["records"]]
+    answered = [r["id"] for i, b in enumerate(fake.batches) if (i + 1) % 3 for r in b["records"]]
+    assert sorted(answered) == sorted(f"orders/0/{i}" for i in range(10))  # each answered once
+    assert len(sent) == 10 + 2 * (calls - 1)  # only the refused chunks were sent twice
+    assert p.stats.reused_results > 0
+
+
+def test_kept_answers_serve_one_retry_only(fake_sidecar: Fake, processors: Make) -> None:
+    fail = [False]
+
+    def flaky(b: dict[str, Any]) -> Answer:
+        return (503, {}, b"") if fail[0] else echo_values(b)
+
+    fake = fake_sidecar(flaky)
+    p = processors(fake.port, max_batch_records=1)
+    first, second = rec({"v": "old"}, 0), rec({"v": "x"}, 1)
+
+    def fail_after_first(b: dict[str, Any]) -> Answer:
+        fail[0] = b["records"][0]["id"] == "orders/0/1"
+        return flaky(b)
+
+    fake.script = fail_after_first
+    with pytest.raises(SidecarBackpressure):
+        p.process([first, second])
+    fake.script = flaky
+    fail[0] = False
+    p.process([second])  # a retry that no longer holds the first record
+    assert p.process([rec({"v": "new"}, 0)])[0].values == [{"v": "new"}]  # answered afresh

@@ -84,3 +84,39 @@ def test_a_sidecar_that_starts_late_costs_no_record(python_references: Reference
     assert run.ok, run
     assert sorted(v["id"] for v in run.outputs) == list(range(40))
     assert run.dlq == []
+
+
+def test_a_sidecar_killed_mid_stream_loses_nothing(python_references: References) -> None:
+    ref = python_references.start("--delay", "0.02")
+    broker = MemoryBroker()
+    broker.create_topic("orders", 3)
+    broker.create_topic("orders-enriched", 1)
+    broker.create_topic("orders-dlq", 1)
+    for i in range(300):
+        broker.produce("orders", {"id": i}, key=str(i))
+    outputs = lambda: len(broker.records("orders-enriched"))  # noqa: E731
+    at_kill: list[int] = []
+
+    def chaos() -> None:
+        # The engine hands the processor a whole poll batch, which the processor sends in
+        # chunks of 8 (20 ms each): kill the sidecar in the middle of that.
+        threading.Event().wait(0.3)
+        ref.proc.kill()  # SIGKILL: the chunk in flight gets no answer
+        ref.proc.wait()
+        at_kill.append(outputs())
+        threading.Event().wait(1.0)
+        python_references.start(port=ref.port)
+
+    killer = threading.Thread(target=chaos)
+    killer.start()
+    try:
+        run = run_pipeline(manifest(ref.port, batch=8), broker, workers=1, timeout=90)
+    finally:
+        killer.join()
+
+    assert run.ok, run
+    assert at_kill and at_kill[0] < 300  # the sidecar really died mid-stream
+    ids = [v["id"] for v in run.outputs]
+    assert set(ids) == set(range(300))  # every record, after the restart
+    assert len(ids) - len(set(ids)) <= 8  # at most the batch in flight, sent again
+    assert run.dlq == []

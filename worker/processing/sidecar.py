@@ -16,6 +16,9 @@ How answers map onto the processor contract (offtake.processing.base):
 - other ``4xx``: :class:`SidecarProtocolError`, also "unavailable": a wrong path or an unknown
   version is a deployment mistake, and must not send every record to the dead-letter topic.
 - ``413``: the batch is split in halves; one record still refused is an error of that record.
+
+Batches larger than ``max_batch_records`` go out as several requests; when one of them fails
+the batch, the answers already received are kept for the engine's retry (one call only).
 """
 
 from __future__ import annotations
@@ -95,6 +98,7 @@ class SidecarStats:
     backpressure: int = 0
     protocol_errors: int = 0
     reconnects: int = 0
+    reused_results: int = 0  # answers kept from a batch that failed part-way, not sent again
 
 
 def record_id(record: Record) -> str:
@@ -196,6 +200,7 @@ class SidecarProcessor(Processor):
         self.stats = SidecarStats()
         self._lock = threading.Lock()
         self._conn: http.client.HTTPConnection | None = None
+        self._carried: dict[str, Outcome] = {}
         # Why the last wait_ready returned False, for the caller's error message.
         self.not_ready_reason: str | None = None
         self._headers = {
@@ -215,31 +220,45 @@ class SidecarProcessor(Processor):
 
     def process(self, records: Sequence[Record]) -> list[Outcome]:
         outcomes: list[Outcome | None] = [None] * len(records)
-        # Encode each record on its own: one that cannot become JSON fails alone, and the
-        # encoded text is reused if the batch has to be split.
-        encoded: list[tuple[int, str, bytes]] = []
-        for i, record in enumerate(records):
-            rid = record_id(record)
-            try:
-                text = json.dumps(
-                    record_to_wire(record, self.format),
-                    ensure_ascii=False,
-                    allow_nan=False,
-                    separators=(",", ":"),
-                )
-            except (TypeError, ValueError) as exc:
-                err = SidecarRecordError(
-                    rid, "EncodeError", f"cannot send the record to the sidecar as JSON: {exc}"
-                )
-                outcomes[i] = Outcome([], err, retriable=False)
-                continue
-            encoded.append((i, rid, text.encode("utf-8")))
         with self._lock:
-            for start in range(0, len(encoded), self.max_batch):
-                # An exception here abandons the batch, including chunks already answered:
-                # the engine retries all of it, and at-least-once tolerates the repeat.
-                for i, outcome in self._send(encoded[start : start + self.max_batch]):
-                    outcomes[i] = outcome
+            # Answers kept from the previous call, which failed part-way (see below).
+            carried, self._carried = self._carried, {}
+            # Encode each record on its own: one that cannot become JSON fails alone, and the
+            # encoded text is reused if the batch has to be split.
+            encoded: list[tuple[int, str, bytes]] = []
+            for i, record in enumerate(records):
+                rid = record_id(record)
+                if rid in carried:
+                    outcomes[i] = carried[rid]
+                    self.stats.reused_results += 1
+                    continue
+                try:
+                    text = json.dumps(
+                        record_to_wire(record, self.format),
+                        ensure_ascii=False,
+                        allow_nan=False,
+                        separators=(",", ":"),
+                    )
+                except (TypeError, ValueError) as exc:
+                    err = SidecarRecordError(
+                        rid, "EncodeError", f"cannot send the record to the sidecar as JSON: {exc}"
+                    )
+                    outcomes[i] = Outcome([], err, retriable=False)
+                    continue
+                encoded.append((i, rid, text.encode("utf-8")))
+            try:
+                for start in range(0, len(encoded), self.max_batch):
+                    for i, outcome in self._send(encoded[start : start + self.max_batch]):
+                        outcomes[i] = outcome
+            except ProcessorUnavailable:
+                # The engine retries the whole batch. Keep what the sidecar already answered
+                # for that retry: sending those chunks again would make a sidecar that takes
+                # part of each batch and then pushes back (429) redo the same first chunks
+                # forever. Kept for one call only, so memory stays bounded by one batch.
+                self._carried = {
+                    record_id(records[i]): o for i, o in enumerate(outcomes) if o is not None
+                }
+                raise
         done = [o for o in outcomes if o is not None]
         assert len(done) == len(records)
         return done
