@@ -1173,6 +1173,11 @@ class MemoryConsumer:
                     if kind == "revoke":
                         released = self._broker._release_locked(g, member, parts)
                         self._broker._record_locked(g.name, member.member_id, "revoke", released)
+                        if g.protocol == "cooperative" and rejoin:
+                            # KIP-429: the revoking member rejoins and a second rebalance hands
+                            # the freed partitions over; every member sees it (on_assign, maybe
+                            # with an empty list), as with librdkafka.
+                            self._broker._rebalance_locked(g)
                     elif kind == "lost" and rejoin and self._subscription is not None:
                         # librdkafka rejoins the group after a lost assignment.
                         self._member = self._broker._join_locked(self, self._subscription)
