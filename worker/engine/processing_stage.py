@@ -26,6 +26,9 @@ from offtake.sinks.base import Sink, SinkItem
 log = logging.getLogger("offtake.processing")
 
 UNAVAILABLE_BACKOFF_CAP = 5.0
+# Records per processor call: small enough that results (and so commits) flow steadily
+# instead of in bursts of a whole poll batch, large enough to amortise a sidecar round trip.
+CHUNK = 100
 
 
 @dataclass(slots=True)
@@ -99,6 +102,11 @@ class ProcessingStage:
                 self.policy.give_up(record, epoch, decode_error, 1, "decode")
             else:
                 todo.append((record, epoch, 1))
+        for i in range(0, len(todo), CHUNK):
+            self._process(todo[i : i + CHUNK])
+
+    def _process(self, todo: list[tuple[Record, int, int]]) -> None:
+        """Run the processor on records, retrying failures with backoff, then route them."""
         unavailable = 0
         while todo and not self.abort.is_set():
             started = time.monotonic()
