@@ -90,16 +90,14 @@ def _worker(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     wait_ready = getattr(worker.processor, "wait_ready", None)
-    if wait_ready is not None:
-        import threading
-
-        abort = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: abort.set())
-        if not wait_ready(timeout=120.0, abort=abort):
-            print("offtake: the processor container did not become ready (processor.container)",
-                  file=sys.stderr)
-            return EXIT_FATAL
-        signal.signal(signal.SIGTERM, on_signal)
+    if wait_ready is not None and not wait_ready(timeout=120.0, abort=worker.stopping):
+        server.stop()
+        if worker.stopping.is_set():
+            return 0  # stopped before it started: nothing consumed, nothing to drain
+        reason = getattr(worker.processor, "not_ready_reason", "") or "no reason given"
+        print(f"offtake: the processor container (spec.processor.container) did not become "
+              f"ready: {reason}", file=sys.stderr)
+        return EXIT_FATAL
     try:
         return worker.run()
     except Exception as exc:

@@ -115,6 +115,8 @@ class ProcessingStage:
             except ProcessorUnavailable as exc:
                 unavailable += 1
                 delay = min(self.policy.backoff(unavailable), UNAVAILABLE_BACKOFF_CAP)
+                # A processor that said how long to wait (HTTP Retry-After) knows best.
+                delay = max(delay, getattr(exc, "retry_after", None) or 0.0)
                 log.warning("processor unavailable (%s); retrying %d record(s) in %.1fs", exc, len(todo), delay)
                 self.abort.wait(delay)
                 continue

@@ -81,6 +81,11 @@ class Worker:
     def ready(self) -> bool:
         return self._assigned_once and not self._shutting_down
 
+    @property
+    def stopping(self) -> threading.Event:
+        """Set once a stop was requested; lets start-up waits give up early."""
+        return self._stop
+
     def stop(self, reason: str = "stop requested") -> None:
         """Graceful stop (what SIGTERM does); safe from any thread or a signal handler."""
         if not self._stop.is_set():
