@@ -41,7 +41,7 @@ def test_configmap_holds_a_manifest_the_worker_loads(tmp_path: Any) -> None:
     path.write_text(text)
     loaded = load_pipeline(path)
     assert loaded.name == "orders-enrich" and loaded.namespace == "shop"
-    assert loaded.processor.function == "examples.processors.enrich:handle"
+    assert loaded.processor.function == "offtake_examples.enrich:handle"
     assert loaded.sink.kafka is not None and loaded.sink.kafka.topic == "orders-enriched"
     doc = yaml.safe_load(text)
     assert doc["apiVersion"] == "offtake.dev/v1alpha1" and doc["kind"] == "ConsumerPipeline"
