@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 # Imported from where they are defined: confluent_kafka.admin re-exports them only implicitly,
@@ -459,6 +459,30 @@ class KafkaBroker:
             self._wait_for(lambda md: 1 in md.brokers, remaining, "the broker to serve metadata")
         except KafkaTestbedError:
             raise self._timeout_error() from None
+        self._wait_for_group_coordinator(deadline)
+
+    def _wait_for_group_coordinator(self, deadline: float) -> None:
+        """Wait until consumer groups work: the offsets topic is created on first use.
+
+        Until it is loaded, group calls fail with NOT_COORDINATOR; tests and the demo that
+        ask for committed offsets right after start would otherwise see that error.
+        """
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "offtake-testbed-warmup",
+                             "logger": _log})
+        try:
+            while True:
+                self._check_alive()
+                try:
+                    consumer.committed([TopicPartition("__offtake_warmup", 0)], timeout=5.0)
+                    return
+                except KafkaException as exc:
+                    if time.monotonic() > deadline:
+                        raise KafkaTestbedError(
+                            f"the broker on {self.bootstrap} never served consumer groups: {exc}"
+                        ) from None
+                    time.sleep(0.2)
+        finally:
+            consumer.close()
 
     def _wait_for(self, condition: _MetadataCheck, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
