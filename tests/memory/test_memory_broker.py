@@ -614,3 +614,65 @@ def test_new_topic_partitions_rebalance_subscribers() -> None:
         ("t2", 0),
         ("t2", 1),
     ]
+
+
+def test_static_member_that_closes_keeps_its_partitions_until_session_timeout() -> None:
+    """KIP-345: a static member's close() revokes locally but does not leave the group."""
+    broker = MemoryBroker()
+    broker.create_topic("t", 4)
+    log: list[tuple[str, str, list[int]]] = []
+    static = {"group.instance.id": "pod-0", "session.timeout.ms": "600"}
+    a, b = consumer(broker, "a", **static), consumer(broker, "b")
+    join(a, log, "a")
+    join(b, log, "b")
+    settle(a, b)
+    mine = owned(a)
+    generation = broker.generation("g")
+    a.close()
+    assert ("a", "revoke", mine) in log  # the application still gets its revoke
+    settle(b)
+    assert owned(b) != [0, 1, 2, 3] and broker.generation("g") == generation
+    deadline = time.monotonic() + 5
+    while owned(b) != [0, 1, 2, 3] and time.monotonic() < deadline:
+        b.consume(10, 0.05)
+    assert owned(b) == [0, 1, 2, 3]  # after session.timeout.ms
+    kinds = [e.kind for e in broker.events("g") if e.member.startswith("a-")]
+    assert kinds[-2:] == ["depart", "lost"]
+
+
+def test_static_member_that_comes_back_gets_its_partitions_without_a_rebalance() -> None:
+    broker = MemoryBroker()
+    broker.create_topic("t", 4)
+    log: list[tuple[str, str, list[int]]] = []
+    static = {"group.instance.id": "pod-0", "session.timeout.ms": "60000"}
+    a, b = consumer(broker, "a", **static), consumer(broker, "b")
+    join(a, log, "a")
+    join(b, log, "b")
+    settle(a, b)
+    mine, theirs = owned(a), owned(b)
+    a.close()
+    log.clear()
+    again = consumer(broker, "a2", **static)
+    join(again, log, "a2")
+    settle(again, b)
+    assert owned(again) == mine and owned(b) == theirs
+    assert log == [("a2", "assign", mine)]  # b saw nothing: no rebalance
+
+
+def test_second_consumer_with_the_same_instance_id_fences_the_first() -> None:
+    broker = MemoryBroker()
+    broker.create_topic("t", 2)
+    log: list[tuple[str, str, list[int]]] = []
+    static = {"group.instance.id": "pod-0"}
+    first = consumer(broker, "first", **static)
+    join(first, log, "first")
+    settle(first)
+    second = consumer(broker, "second", **static)
+    join(second, log, "second")
+    settle(second)
+    assert owned(second) == [0, 1]
+    got = first.consume(10, 0.05)
+    assert got[0].error().code() == KafkaError.FENCED_INSTANCE_ID and got[0].error().fatal()
+    assert ("first", "lost", [0, 1]) in log
+    assert first.consume(10, 0.05) == []  # fenced for good: it does not rejoin
+    assert broker.members("g") == [second.memberid()]

@@ -292,3 +292,28 @@ def test_until_and_wait_ready_for_latest_pipelines() -> None:
             h.produce({"id": i})
         h.wait_until(lambda: len(h.outputs()) == 3, timeout=10)
     assert sorted(o["id"] for o in h.outputs()) == [5, 6, 7]
+
+
+def test_static_membership_holds_a_stopped_workers_partitions_until_it_returns() -> None:
+    """With group.instance.id (the pod name), a graceful stop does not hand partitions over:
+    they wait for the same instance (a restarted pod) or for session.timeout.ms."""
+    broker = MemoryBroker()
+    fill(broker, 0, partitions=4)
+    doc = manifest(kafka={"bootstrapServers": "x", "config": {"session.timeout.ms": "60000"}})
+    with PipelineHarness(doc, broker) as h:
+        h.add_worker(instance_id="pod-0")
+        h.add_worker(instance_id="pod-1")
+        h.wait_ready()
+        h.wait_until(lambda: all(broker.assignment("g").values()), timeout=10)
+        generation = broker.generation("g")
+        assert h.stop_worker(0) == 0
+        for i in range(40):
+            h.produce({"id": i}, key=str(i))
+        time.sleep(1.0)
+        assert broker.generation("g") == generation  # no rebalance: pod-1 did not take over
+        assert any(broker.lag("g").values())
+        h.add_worker(instance_id="pod-0")  # the restarted pod
+        h.wait_until_committed(timeout=10)
+        assert broker.generation("g") == generation
+        run = h.result()
+    assert ids(run.outputs) == Counter(range(40))

@@ -305,14 +305,17 @@ class GroupEvent:
 
     ``kind`` is one of join, leave, assign (the member took ownership, just before its
     on_assign ran), revoke (on_revoke returned and the member released the partitions),
-    lost (ownership taken away without a revoke: killed, or max.poll.interval.ms exceeded).
+    lost (ownership taken away without a revoke: killed, max.poll.interval.ms exceeded, a
+    static member's session timed out or it was fenced), depart (a static member closed or
+    was killed: it keeps its partitions until session.timeout.ms or until the same
+    group.instance.id rejoins).
     """
 
     seq: int
     at: float
     group: str
     member: str
-    kind: Literal["join", "leave", "assign", "revoke", "lost"]
+    kind: Literal["join", "leave", "assign", "revoke", "lost", "depart"]
     partitions: tuple[_TP, ...]
 
 
@@ -328,6 +331,11 @@ class _Member:
     last_poll: float = field(default_factory=time.monotonic)
     waiting: bool = False  # blocked inside consume(): polling, so never "stuck"
     lost: bool = False  # removed from the group without a revoke
+    # Static membership (KIP-345): group.instance.id, and when the instance went away.
+    instance_id: str | None = None
+    session_timeout: float = 45.0
+    departed: float | None = None
+    fenced: bool = False  # replaced by a newer consumer with the same group.instance.id
 
 
 @dataclass(eq=False)
@@ -756,6 +764,10 @@ class MemoryBroker:
                 self._cond.notify_all()
         for g in self._groups.values():
             for m in list(g.members.values()):
+                if m.departed is not None:
+                    if now - m.departed > m.session_timeout:
+                        self._expel_locked(m, "static member's session.timeout.ms expired")
+                    continue
                 if not m.waiting and now - m.last_poll > m.max_poll_interval:
                     log.warning(
                         "memory broker: member %s of group %s did not poll for %.1fs "
@@ -796,11 +808,54 @@ class MemoryBroker:
             consumer=consumer,
             topics=list(topics),
             max_poll_interval=consumer._max_poll_interval,
+            instance_id=consumer._instance_id,
+            session_timeout=consumer._session_timeout,
         )
+        if member.instance_id is not None:
+            old = next((m for m in g.members.values() if m.instance_id == member.instance_id), None)
+            if old is not None:
+                self._replace_static_locked(g, old, member)
+                return member
         g.members[member.member_id] = member
         self._record_locked(g.name, member.member_id, "join", ())
         self._rebalance_locked(g)
         return member
+
+    def _replace_static_locked(self, g: _Group, old: _Member, new: _Member) -> None:
+        """KIP-345: a static member that comes back takes over its old assignment as it is,
+        without a rebalance; a still-running holder of the same group.instance.id is fenced.
+        """
+        if old.departed is None:
+            old.lost = old.fenced = True
+            old.consumer._pending_errors.append(
+                MemoryMessage(
+                    None,
+                    None,
+                    None,
+                    error=_error(
+                        KafkaError.FENCED_INSTANCE_ID,
+                        f"Broker: Static consumer fenced by another consumer with the same "
+                        f"group.instance.id {old.instance_id!r}",
+                        fatal=True,
+                    ),
+                )
+            )
+        target = g.target.pop(old.member_id, set())
+        self._release_locked(g, old, old.owned)
+        del g.members[old.member_id]
+        g.members[new.member_id] = new
+        g.target[new.member_id] = target
+        new.seen_generation = g.generation - 1  # so that on_assign hands it the assignment
+        self._record_locked(g.name, new.member_id, "join", ())
+        if sorted(old.topics) != sorted(new.topics):
+            self._rebalance_locked(g)
+
+    def _depart_locked(self, member: _Member) -> None:
+        """A static member went away without leaving: its partitions wait for it."""
+        g = self._groups[member.consumer._group_id]
+        if member.member_id in g.members and member.departed is None:
+            member.departed = time.monotonic()
+            self._record_locked(g.name, member.member_id, "depart", member.owned)
 
     def _leave_locked(self, member: _Member) -> None:
         g = self._groups[member.consumer._group_id]
@@ -978,6 +1033,10 @@ class MemoryConsumer:
         self._eof = _conf_bool(conf, "enable.partition.eof", False)
         self._max_poll_interval = _conf_ms(conf, "max.poll.interval.ms", 300_000)
         self._client_id = str(conf.get("client.id", "rdkafka"))
+        self._instance_id: str | None = (
+            str(conf["group.instance.id"]) if conf.get("group.instance.id") else None
+        )
+        self._session_timeout = _conf_ms(conf, "session.timeout.ms", 45_000)
         self._assignment: dict[_TP, _Fetch] = {}
         self._stored: dict[_TP, int] = {}
         self._member: _Member | None = None
@@ -1136,7 +1195,9 @@ class MemoryConsumer:
         return out
 
     # -- rebalance callbacks --------------------------------------------------------------
-    def _run_rebalance(self, kind: str, parts: list[_TP], *, rejoin: bool = True) -> None:
+    def _run_rebalance(
+        self, kind: str, parts: list[_TP], *, rejoin: bool = True, release: bool = True
+    ) -> None:
         """Run one rebalance callback, then sync the assignment like confluent-kafka does."""
         cooperative = self._broker._groups[self._group_id].protocol == "cooperative"
         tps = _tps(parts)
@@ -1170,7 +1231,7 @@ class MemoryConsumer:
                 member = self._member
                 if member is not None and not self._killed:
                     g = self._broker._groups[self._group_id]
-                    if kind == "revoke":
+                    if kind == "revoke" and release:
                         released = self._broker._release_locked(g, member, parts)
                         self._broker._record_locked(g.name, member.member_id, "revoke", released)
                         if g.protocol == "cooperative" and rejoin:
@@ -1178,26 +1239,44 @@ class MemoryConsumer:
                             # the freed partitions over; every member sees it (on_assign, maybe
                             # with an empty list), as with librdkafka.
                             self._broker._rebalance_locked(g)
-                    elif kind == "lost" and rejoin and self._subscription is not None:
-                        # librdkafka rejoins the group after a lost assignment.
+                    elif (
+                        kind == "lost"
+                        and rejoin
+                        and not member.fenced
+                        and self._subscription is not None
+                    ):
+                        # librdkafka rejoins the group after a lost assignment (but a fenced
+                        # static member is done: that error is fatal).
                         self._member = self._broker._join_locked(self, self._subscription)
+                    elif kind == "lost":
+                        self._member = None
 
-    def _leave_group(self) -> None:
-        """Revoke (or lose) everything through the callbacks, commit if automatic, leave."""
+    def _leave_group(self, closing: bool = False) -> None:
+        """Revoke (or lose) everything through the callbacks, commit if automatic, leave.
+
+        A static member (group.instance.id) that closes revokes locally but does not leave
+        (KIP-345, librdkafka): the group keeps its partitions for it until
+        session.timeout.ms, so nobody else consumes them meanwhile.
+        """
         with self._cond:
             member = self._member
             if member is None:
                 return
             parts = sorted(member.owned) if not member.lost else sorted(self._assignment)
             kind = "lost" if member.lost else "revoke"
+            static = closing and member.instance_id is not None
         try:
             if parts:
-                self._run_rebalance(kind, parts, rejoin=False)
+                self._run_rebalance(kind, parts, rejoin=False, release=not static)
         finally:
             # Leave even when the callback raised: a member that stays in the group without
             # polling would block its partitions until max.poll.interval.ms.
             with self._cond:
-                if not member.lost:
+                if member.lost:
+                    pass
+                elif static:
+                    self._broker._depart_locked(member)
+                else:
                     self._broker._leave_locked(member)
                 self._member = None
 
@@ -1491,7 +1570,7 @@ class MemoryConsumer:
         if self._closed:
             return
         try:
-            self._leave_group()
+            self._leave_group(closing=True)
             with self._cond:
                 results = list(self._commit_results)
                 self._commit_results.clear()
@@ -1510,12 +1589,19 @@ class MemoryConsumer:
             self.close()
 
     def _kill(self) -> None:
-        """SIGKILL: no revoke, no commit, no leave; the broker expels the member."""
+        """SIGKILL: no revoke, no commit, no leave.
+
+        The broker expels a dynamic member at once (the harness stands in for the session
+        timeout); a static member keeps its partitions until session.timeout.ms.
+        """
         with self._cond:
             self._killed = True
             member = self._member
             if member is not None and not member.lost:
-                self._broker._expel_locked(member, "worker killed")
+                if member.instance_id is not None:
+                    self._broker._depart_locked(member)
+                else:
+                    self._broker._expel_locked(member, "worker killed")
             self._commit_results.clear()
             self._cond.notify_all()
 
