@@ -21,6 +21,27 @@ _LIBPQ_PARAMS = {"sslmode", "connect_timeout", "application_name", "options", "s
 
 Param = str | int
 
+# Driver classes by URL prefix. Naming the class lets Spark and the worker load it from the
+# session's classloader (where spark.jars.packages puts it); java.sql.DriverManager alone does
+# not see drivers there and answers "No suitable driver".
+DRIVERS = {
+    "jdbc:postgresql:": "org.postgresql.Driver",
+    "jdbc:mysql:": "com.mysql.cj.jdbc.Driver",
+    "jdbc:mariadb:": "org.mariadb.jdbc.Driver",
+    "jdbc:sqlserver:": "com.microsoft.sqlserver.jdbc.SQLServerDriver",
+    "jdbc:oracle:": "oracle.jdbc.OracleDriver",
+    "jdbc:db2:": "com.ibm.db2.jcc.DB2Driver",
+    "jdbc:h2:": "org.h2.Driver",
+    "jdbc:sqlite:": "org.sqlite.JDBC",
+}
+
+
+def driver_class(url: str) -> str | None:
+    for prefix, cls in DRIVERS.items():
+        if url.startswith(prefix):
+            return cls
+    return None
+
 
 class JdbcError(Exception):
     """The JDBC sink's settings or the swap failed; the message names the field or batch."""
@@ -37,9 +58,13 @@ class Statements(Protocol):
 
 
 def credentials(spec: JdbcSpec) -> dict[str, str]:
-    """User and password: from the spec, else from the environment the operator fills from
-    ``jdbc.secretRef`` (OFFTAKE_JDBC_USER, OFFTAKE_JDBC_PASSWORD)."""
+    """Connection properties: user and password from the spec, else from the environment the
+    operator fills from ``jdbc.secretRef`` (OFFTAKE_JDBC_USER, OFFTAKE_JDBC_PASSWORD), and
+    the driver class when the URL names a known database."""
     out: dict[str, str] = {}
+    driver = driver_class(spec.url)
+    if driver:
+        out["driver"] = driver
     user = spec.user or os.environ.get("OFFTAKE_JDBC_USER")
     password = spec.password or os.environ.get("OFFTAKE_JDBC_PASSWORD")
     if user:
@@ -60,9 +85,19 @@ class JvmStatements:
     def _connect(self) -> Any:
         props = self._jvm.java.util.Properties()
         for k, v in self._props.items():
-            props.setProperty(k, v)
+            if k != "driver":
+                props.setProperty(k, v)
         try:
-            return self._jvm.java.sql.DriverManager.getConnection(self._url, props)
+            cls = self._props.get("driver")
+            if cls is None:
+                return self._jvm.java.sql.DriverManager.getConnection(self._url, props)
+            target: Any = self._jvm
+            for part in cls.split("."):
+                target = getattr(target, part)
+            conn = target().connect(self._url, props)
+            if conn is None:
+                raise JdbcError(f"driver {cls} does not accept this URL")
+            return conn
         except Exception as exc:
             raise JdbcError(
                 f"sink.spark.jdbc.url: cannot connect to {_redact(self._url)}: {exc}"
@@ -124,7 +159,7 @@ class PsycopgStatements:
             self._kwargs["user"] = query["user"]
         if "password" in query:
             self._kwargs["password"] = query["password"]
-        self._kwargs.update(credentials(spec))
+        self._kwargs.update({k: v for k, v in credentials(spec).items() if k != "driver"})
 
     def _connect(self) -> Any:
         import psycopg

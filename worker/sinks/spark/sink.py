@@ -25,6 +25,7 @@ from offtake.metrics import Metrics
 from offtake.records import TopicPartition
 from offtake.sinks.base import Sink, SinkError, SinkItem
 from offtake.sinks.spark.batching import Batch, Batcher
+from offtake.sinks.spark.errors import describe
 from offtake.sinks.spark.rows import batch_table
 from offtake.sinks.spark.session import create_session, session_config
 from offtake.sinks.spark.transform import make_transform
@@ -232,23 +233,24 @@ class SparkSink(Sink):
                 log.info("%s", exc)
                 return exc
             except Exception as exc:
+                why = describe(exc)
                 elapsed = time.monotonic() - began
                 self.metrics.spark_job_seconds.observe(elapsed)
                 self.metrics.errors.labels("spark").inc()
                 if batch.abandoned or self._stopping.is_set():
-                    return SinkError(f"batch {batch.id}: abandoned after a failed attempt: {exc}")
+                    return SinkError(f"batch {batch.id}: abandoned after a failed attempt: {why}")
                 if attempt == attempts:
                     self.metrics.spark_jobs.labels("failure").inc()
                     log.error(
                         "batch %s: Spark job failed %d time(s), giving up: %s",
                         batch.id,
                         attempt,
-                        exc,
+                        why,
                     )
                     for item in batch.items:
                         item.attempts = attempt
                     err = SinkError(
-                        f"batch {batch.id}: Spark job failed after {attempt} attempt(s): {exc}"
+                        f"batch {batch.id}: Spark job failed after {attempt} attempt(s): {why}"
                     )
                     err.__cause__ = exc
                     return err
@@ -260,10 +262,10 @@ class SparkSink(Sink):
                     attempt,
                     attempts,
                     delay,
-                    exc,
+                    why,
                 )
                 if self._stopping.wait(delay):
-                    return SinkError(f"batch {batch.id}: sink closed while retrying: {exc}")
+                    return SinkError(f"batch {batch.id}: sink closed while retrying: {why}")
                 continue
             elapsed = time.monotonic() - began
             self.metrics.spark_jobs.labels("success").inc()

@@ -85,7 +85,7 @@ class FileWriter(Writer):
     def write(self, df: Any, batch: BatchId, still_owned: StillOwned) -> None:
         staging_root = join(self.path, STAGING_DIR)
         staged = join(staging_root, f"{batch}.{uuid.uuid4().hex}")
-        writer = df.write.format(self.fmt).mode("errorifexists")
+        writer = df.write.format(self.fmt).mode("error")
         if self.partition_by:
             writer = writer.partitionBy(*self.partition_by)
         writer.save(staged)
