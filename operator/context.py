@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +13,7 @@ import kopf
 from .kafka_gateway import AdminKafkaGateway, KafkaGateway
 from .kubeapi import KubeApi, Resource
 from .settings import OperatorConfig
+from .status import Event
 
 Key = tuple[str, str]  # (namespace, name)
 
@@ -40,6 +42,10 @@ class OperatorContext:
         self.api = KubeApi(self._current_connection)
         self.states: dict[Key, PipelineState] = {}
         self._capabilities: dict[Resource, tuple[bool, float]] = {}
+        #: The last Events posted, newest last (for logs and tests; the API has them all).
+        self.recent_events: deque[tuple[Key, Event]] = deque(maxlen=1000)
+        #: Set at shutdown: timers that outlive kopf's cleanup must not start new work.
+        self.closed = False
 
     def _current_connection(self) -> kopf.ConnectionInfo:
         if self.connection is None:

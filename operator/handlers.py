@@ -44,6 +44,10 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
     )
+    # kopf puts a finalizer on every object with a timer, to stop the timer before the object
+    # goes. A tick in flight at deletion is waited for: check back soon, not after 60 s.
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.background.cancellation_polling = 1.0
     settings.posting.reporting_component = names.MANAGED_BY
     settings.posting.level = logging.INFO
     settings.watching.server_timeout = 300
@@ -69,7 +73,9 @@ def login(memo: Any, **kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.cleanup()
 async def close(memo: Any, **_: Any) -> None:
-    await context_of(memo).api.close()
+    ctx = context_of(memo)
+    ctx.closed = True
+    await ctx.api.close()
 
 
 async def run_reconcile(
@@ -109,6 +115,8 @@ def pipeline_event(type: str, name: str, namespace: str | None, memo: Any, **_: 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=TICK_SECONDS, initial_delay=TICK_SECONDS)
 async def tick(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
     ctx = context_of(memo)
+    if ctx.closed:
+        return
     namespace = namespace or "default"
     state = ctx.state(namespace, name)
     now = time.monotonic()

@@ -97,13 +97,17 @@ class KubeApi:
         self._session: aiohttp.ClientSession | None = None
         self._session_info: kopf.ConnectionInfo | None = None
         self._lock = asyncio.Lock()
+        self._closed = False
 
     async def close(self) -> None:
+        self._closed = True
         if self._session is not None:
             await self._session.close()
             self._session = None
 
     async def _get_session(self) -> tuple[aiohttp.ClientSession, kopf.ConnectionInfo]:
+        if self._closed:
+            raise ApiError("-", "-", 0, "ClientClosed", "the operator is shutting down")
         info = self._connection()
         async with self._lock:
             if self._session is None or self._session_info is not info or self._session.closed:

@@ -299,6 +299,7 @@ async def _finish(
     if changed(old_status, status):
         await ctx.api.patch(PIPELINES, namespace, name, {"status": status}, subresource="status")
     for event in outcome.events:
+        ctx.recent_events.append(((namespace, name), event))
         post_event(body, event)
     return outcome
 

@@ -39,6 +39,12 @@ def pipeline_body(
     return {
         "apiVersion": "offtake.dev/v1alpha1",
         "kind": "ConsumerPipeline",
-        "metadata": {"name": name, "namespace": namespace, "uid": uid, "generation": generation},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "generation": generation,
+            "resourceVersion": "1",
+        },
         "spec": base,
     }

@@ -1,0 +1,161 @@
+"""Run the real operator (handlers, kopf, the HTTP client) against kmock's Kubernetes emulator."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kmock
+import kopf
+import yaml
+from offtake.config import PipelineSpec
+from offtake_operator.context import MEMO_KEY, OperatorContext
+from offtake_operator.lag import TP, LagReport
+from offtake_operator.operator_spec import Rewind
+from offtake_operator.settings import OperatorConfig
+
+PIPELINES = "offtake.dev/v1alpha1/consumerpipelines"
+DEPLOYMENTS = "apps/v1/deployments"
+CONFIGMAPS = "v1/configmaps"
+SERVICES = "v1/services"
+PDBS = "policy/v1/poddisruptionbudgets"
+HPAS = "autoscaling/v2/horizontalpodautoscalers"
+SECRETS = "v1/secrets"
+
+
+@dataclass
+class FakeKafka:
+    """Stands in for the broker: canned lag, a group whose members the test controls."""
+
+    lag_report: LagReport = field(
+        default_factory=lambda: LagReport(lag=42, lag_seconds=1.5, partitions=6)
+    )
+    members: int = 0
+    resets: list[tuple[str, Rewind]] = field(default_factory=list)
+
+    async def lag(self, pipeline: PipelineSpec, secret: Mapping[str, str]) -> LagReport:
+        return self.lag_report
+
+    async def group_members(self, pipeline: PipelineSpec, secret: Mapping[str, str]) -> int:
+        return self.members
+
+    async def reset_offsets(
+        self, pipeline: PipelineSpec, secret: Mapping[str, str], request: Rewind
+    ) -> dict[TP, int]:
+        self.resets.append((pipeline.source.group_id, request))
+        return {("orders", 0): 0, ("orders", 1): 0}
+
+
+def declare_resources(server: Any) -> None:
+    res = server.resources
+    res[PIPELINES] = kmock.ResourceInfo(
+        kind="ConsumerPipeline",
+        namespaced=True,
+        singular="consumerpipeline",
+        shortnames={"cpl"},
+        subresources={"status", "scale"},
+        verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+    )
+    for key, kind in [
+        (DEPLOYMENTS, "Deployment"),
+        (CONFIGMAPS, "ConfigMap"),
+        (SERVICES, "Service"),
+        (PDBS, "PodDisruptionBudget"),
+        (HPAS, "HorizontalPodAutoscaler"),
+        (SECRETS, "Secret"),
+        ("v1/events", "Event"),
+        ("v1/namespaces", "Namespace"),
+    ]:
+        res[key] = kmock.ResourceInfo(
+            kind=kind,
+            namespaced=key != "v1/namespaces",
+            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+        )
+
+
+def write_kubeconfig(path: Path, url: str) -> None:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "kmock",
+                "clusters": [{"name": "kmock", "cluster": {"server": url}}],
+                "users": [{"name": "kmock", "user": {"token": "test"}}],
+                "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "kmock"}}],
+            }
+        )
+    )
+
+
+@contextlib.asynccontextmanager
+async def running_operator(
+    kafka: FakeKafka, config: OperatorConfig
+) -> AsyncIterator[OperatorContext]:
+    """The operator in its own thread and event loop, as in production.
+
+    Not in the test's loop: kopf cancels every task of its loop when it stops, which would
+    include the test's own (and kmock's server, which must keep answering meanwhile).
+    """
+    from offtake_operator import handlers  # noqa: F401  (registers the handlers)
+
+    ctx = OperatorContext(config, kafka=kafka)
+    stop = threading.Event()
+    ready = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            kopf.run(
+                clusterwide=True,
+                standalone=True,
+                stop_flag=stop,
+                ready_flag=ready,
+                memo=kopf.Memo({MEMO_KEY: ctx}),
+            )
+        except BaseException as exc:  # reported by the fixture, never swallowed
+            errors.append(exc)
+            ready.set()
+
+    thread = threading.Thread(target=run, name="kopf-operator", daemon=True)
+    thread.start()
+    try:
+        assert await asyncio.to_thread(ready.wait, 15), "the operator did not start in 15 s"
+        assert not errors, f"the operator failed to start: {errors[0]!r}"
+        yield ctx
+    finally:
+        stop.set()
+        await asyncio.to_thread(thread.join, 15)
+    assert not thread.is_alive(), "the operator did not stop within 15 s"
+    assert not errors, f"the operator crashed: {errors[0]!r}"
+
+
+@contextlib.asynccontextmanager
+async def emulator() -> AsyncIterator[Any]:
+    """kmock's Kubernetes emulator on a local port, with the resources the operator uses."""
+    async with kmock.KubernetesEmulator() as server, kmock.Server(server):
+        declare_resources(server)
+        yield server
+
+
+async def eventually(check: Callable[[], Any], *, timeout: float = 10.0, what: str = "") -> Any:
+    """Poll ``check`` until it returns a truthy value without raising; fail with the last error."""
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if isinstance(result, Awaitable):
+                result = await result
+            if result:
+                return result
+        except (KeyError, AssertionError, ValueError, TypeError) as exc:
+            last = exc
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what or check}: {last!r}")

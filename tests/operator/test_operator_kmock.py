@@ -1,0 +1,350 @@
+"""The operator end to end against kmock's Kubernetes emulator: kopf, handlers, HTTP client.
+
+One operator serves the whole module (kopf takes seconds to stop); each test works in its own
+namespace so the tests stay independent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from kmock_operator import (
+    CONFIGMAPS,
+    DEPLOYMENTS,
+    HPAS,
+    PDBS,
+    PIPELINES,
+    SERVICES,
+    FakeKafka,
+    emulator,
+    eventually,
+    running_operator,
+    write_kubeconfig,
+)
+from offtake_operator import names
+from offtake_operator.context import OperatorContext
+from offtake_operator.lag import LagReport
+from offtake_operator.settings import OperatorConfig
+from operator_testkit import pipeline_body
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+CONFIG = OperatorConfig(
+    worker_image="registry.test/offtake:1",
+    resync_seconds=0.5,
+    lag_interval_seconds=0.3,
+    rewind_poll_seconds=0.2,
+)
+KAFKA = FakeKafka()
+
+
+class Cluster:
+    """Test-side access to the emulator: plain HTTP for writes, the object store for reads."""
+
+    def __init__(self, server: Any, session: aiohttp.ClientSession, ctx: OperatorContext) -> None:
+        self.server = server
+        self.session = session
+        self.ctx = ctx
+
+    def obj(self, resource: str, namespace: str, name: str) -> dict[str, Any]:
+        found = self.server.objects[resource, namespace, name]
+        return json.loads(json.dumps(found.raw))  # a plain copy, detached from the store
+
+    def exists(self, resource: str, namespace: str, name: str) -> bool:
+        try:
+            return not self.server.objects[resource, namespace, name].deleted
+        except KeyError:
+            return False
+
+    def history(self, resource: str, namespace: str, name: str) -> list[Any]:
+        return list(self.server.objects[resource, namespace, name].history)
+
+    async def request(self, method: str, path: str, body: Any = None) -> None:
+        headers = {"Content-Type": "application/merge-patch+json"} if method == "PATCH" else {}
+        async with self.session.request(method, path, json=body, headers=headers) as resp:
+            assert resp.status < 300, await resp.text()
+
+    async def create(self, body: dict[str, Any]) -> None:
+        ns = body["metadata"]["namespace"]
+        await self.request(
+            "POST", f"/apis/offtake.dev/v1alpha1/namespaces/{ns}/consumerpipelines", body
+        )
+
+    async def patch_pipeline(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        path = f"/apis/offtake.dev/v1alpha1/namespaces/{namespace}/consumerpipelines/{name}"
+        await self.request("PATCH", path, patch)
+
+    def status(self, namespace: str, name: str) -> dict[str, Any]:
+        return dict(self.obj(PIPELINES, namespace, name).get("status") or {})
+
+    def condition(self, namespace: str, name: str, ctype: str) -> dict[str, Any]:
+        conditions = self.status(namespace, name).get("conditions", [])
+        return dict(next(c for c in conditions if c["type"] == ctype))
+
+    def events(self, namespace: str) -> list[dict[str, Any]]:
+        # kmock cannot create objects by generateName (kopf's Events use it), so the operator's
+        # own record of what it posted stands in for listing Events.
+        return [
+            {"type": e.type, "reason": e.reason, "message": e.message}
+            for (ns, _), e in list(self.ctx.recent_events)
+            if ns == namespace
+        ]
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cluster]:
+    kubeconfig = tmp_path_factory.mktemp("kube") / "kubeconfig"
+    with pytest.MonkeyPatch.context() as mp:
+        async with emulator() as server:
+            write_kubeconfig(kubeconfig, str(server.url))
+            mp.setenv("KUBECONFIG", str(kubeconfig))
+            async with (
+                aiohttp.ClientSession(base_url=str(server.url)) as session,
+                running_operator(KAFKA, CONFIG) as ctx,
+            ):
+                yield Cluster(server, session, ctx)
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def ns(cluster: Cluster) -> AsyncIterator[str]:
+    """A fresh namespace; its pipelines are deleted afterwards so they stop costing resyncs."""
+    KAFKA.members = 0
+    KAFKA.resets.clear()
+    namespace = f"t-{uuid.uuid4().hex[:8]}"
+    yield namespace
+    for (res, ns_, name), obj in list(cluster.server.objects.items()):
+        if res.plural == "consumerpipelines" and ns_ == namespace and not obj.deleted:
+            await cluster.request(
+                "DELETE", f"/apis/offtake.dev/v1alpha1/namespaces/{ns_}/consumerpipelines/{name}"
+            )
+            # The operator's finalizer (kopf's, for the per-pipeline timer) must be released.
+            await eventually(
+                lambda r=res, n=name: cluster.server.objects[r, ns_, n].deleted, what=f"{name} gone"
+            )
+
+
+async def test_create_renders_every_child_with_owner_references(cluster: Cluster, ns: str) -> None:
+    await cluster.create(pipeline_body("orders", namespace=ns, replicas=2))
+    children = [
+        (CONFIGMAPS, "orders-pipeline"),
+        (DEPLOYMENTS, "orders"),
+        (SERVICES, "orders-metrics"),
+        (PDBS, "orders"),
+    ]
+    for resource, name in children:
+        obj = await eventually(
+            lambda r=resource, n=name: cluster.obj(r, ns, n), what=f"{resource} {name}"
+        )
+        (ref,) = obj["metadata"]["ownerReferences"]
+        assert (
+            ref["uid"] == "uid-1"
+            and ref["kind"] == "ConsumerPipeline"
+            and ref["controller"] is True
+        )
+        assert obj["metadata"]["labels"][names.PIPELINE_LABEL] == "orders"
+    dep = cluster.obj(DEPLOYMENTS, ns, "orders")
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.test/offtake:1"
+    status = await eventually(
+        lambda: cluster.status(ns, "orders").get("phase") and cluster.status(ns, "orders")
+    )
+    assert status["selector"] == "offtake.dev/pipeline=orders"
+    assert status["observedGeneration"] == 1
+    assert status["phase"] == "Pending"  # no worker is ready: nothing runs pods here
+    assert cluster.condition(ns, "orders", "Ready")["status"] == "False"
+    assert not cluster.exists(HPAS, ns, "orders")
+
+
+async def test_readiness_of_the_deployment_shows_in_status(cluster: Cluster, ns: str) -> None:
+    await cluster.create(pipeline_body("orders", namespace=ns, replicas=2))
+    await eventually(lambda: cluster.obj(DEPLOYMENTS, ns, "orders"))
+    # What the deployment controller would report once both workers pass /readyz.
+    await cluster.request(
+        "PATCH",
+        f"/apis/apps/v1/namespaces/{ns}/deployments/orders/status",
+        {
+            "status": {
+                "replicas": 2,
+                "readyReplicas": 2,
+                "updatedReplicas": 2,
+                "availableReplicas": 2,
+            },
+        },
+    )
+    await eventually(
+        lambda: cluster.status(ns, "orders")["phase"] == "Running", what="phase Running"
+    )
+    status = cluster.status(ns, "orders")
+    assert status["readyReplicas"] == 2 and status["replicas"] == 2
+    ready = cluster.condition(ns, "orders", "Ready")
+    assert ready["status"] == "True" and ready["reason"] == "WorkersReady"
+    await eventually(
+        lambda: any(e["reason"] == "Running" for e in cluster.events(ns)), what="a Running event"
+    )
+
+
+async def test_spec_change_changes_the_config_checksum(cluster: Cluster, ns: str) -> None:
+    await cluster.create(pipeline_body("orders", namespace=ns))
+
+    def checksum() -> str:
+        dep = cluster.obj(DEPLOYMENTS, ns, "orders")
+        return str(dep["spec"]["template"]["metadata"]["annotations"][names.CHECKSUM_ANNOTATION])
+
+    first = await eventually(checksum)
+    await cluster.patch_pipeline(
+        ns, "orders", {"metadata": {"generation": 2}, "spec": {"commit": {"intervalSeconds": 7}}}
+    )
+    await eventually(lambda: checksum() != first, what="a new checksum")
+    cm = cluster.obj(CONFIGMAPS, ns, "orders-pipeline")
+    assert "intervalSeconds: 7" in cm["data"]["pipeline.yaml"]
+    await eventually(lambda: cluster.status(ns, "orders")["observedGeneration"] == 2)
+
+
+async def test_pause_scales_to_zero_and_resume_scales_back(cluster: Cluster, ns: str) -> None:
+    await cluster.create(pipeline_body("orders", namespace=ns, replicas=3))
+    await eventually(lambda: cluster.obj(DEPLOYMENTS, ns, "orders")["spec"]["replicas"] == 3)
+    await cluster.patch_pipeline(ns, "orders", {"spec": {"paused": True}})
+    await eventually(
+        lambda: cluster.obj(DEPLOYMENTS, ns, "orders")["spec"]["replicas"] == 0, what="0 replicas"
+    )
+    await eventually(lambda: cluster.status(ns, "orders")["phase"] == "Paused", what="phase Paused")
+    assert cluster.condition(ns, "orders", "Ready")["reason"] == "Paused"
+    await cluster.patch_pipeline(ns, "orders", {"spec": {"paused": False}})
+    await eventually(
+        lambda: cluster.obj(DEPLOYMENTS, ns, "orders")["spec"]["replicas"] == 3, what="3 replicas"
+    )
+    await eventually(lambda: cluster.status(ns, "orders")["phase"] == "Pending")
+    reasons = {e["reason"] for e in cluster.events(ns)}
+    assert {"Paused", "Scaled"} <= reasons
+
+
+async def test_invalid_spec_degrades_and_leaves_the_deployment_alone(
+    cluster: Cluster, ns: str
+) -> None:
+    await cluster.create(pipeline_body("orders", namespace=ns, replicas=2))
+    await eventually(lambda: cluster.status(ns, "orders").get("phase"))
+    before = cluster.obj(DEPLOYMENTS, ns, "orders")
+    versions = len(cluster.history(DEPLOYMENTS, ns, "orders"))
+    # Passes a lax schema but not the worker's loader: an unknown (misspelt) field.
+    await cluster.patch_pipeline(
+        ns, "orders", {"metadata": {"generation": 2}, "spec": {"limits": {"maxInFlightMesages": 5}}}
+    )
+    await eventually(
+        lambda: cluster.status(ns, "orders")["phase"] == "Degraded", what="phase Degraded"
+    )
+    degraded = cluster.condition(ns, "orders", "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "InvalidSpec"
+    assert "spec.limits.maxInFlightMesages: unknown field" in degraded["message"]
+    warnings = await eventually(
+        lambda: [e for e in cluster.events(ns) if e["type"] == "Warning"], what="a Warning"
+    )
+    assert any("maxInFlightMesages" in e["message"] for e in warnings)
+    # Resyncs keep running (and the operator keeps living), and the Deployment stays as it was.
+    await eventually(lambda: cluster.status(ns, "orders")["observedGeneration"] == 2)
+    assert cluster.obj(DEPLOYMENTS, ns, "orders") == before
+    assert len(cluster.history(DEPLOYMENTS, ns, "orders")) == versions
+    # Fixing the spec heals it.
+    await cluster.patch_pipeline(
+        ns, "orders", {"metadata": {"generation": 3}, "spec": {"limits": None}}
+    )
+    await eventually(lambda: cluster.status(ns, "orders")["phase"] == "Pending", what="healed")
+    assert cluster.condition(ns, "orders", "Degraded")["status"] == "False"
+
+
+async def test_drift_is_repaired(cluster: Cluster, ns: str) -> None:
+    await cluster.create(pipeline_body("orders", namespace=ns, replicas=2))
+    await eventually(lambda: cluster.obj(DEPLOYMENTS, ns, "orders"))
+    await eventually(lambda: cluster.obj(CONFIGMAPS, ns, "orders-pipeline"))
+    await cluster.request(
+        "PATCH", f"/apis/apps/v1/namespaces/{ns}/deployments/orders", {"spec": {"replicas": 9}}
+    )
+    await cluster.request("DELETE", f"/api/v1/namespaces/{ns}/configmaps/orders-pipeline")
+    await eventually(
+        lambda: cluster.obj(DEPLOYMENTS, ns, "orders")["spec"]["replicas"] == 2,
+        what="replicas back",
+    )
+    await eventually(
+        lambda: cluster.exists(CONFIGMAPS, ns, "orders-pipeline"), what="ConfigMap back"
+    )
+
+
+async def test_lag_reaches_status(cluster: Cluster, ns: str) -> None:
+    KAFKA.lag_report = LagReport(lag=1200, lag_seconds=4.2, partitions=6)
+    await cluster.create(pipeline_body("orders", namespace=ns))
+    await eventually(lambda: cluster.status(ns, "orders").get("lag") == 1200, what="lag in status")
+    status = cluster.status(ns, "orders")
+    assert status["lagSeconds"] == 4.2 and status["partitions"] == 6
+
+
+async def test_autoscaling_makes_an_hpa_capped_at_the_partitions(cluster: Cluster, ns: str) -> None:
+    KAFKA.lag_report = LagReport(lag=0, lag_seconds=0.0, partitions=4)
+    await cluster.create(
+        pipeline_body(
+            "orders",
+            namespace=ns,
+            autoscaling={
+                "enabled": True,
+                "minReplicas": 2,
+                "maxReplicas": 10,
+                "targetLagPerReplica": 100,
+            },
+        )
+    )
+    hpa = await eventually(
+        lambda: (
+            cluster.obj(HPAS, ns, "orders")["spec"]["maxReplicas"] == 4
+            and cluster.obj(HPAS, ns, "orders")
+        ),
+        what="an HPA capped at 4",
+    )
+    assert hpa["spec"]["scaleTargetRef"]["kind"] == "ConsumerPipeline"
+    assert hpa["spec"]["minReplicas"] == 2
+    await eventually(
+        lambda: cluster.status(ns, "orders").get("autoscaler") == "HorizontalPodAutoscaler"
+    )
+    await cluster.patch_pipeline(ns, "orders", {"spec": {"autoscaling": {"enabled": False}}})
+    await eventually(lambda: not cluster.exists(HPAS, ns, "orders"), what="the HPA removed")
+
+
+async def test_rewind_stops_workers_waits_for_an_empty_group_and_runs_once(
+    cluster: Cluster, ns: str
+) -> None:
+    await cluster.create(
+        pipeline_body(
+            "orders", namespace=ns, replicas=2, source={"topics": ["orders"], "groupId": "g1"}
+        )
+    )
+    await eventually(lambda: cluster.obj(DEPLOYMENTS, ns, "orders")["spec"]["replicas"] == 2)
+    KAFKA.members = 2  # the workers are still in the group
+    await cluster.patch_pipeline(ns, "orders", {"spec": {"rewind": {"to": "earliest", "id": "r1"}}})
+    await eventually(
+        lambda: cluster.obj(DEPLOYMENTS, ns, "orders")["spec"]["replicas"] == 0,
+        what="workers stopped",
+    )
+    await eventually(
+        lambda: "waiting for group g1" in cluster.status(ns, "orders").get("message", "")
+    )
+    assert cluster.status(ns, "orders")["rewind"]["activeId"] == "r1"
+    assert KAFKA.resets == []  # never while the group has members
+    KAFKA.members = 0  # they have left
+    await eventually(
+        lambda: cluster.status(ns, "orders").get("rewind", {}).get("lastId") == "r1",
+        what="rewind done",
+    )
+    assert [(g, r.id, r.to) for g, r in KAFKA.resets] == [("g1", "r1", "earliest")]
+    await eventually(
+        lambda: cluster.obj(DEPLOYMENTS, ns, "orders")["spec"]["replicas"] == 2, what="workers back"
+    )
+    assert "activeId" not in cluster.status(ns, "orders")["rewind"]
+    await eventually(lambda: "RewindCompleted" in [e["reason"] for e in cluster.events(ns)])
+    assert "RewindStarted" in [e["reason"] for e in cluster.events(ns)]
+    # Resyncs (every 0.5 s here) do not repeat it.
+    await asyncio.sleep(2)
+    assert len(KAFKA.resets) == 1
