@@ -126,7 +126,8 @@ async def ns(cluster: Cluster) -> AsyncIterator[str]:
             )
             # The operator's finalizer (kopf's, for the per-pipeline timer) must be released.
             await eventually(
-                lambda r=res, n=name: cluster.server.objects[r, ns_, n].deleted, what=f"{name} gone"
+                lambda r=res, s=ns_, n=name: cluster.server.objects[r, s, n].deleted,
+                what=f"{name} gone",
             )
 
 
