@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
-
 from offtake_testbed.kafka import KafkaBroker, install_kafka
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "kafka-to-kafka.yaml"
@@ -41,9 +40,12 @@ def sample_orders(count: int, seed: int = 7) -> list[bytes]:
         if i % 2000 == 1999:
             out.append(b'{"id": %d, "amount": ' % i)  # truncated JSON: cannot be decoded
             continue
-        order = {"id": i, "amount": round(rnd.uniform(5, 500), 2),
-                 "country": rnd.choice(["DE", "FR", "NL", "US"]),
-                 "status": "test" if i % 100 == 0 else "new"}
+        order = {
+            "id": i,
+            "amount": round(rnd.uniform(5, 500), 2),
+            "country": rnd.choice(["DE", "FR", "NL", "US"]),
+            "status": "test" if i % 100 == 0 else "new",
+        }
         out.append(json.dumps(order).encode())
     return out
 
@@ -59,16 +61,19 @@ def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
 
 
 def count_records(bootstrap: str, topic: str) -> int:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "demo-count", "enable.partition.eof": True})
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "demo-count", "enable.partition.eof": True}
+    )
     parts = list(c.list_topics(topic, timeout=10).topics[topic].partitions)
     c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
     ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
     todo, n = {p for p in parts if ends[p] > 0}, 0
     while todo:
         for m in c.consume(1000, 1.0):
-            if m.error() is None:
+            err = m.error()
+            if err is None:
                 n += 1
-            elif m.error().code() == KafkaError._PARTITION_EOF:
+            elif err.code() == KafkaError._PARTITION_EOF:
                 todo.discard(m.partition())
     c.close()
     return n
@@ -112,10 +117,17 @@ def run(count: int) -> int:
         doc: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
         spec = doc["spec"]
         spec["kafka"]["bootstrapServers"] = broker.bootstrap
-        source, sink, dlq = spec["source"]["topics"][0], spec["sink"]["kafka"]["topic"], spec["errors"]["dlq"]["topic"]
+        source, sink, dlq = (
+            spec["source"]["topics"][0],
+            spec["sink"]["kafka"]["topic"],
+            spec["errors"]["dlq"]["topic"],
+        )
         for topic in (source, sink, dlq):
             broker.create_topic(topic, PARTITIONS)
-        print(f"Kafka on {broker.bootstrap}; topics {source}, {sink}, {dlq} ({PARTITIONS} partitions each)")
+        print(
+            f"Kafka on {broker.bootstrap}; topics {source}, {sink}, {dlq} "
+            f"({PARTITIONS} partitions each)"
+        )
         started = time.monotonic()
         produce(broker.bootstrap, source, sample_orders(count))
         print(f"produced {count} sample orders to {source}")
@@ -126,9 +138,24 @@ def run(count: int) -> int:
         log_path = Path(tmp) / "worker.log"
         with log_path.open("wb") as log:
             worker = subprocess.Popen(
-                [sys.executable, "-m", "offtake.cli", "worker", "--pipeline", str(manifest),
-                 "--metrics-port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=env)
-            print(f"running: offtake worker --pipeline {EXAMPLE.relative_to(REPO)} (metrics on :{port})")
+                [
+                    sys.executable,
+                    "-m",
+                    "offtake.cli",
+                    "worker",
+                    "--pipeline",
+                    str(manifest),
+                    "--metrics-port",
+                    str(port),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+            print(
+                f"running: offtake worker --pipeline {EXAMPLE.relative_to(REPO)} "
+                f"(metrics on :{port})"
+            )
             group = spec["source"]["groupId"]
             deadline = time.monotonic() + 300
             while (lag := group_lag(broker.bootstrap, group, source)) > 0:
@@ -146,7 +173,9 @@ def run(count: int) -> int:
         print(f"  records consumed    {metrics.get('offtake_messages_consumed_total', 0):.0f}")
         for outcome in ("delivered", "dropped", "dlq", "skipped"):
             label = f"processed, {outcome}"
-            print(f"  {label:<20}{metrics.get(f'offtake_messages_processed_total[{outcome}]', 0):.0f}")
+            print(
+                f"  {label:<20}{metrics.get(f'offtake_messages_processed_total[{outcome}]', 0):.0f}"
+            )
         print(f"  commits             {metrics.get('offtake_commits_total[success]', 0):.0f}")
         print(f"  lag after the run   {lag} records")
         print(f"  output              {out} records in topic {sink}")

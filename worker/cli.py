@@ -19,15 +19,24 @@ EXIT_CONFIG = 2
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="offtake", description="Kafka consumer pipelines done right.")
+    parser = argparse.ArgumentParser(
+        prog="offtake", description="Kafka consumer pipelines done right."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     w = sub.add_parser("worker", help="run the worker of one ConsumerPipeline manifest")
     w.add_argument("--pipeline", required=True, help="path of the ConsumerPipeline manifest (YAML)")
-    w.add_argument("--metrics-port", type=int, default=None,
-                   help="serve /metrics, /healthz, /readyz here (default: spec.metrics.port; 0 picks a free port)")
+    w.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve /metrics, /healthz, /readyz here (default spec.metrics.port; 0: any free port)",
+    )
     w.add_argument("--log-level", default=os.environ.get("OFFTAKE_LOG_LEVEL", "INFO"))
-    w.add_argument("--instance-id", default=os.environ.get("OFFTAKE_GROUP_INSTANCE_ID"),
-                   help="static group membership id (group.instance.id), e.g. the pod name")
+    w.add_argument(
+        "--instance-id",
+        default=os.environ.get("OFFTAKE_GROUP_INSTANCE_ID"),
+        help="static group membership id (group.instance.id), e.g. the pod name",
+    )
     v = sub.add_parser("validate", help="check a ConsumerPipeline manifest and print the result")
     v.add_argument("pipeline")
     args = parser.parse_args(argv)
@@ -75,7 +84,10 @@ def _worker(args: argparse.Namespace) -> int:
     try:
         server.start()
     except OSError as exc:
-        print(f"offtake: cannot serve metrics on port {port} (spec.metrics.port): {exc}", file=sys.stderr)
+        print(
+            f"offtake: cannot serve metrics on port {port} (spec.metrics.port): {exc}",
+            file=sys.stderr,
+        )
         return EXIT_CONFIG
     log.info("metrics, /healthz and /readyz on port %d", server.port)
 
@@ -95,8 +107,11 @@ def _worker(args: argparse.Namespace) -> int:
         if worker.stopping.is_set():
             return 0  # stopped before it started: nothing consumed, nothing to drain
         reason = getattr(worker.processor, "not_ready_reason", "") or "no reason given"
-        print(f"offtake: the processor container (spec.processor.container) did not become "
-              f"ready: {reason}", file=sys.stderr)
+        print(
+            f"offtake: the processor container (spec.processor.container) did not become "
+            f"ready: {reason}",
+            file=sys.stderr,
+        )
         return EXIT_FATAL
     try:
         return worker.run()

@@ -19,7 +19,6 @@ import yaml
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
-    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     Producer,
@@ -29,15 +28,24 @@ from confluent_kafka import (
 REPO = Path(__file__).resolve().parents[2]
 
 
-def manifest(name: str, bootstrap: str, topics: list[str], *, sink: dict[str, Any],
-             group: str | None = None, **spec: Any) -> dict[str, Any]:
+def manifest(
+    name: str,
+    bootstrap: str,
+    topics: list[str],
+    *,
+    sink: dict[str, Any],
+    group: str | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "apiVersion": "offtake.dev/v1alpha1",
         "kind": "ConsumerPipeline",
         "metadata": {"name": name, "namespace": "test"},
         "spec": {
-            "kafka": {"bootstrapServers": bootstrap,
-                      "config": {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}},
+            "kafka": {
+                "bootstrapServers": bootstrap,
+                "config": {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"},
+            },
             "source": {"topics": topics, "groupId": group or f"g-{uuid.uuid4().hex[:8]}"},
             "sink": sink,
             "commit": {"intervalSeconds": 0.5},
@@ -64,12 +72,28 @@ class WorkerProcess:
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProcess:
-        env = {**os.environ, "PYTHONPATH": f"{REPO / 'tests'}{os.pathsep}{REPO / 'examples'}", **self.env}
+        env = {
+            **os.environ,
+            "PYTHONPATH": f"{REPO / 'tests'}{os.pathsep}{REPO / 'examples'}",
+            **self.env,
+        }
         self._out = self.log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "offtake.cli", "worker", "--pipeline", str(self.manifest),
-             "--metrics-port", "0"],
-            stdout=self._out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+            [
+                sys.executable,
+                "-m",
+                "offtake.cli",
+                "worker",
+                "--pipeline",
+                str(self.manifest),
+                "--metrics-port",
+                "0",
+            ],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=REPO,
+        )
         return self
 
     def signal(self, sig: int) -> None:
@@ -95,8 +119,9 @@ class WorkerProcess:
         return self.log.read_text(errors="replace")
 
 
-def produce(bootstrap: str, topic: str, values: Iterable[dict[str, Any] | bytes],
-            key_of: str = "id") -> int:
+def produce(
+    bootstrap: str, topic: str, values: Iterable[dict[str, Any] | bytes], key_of: str = "id"
+) -> int:
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     n = 0
     for v in values:
@@ -113,8 +138,14 @@ def produce(bootstrap: str, topic: str, values: Iterable[dict[str, Any] | bytes]
 
 def read_all(bootstrap: str, topic: str, idle: float = 1.0) -> list[Any]:
     """Every record of ``topic`` up to its current log end (no group: plain assignment)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex}",
-                  "enable.auto.commit": False, "enable.partition.eof": True})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
     parts = list(c.list_topics(topic, timeout=10).topics[topic].partitions)
     ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
     c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
@@ -141,8 +172,10 @@ def ids_of(messages: list[Any]) -> Counter[int]:
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks"})
     try:
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in range(partitions)}
+        return {
+            p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(partitions)
+        }
     finally:
         c.close()
 
@@ -163,16 +196,21 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
                 return {tp.partition: tp.offset for tp in got}
             except KafkaException as exc:
                 # Right after the broker starts, the offsets topic may still be loading.
-                if time.monotonic() > deadline or not exc.args[0].retriable() and exc.args[0].code() not in (
-                        KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS):
+                if (
+                    time.monotonic() > deadline
+                    or (not exc.args[0].retriable()
+                    and exc.args[0].code()
+                    not in (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS))
+                ):
                     raise
                 time.sleep(0.5)
     finally:
         c.close()
 
 
-def wait_caught_up(bootstrap: str, group: str, topic: str, partitions: int,
-                   timeout: float = 120) -> dict[int, int]:
+def wait_caught_up(
+    bootstrap: str, group: str, topic: str, partitions: int, timeout: float = 120
+) -> dict[int, int]:
     """Wait until the group's committed offsets reach the log end of every partition."""
     deadline = time.monotonic() + timeout
     ends = end_offsets(bootstrap, topic, partitions)

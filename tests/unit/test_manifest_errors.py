@@ -1,4 +1,4 @@
-"""Malformed manifests: each gets exit code 2 and a message naming the field and what was expected."""
+"""Malformed manifests: exit code 2 and a message naming the field and what was expected."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from offtake.config import ConfigError, parse_pipeline
 
 GOOD: dict[str, Any] = {
@@ -43,33 +42,81 @@ _DELETE = object()
 CASES = [
     ("spec.kafka.bootstrapServers", _DELETE, "spec.kafka.bootstrapServers: is required"),
     ("spec.source.topics", [], "spec.source.topics: expected at least one entry"),
-    ("spec.source.topics", "orders", "spec.source.topics: expected a list of strings, got the string 'orders'"),
-    ("spec.source.format", "xml", "spec.source.format: expected one of json, string, bytes, got 'xml'"),
+    (
+        "spec.source.topics",
+        "orders",
+        "spec.source.topics: expected a list of strings, got the string 'orders'",
+    ),
+    (
+        "spec.source.format",
+        "xml",
+        "spec.source.format: expected one of json, string, bytes, got 'xml'",
+    ),
     ("spec.source.startFrom", "middle", "spec.source.startFrom: expected one of earliest, latest"),
     ("spec.limits", {"maxInFlightMesages": 5}, "spec.limits.maxInFlightMesages: unknown field"),
-    ("spec.limits", {"maxInFlightMessages": "lots"}, "spec.limits.maxInFlightMessages: expected an integer, got the string 'lots'"),
-    ("spec.limits", {"maxInFlightMessages": 0}, "spec.limits.maxInFlightMessages: expected at least 1, got 0"),
+    (
+        "spec.limits",
+        {"maxInFlightMessages": "lots"},
+        "spec.limits.maxInFlightMessages: expected an integer, got the string 'lots'",
+    ),
+    (
+        "spec.limits",
+        {"maxInFlightMessages": 0},
+        "spec.limits.maxInFlightMessages: expected at least 1, got 0",
+    ),
     ("spec.replicas", "two", "spec.replicas: expected an integer, got the string 'two'"),
     ("spec.paused", "yes", "spec.paused: expected true or false"),
     ("spec.commit", {"intervalSeconds": -1}, "spec.commit.intervalSeconds: expected at least 0.01"),
-    ("spec.sink", {"kafka": {"topic": "a"}, "log": {}}, "spec.sink: expected exactly one of kafka, spark, log; got kafka, log"),
+    (
+        "spec.sink",
+        {"kafka": {"topic": "a"}, "log": {}},
+        "spec.sink: expected exactly one of kafka, spark, log; got kafka, log",
+    ),
     ("spec.sink", {}, "spec.sink: expected exactly one of kafka, spark, log; got none"),
     ("spec.sink", {"kafka": {}}, "spec.sink.kafka.topic: is required"),
-    ("spec.processor", {"function": "mypkg.enrich"}, "spec.processor.function: expected module:callable"),
-    ("spec.processor", {"function": "m:f", "container": {"image": "x"}}, "spec.processor: set either function or container, not both"),
+    (
+        "spec.processor",
+        {"function": "mypkg.enrich"},
+        "spec.processor.function: expected module:callable",
+    ),
+    (
+        "spec.processor",
+        {"function": "m:f", "container": {"image": "x"}},
+        "spec.processor: set either function or container, not both",
+    ),
     ("spec.errors", {"policy": "dlq"}, "spec.errors.dlq.topic: is required when policy is dlq"),
-    ("spec.errors", {"policy": "retry-forever"}, "spec.errors.policy: expected one of dlq, skip, stop"),
-    ("spec.kafka.config", {"linger.ms": {"nested": 1}}, "spec.kafka.config.linger.ms: expected a string or number, got a mapping"),
+    (
+        "spec.errors",
+        {"policy": "retry-forever"},
+        "spec.errors.policy: expected one of dlq, skip, stop",
+    ),
+    (
+        "spec.kafka.config",
+        {"linger.ms": {"nested": 1}},
+        "spec.kafka.config.linger.ms: expected a string or number, got a mapping",
+    ),
     ("spec.metrics", {"port": 70000}, "spec.metrics.port: expected at most 65535, got 70000"),
     ("spec.bogus", 1, "spec.bogus: unknown field"),
-    ("apiVersion", "offtake.dev/v2", "apiVersion: expected offtake.dev/v1alpha1, got 'offtake.dev/v2'"),
+    (
+        "apiVersion",
+        "offtake.dev/v2",
+        "apiVersion: expected offtake.dev/v1alpha1, got 'offtake.dev/v2'",
+    ),
     ("metadata", {}, "metadata.name: is required"),
-    ("spec.sink", {"spark": {"format": "parquet"}}, "spec.sink.spark.path: is required when format is parquet"),
+    (
+        "spec.sink",
+        {"spark": {"format": "parquet"}},
+        "spec.sink.spark.path: is required when format is parquet",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("path", "value", "message"), CASES, ids=[c[0] + "-" + str(i) for i, c in enumerate(CASES)])
-def test_each_bad_field_is_named_with_what_was_expected(path: str, value: Any, message: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "value", "message"), CASES, ids=[c[0] + "-" + str(i) for i, c in enumerate(CASES)]
+)
+def test_each_bad_field_is_named_with_what_was_expected(
+    path: str, value: Any, message: str
+) -> None:
     with pytest.raises(ConfigError) as info:
         parse_pipeline(with_change(path, value))
     assert message in str(info.value)
@@ -80,22 +127,40 @@ def test_good_manifest_gets_documented_defaults() -> None:
     assert spec.source.group_id == "shop.orders"
     assert spec.source.start_from == "earliest"
     assert spec.commit.interval_seconds == 1.0
-    assert (spec.limits.max_in_flight_messages, spec.limits.max_in_flight_bytes) == (10_000, 67_108_864)
+    assert (spec.limits.max_in_flight_messages, spec.limits.max_in_flight_bytes) == (
+        10_000,
+        67_108_864,
+    )
     assert spec.errors.policy == "stop" and spec.errors.max_retries == 3
     assert spec.shutdown.drain_timeout_seconds == 25.0 and spec.metrics.port == 9100
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "offtake.cli", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "offtake.cli", *args], capture_output=True, text=True, timeout=60
+    )
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("kind: ConsumerPipeline\napiVersion: offtake.dev/v1alpha1\nspec: [unclosed", "not valid YAML"),
-    ("kind: Deployment\n", "expected exactly one document of kind ConsumerPipeline, found none"),
-    (yaml.safe_dump(with_change("spec.limits", {"maxInFlightMessages": "lots"})),
-     "spec.limits.maxInFlightMessages: expected an integer, got the string 'lots'"),
-])
-def test_worker_cli_exits_2_with_the_field_named_and_no_traceback(tmp_path: Path, text: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "kind: ConsumerPipeline\napiVersion: offtake.dev/v1alpha1\nspec: [unclosed",
+            "not valid YAML",
+        ),
+        (
+            "kind: Deployment\n",
+            "expected exactly one document of kind ConsumerPipeline, found none",
+        ),
+        (
+            yaml.safe_dump(with_change("spec.limits", {"maxInFlightMessages": "lots"})),
+            "spec.limits.maxInFlightMessages: expected an integer, got the string 'lots'",
+        ),
+    ],
+)
+def test_worker_cli_exits_2_with_the_field_named_and_no_traceback(
+    tmp_path: Path, text: str, message: str
+) -> None:
     path = tmp_path / "pipeline.yaml"
     path.write_text(text)
     for args in (("worker", "--pipeline", str(path)), ("validate", str(path))):
@@ -113,7 +178,9 @@ def test_missing_manifest_file_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_unimportable_function_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
-    path.write_text(yaml.safe_dump(with_change("spec.processor", {"function": "no_such_module:handle"})))
+    path.write_text(
+        yaml.safe_dump(with_change("spec.processor", {"function": "no_such_module:handle"}))
+    )
     result = run_cli("worker", "--pipeline", str(path), "--metrics-port", "0")
     assert result.returncode == 2, result.stderr
     assert "spec.processor.function: cannot import module 'no_such_module'" in result.stderr

@@ -9,13 +9,12 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from support.workers import manifest, produce
-
 from offtake.config import parse_pipeline
 from offtake.engine.worker import Worker
 from offtake.records import TopicPartition
 from offtake.sinks.base import Sink, SinkItem
 from offtake_testbed.kafka import KafkaBroker
+from support.workers import manifest, produce
 
 STALL_SECONDS = 30.0
 
@@ -69,12 +68,19 @@ def test_stalled_sink_pauses_partitions_without_rebalance_and_resumes(
 ) -> None:
     src = topic_factory(6)
     limit = 1000
-    doc = manifest("stall", kafka_broker.bootstrap, [src], sink={"log": {}},
-                   limits={"maxInFlightMessages": limit})
+    doc = manifest(
+        "stall",
+        kafka_broker.bootstrap,
+        [src],
+        sink={"log": {}},
+        limits={"maxInFlightMessages": limit},
+    )
     # A worker that stopped polling for 30 s would be expelled after 10 s: staying in the
     # group proves it kept polling while paused.
     doc["spec"]["kafka"]["config"]["max.poll.interval.ms"] = "10000"
-    total = produce(kafka_broker.bootstrap, src, ({"id": i, "pad": "x" * 200} for i in range(60_000)))
+    total = produce(
+        kafka_broker.bootstrap, src, ({"id": i, "pad": "x" * 200} for i in range(60_000))
+    )
     sink = StallingSink()
     worker = Worker(parse_pipeline(doc), sink=sink)
     runner = threading.Thread(target=worker.run)
@@ -89,21 +95,27 @@ def test_stalled_sink_pauses_partitions_without_rebalance_and_resumes(
         sink.stall(STALL_SECONDS)
         samples: list[dict[str, float]] = []
         while sink.stalled:
-            samples.append({
-                "inflight": worker.tracker.inflight_messages,
-                "paused": worker.metrics.paused_partitions._value.get(),
-                "assigned": worker.metrics.assigned_partitions._value.get(),
-                "heartbeat_age": worker.health.seconds_since_heartbeat(),
-                "rss": rss_bytes(),
-            })
+            samples.append(
+                {
+                    "inflight": worker.tracker.inflight_messages,
+                    "paused": worker.metrics.paused_partitions._value.get(),
+                    "assigned": worker.metrics.assigned_partitions._value.get(),
+                    "heartbeat_age": worker.health.seconds_since_heartbeat(),
+                    "rss": rss_bytes(),
+                }
+            )
             time.sleep(0.5)
         late = [s for s in samples[4:]]  # after the first two seconds of the stall
-        assert late and all(s["paused"] == s["assigned"] == assigned_before == 6 for s in late), samples[:8]
+        assert late and all(s["paused"] == s["assigned"] == assigned_before == 6 for s in late), (
+            samples[:8]
+        )
         # Bounded: at most one poll's worth above the limit (a poll may return before a pause).
         assert max(s["inflight"] for s in samples) <= limit + 500
         assert max(s["heartbeat_age"] for s in samples) < 2.0
         rss_growth = max(s["rss"] for s in samples) - rss_before
-        assert rss_growth < 100 * 2**20, f"memory grew by {rss_growth / 2**20:.0f} MiB during the stall"
+        assert rss_growth < 100 * 2**20, (
+            f"memory grew by {rss_growth / 2**20:.0f} MiB during the stall"
+        )
         revokes = worker.metrics.rebalances.labels("revoke")._value.get()
         lost = worker.metrics.rebalances.labels("lost")._value.get()
         assert (revokes, lost) == (0, 0), "the stall must not cost the worker its partitions"
@@ -111,11 +123,20 @@ def test_stalled_sink_pauses_partitions_without_rebalance_and_resumes(
         while len(set(sink.seen)) < total:
             assert time.monotonic() < deadline, f"did not resume: {len(set(sink.seen))}/{total}"
             time.sleep(0.2)
-        print("\nREPORT " + json.dumps({
-            "test": "stall", "stall_seconds": STALL_SECONDS, "max_inflight": max(s["inflight"] for s in samples),
-            "limit": limit, "rss_growth_mib": round(rss_growth / 2**20, 1), "revokes": revokes,
-            "max_heartbeat_age": round(max(s["heartbeat_age"] for s in samples), 2),
-        }))
+        print(
+            "\nREPORT "
+            + json.dumps(
+                {
+                    "test": "stall",
+                    "stall_seconds": STALL_SECONDS,
+                    "max_inflight": max(s["inflight"] for s in samples),
+                    "limit": limit,
+                    "rss_growth_mib": round(rss_growth / 2**20, 1),
+                    "revokes": revokes,
+                    "max_heartbeat_age": round(max(s["heartbeat_age"] for s in samples), 2),
+                }
+            )
+        )
     finally:
         worker.stop()
         runner.join(60)

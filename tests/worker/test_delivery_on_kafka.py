@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from offtake_testbed.kafka import KafkaBroker
 from support.workers import (
     WorkerProcess,
     ids_of,
@@ -23,8 +24,6 @@ from support.workers import (
     wait_caught_up,
     write_manifest,
 )
-
-from offtake_testbed.kafka import KafkaBroker
 
 
 def report(name: str, **numbers: Any) -> None:
@@ -52,7 +51,11 @@ def test_three_workers_rebalance_while_records_flow_lose_and_duplicate_nothing(
 
     def flow() -> None:  # records keep arriving during both rebalances
         for chunk in range(30):
-            produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(chunk * 1000, (chunk + 1) * 1000)))
+            produce(
+                kafka_broker.bootstrap,
+                src,
+                ({"id": i} for i in range(chunk * 1000, (chunk + 1) * 1000)),
+            )
             time.sleep(0.4)
 
     producer = threading.Thread(target=flow)
@@ -68,7 +71,13 @@ def test_three_workers_rebalance_while_records_flow_lose_and_duplicate_nothing(
     assert codes == [0, 0, 0], [w.output()[-2000:] for w in workers]
     counts = ids_of(read_all(kafka_broker.bootstrap, out))
     lost, duplicated = lost_and_duplicated(total, counts)
-    report("rebalance", produced=total, delivered=sum(counts.values()), lost=lost, duplicated=duplicated)
+    report(
+        "rebalance",
+        produced=total,
+        delivered=sum(counts.values()),
+        lost=lost,
+        duplicated=duplicated,
+    )
     assert "revoked" in workers[1].output() or "revoked" in workers[2].output()
     assert (lost, duplicated) == (0, 0)
 
@@ -78,10 +87,15 @@ def test_sigkill_mid_stream_loses_nothing_and_duplicates_at_most_the_in_flight_l
 ) -> None:
     src, out = topic_factory(4), topic_factory(4)
     limit = 500
-    doc = manifest("sigkill", kafka_broker.bootstrap, [src], sink={"kafka": {"topic": out}},
-                   processor={"function": "support.processors:slow"},
-                   limits={"maxInFlightMessages": limit},
-                   commit={"intervalSeconds": 5.0})
+    doc = manifest(
+        "sigkill",
+        kafka_broker.bootstrap,
+        [src],
+        sink={"kafka": {"topic": out}},
+        processor={"function": "support.processors:slow"},
+        limits={"maxInFlightMessages": limit},
+        commit={"intervalSeconds": 5.0},
+    )
     path = write_manifest(tmp_path / "pipeline.yaml", doc)
     total = produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(8_000)))
     first = WorkerProcess(path, tmp_path / "first.log").start()
@@ -94,8 +108,15 @@ def test_sigkill_mid_stream_loses_nothing_and_duplicates_at_most_the_in_flight_l
     assert second.terminate() == 0, second.output()[-2000:]
     counts = ids_of(read_all(kafka_broker.bootstrap, out))
     lost, duplicated = lost_and_duplicated(total, counts)
-    report("sigkill", produced=total, delivered=sum(counts.values()), lost=lost,
-           duplicated=duplicated, in_flight_limit=limit, delivered_before_kill=delivered_before_restart)
+    report(
+        "sigkill",
+        produced=total,
+        delivered=sum(counts.values()),
+        lost=lost,
+        duplicated=duplicated,
+        in_flight_limit=limit,
+        delivered_before_kill=delivered_before_restart,
+    )
     assert lost == 0
     assert duplicated <= limit
 
@@ -108,19 +129,30 @@ def test_poison_record_under_each_error_policy(
     errors: dict[str, Any] = {"policy": policy, "maxRetries": 2, "retryBackoffSeconds": 0.05}
     if policy == "dlq":
         errors["dlq"] = {"topic": dlq}
-    doc = manifest(f"poison-{policy}", kafka_broker.bootstrap, [src], sink={"kafka": {"topic": out}},
-                   processor={"function": "support.processors:poison"}, errors=errors)
+    doc = manifest(
+        f"poison-{policy}",
+        kafka_broker.bootstrap,
+        [src],
+        sink={"kafka": {"topic": out}},
+        processor={"function": "support.processors:poison"},
+        errors=errors,
+    )
     path = write_manifest(tmp_path / "pipeline.yaml", doc)
     attempts_file = tmp_path / "attempts"
     produce(kafka_broker.bootstrap, src, ({"id": i, "poison": i == 50} for i in range(100)))
     group = doc["spec"]["source"]["groupId"]
-    worker = WorkerProcess(path, tmp_path / "w.log", env={"OFFTAKE_TEST_ATTEMPTS_FILE": str(attempts_file)}).start()
+    worker = WorkerProcess(
+        path, tmp_path / "w.log", env={"OFFTAKE_TEST_ATTEMPTS_FILE": str(attempts_file)}
+    ).start()
     if policy == "stop":
         code = worker.wait(60)
         assert code == 1, worker.output()[-3000:]
         assert "[0]@50 failed in process" in worker.output()
         from support.workers import committed
-        assert committed(kafka_broker.bootstrap, group, src, 1)[0] == 50  # nothing at or past the poison record
+
+        assert (
+            committed(kafka_broker.bootstrap, group, src, 1)[0] == 50
+        )  # nothing at or past the poison record
         assert len(attempts_file.read_text().split()) == 3  # first try + maxRetries
         report("poison-stop", exit_code=code, committed=50)
         return

@@ -61,7 +61,7 @@ class Fields:
     def has(self, key: str) -> bool:
         return self.raw.get(key) is not None
 
-    def str(self, key: str, default: str | None = None, *, required: bool = False) -> str:
+    def text(self, key: str, default: str | None = None, *, required: bool = False) -> str:
         value = self._get(key, required and default is None)
         if value is None:
             return default  # type: ignore[return-value]
@@ -78,12 +78,14 @@ class Fields:
         return value
 
     def choice(self, key: str, choices: tuple[str, ...], default: str | None = None) -> str:
-        value = self.str(key, default, required=default is None)
+        value = self.text(key, default, required=default is None)
         if value not in choices:
             raise ConfigError(self.at(key), f"expected one of {', '.join(choices)}, got {value!r}")
         return value
 
-    def int(self, key: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
+    def integer(
+        self, key: str, default: int, *, minimum: int = 0, maximum: int | None = None
+    ) -> int:
         value = self._get(key, False)
         if value is None:
             return default
@@ -92,7 +94,7 @@ class Fields:
         self._bounds(key, value, minimum, maximum)
         return value
 
-    def float(
+    def number(
         self, key: str, default: float, *, minimum: float = 0.0, maximum: float | None = None
     ) -> float:
         value = self._get(key, False)
@@ -103,7 +105,7 @@ class Fields:
         self._bounds(key, value, minimum, maximum)
         return float(value)
 
-    def bool(self, key: str, default: bool) -> bool:
+    def flag(self, key: str, default: bool) -> bool:
         value = self._get(key, False)
         if value is None:
             return default
@@ -119,7 +121,9 @@ class Fields:
             raise ConfigError(self.at(key), f"expected a list of strings, got {_kind(value)}")
         for i, item in enumerate(value):
             if not isinstance(item, str) or not item.strip():
-                raise ConfigError(f"{self.at(key)}[{i}]", f"expected a non-empty string, got {_kind(item)}")
+                raise ConfigError(
+                    f"{self.at(key)}[{i}]", f"expected a non-empty string, got {_kind(item)}"
+                )
         if required and not value:
             raise ConfigError(self.at(key), "expected at least one entry, got an empty list")
         return tuple(value)
@@ -134,7 +138,9 @@ class Fields:
         out: dict[str, str] = {}
         for k, v in value.items():
             if isinstance(v, Mapping | list) or v is None:
-                raise ConfigError(f"{self.at(key)}.{k}", f"expected a string or number, got {_kind(v)}")
+                raise ConfigError(
+                    f"{self.at(key)}.{k}", f"expected a string or number, got {_kind(v)}"
+                )
             out[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
         return out
 

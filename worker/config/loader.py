@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import yaml
-
 from offtake.config._fields import ConfigError, Fields
 from offtake.config.spec import (
     CommitSpec,
@@ -33,6 +32,8 @@ from offtake.config.spec import (
     SinkSpec,
     SourceSpec,
     SparkBatchSpec,
+    SparkFormat,
+    SparkMode,
     SparkSinkSpec,
     SparkSubmitSpec,
     StartFrom,
@@ -62,14 +63,14 @@ def load_pipeline(path: str | Path) -> PipelineSpec:
 def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
     """Validate one manifest (already parsed) and return its spec."""
     top = Fields(doc, "")
-    api_version = top.str("apiVersion", required=True)
+    api_version = top.text("apiVersion", required=True)
     if api_version != API_VERSION:
         raise ConfigError("apiVersion", f"expected {API_VERSION}, got {api_version!r}")
     top.choice("kind", (KIND,))
     meta = top.sub("metadata", required=True)
     assert meta is not None
-    name = meta.str("name", required=True)
-    namespace = meta.str("namespace", "default")
+    name = meta.text("name", required=True)
+    namespace = meta.text("namespace", "default")
     spec = top.sub("spec", required=True)
     assert spec is not None
     top.has("status")  # status is the operator's; a manifest copied from the cluster may carry it
@@ -86,8 +87,8 @@ def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
         errors=_errors(spec.sub("errors")),
         shutdown=_shutdown(spec.sub("shutdown")),
         metrics=_metrics(spec.sub("metrics")),
-        replicas=spec.int("replicas", 1, minimum=0, maximum=1000),
-        paused=spec.bool("paused", False),
+        replicas=spec.integer("replicas", 1, minimum=0, maximum=1000),
+        paused=spec.flag("paused", False),
     )
     spec._seen.update(_OPERATOR_ONLY_FIELDS)
     spec.done()
@@ -102,7 +103,7 @@ def _kafka(f: Fields | None) -> KafkaSpec:
     assert f is not None
     secret = f.sub("secretRef")
     out = KafkaSpec(
-        bootstrap_servers=f.str("bootstrapServers", required=True),
+        bootstrap_servers=f.text("bootstrapServers", required=True),
         config=f.str_map("config"),
         secret_ref=_secret_ref(secret),
     )
@@ -113,7 +114,7 @@ def _kafka(f: Fields | None) -> KafkaSpec:
 def _secret_ref(f: Fields | None) -> SecretRef | None:
     if f is None:
         return None
-    out = SecretRef(name=f.str("name", required=True))
+    out = SecretRef(name=f.text("name", required=True))
     f.done()
     return out
 
@@ -122,7 +123,7 @@ def _source(f: Fields | None, default_group: str) -> SourceSpec:
     assert f is not None
     out = SourceSpec(
         topics=f.str_list("topics", required=True),
-        group_id=f.str("groupId", default_group),
+        group_id=f.text("groupId", default_group),
         start_from=cast(StartFrom, f.choice("startFrom", ("earliest", "latest"), "earliest")),
         format=cast(Format, f.choice("format", ("json", "string", "bytes"), "json")),
     )
@@ -140,11 +141,11 @@ def _processor(f: Fields | None) -> ProcessorSpec:
     container = None
     if c is not None:
         container = ContainerSpec(
-            image=c.str("image", required=True),
-            port=c.int("port", 8080, minimum=1, maximum=65535),
-            path=c.str("path", "/v1/process"),
-            timeout_seconds=c.float("timeoutSeconds", 30.0, minimum=0.1),
-            max_batch_records=c.int("maxBatchRecords", 500, minimum=1),
+            image=c.text("image", required=True),
+            port=c.integer("port", 8080, minimum=1, maximum=65535),
+            path=c.text("path", "/v1/process"),
+            timeout_seconds=c.number("timeoutSeconds", 30.0, minimum=0.1),
+            max_batch_records=c.integer("maxBatchRecords", 500, minimum=1),
         )
         c._seen.update({"resources", "env", "envFrom", "command", "args", "imagePullPolicy"})
         c.done()
@@ -163,7 +164,9 @@ def _sink(f: Fields | None) -> SinkSpec:
     sink = SinkSpec()
     if kinds == ["kafka"]:
         k = f.sub("kafka") or Fields({}, f.at("kafka"))
-        sink = SinkSpec(kafka=KafkaSinkSpec(topic=k.str("topic", required=True), config=k.str_map("config")))
+        sink = SinkSpec(
+            kafka=KafkaSinkSpec(topic=k.text("topic", required=True), config=k.str_map("config"))
+        )
         k.done()
     elif kinds == ["spark"]:
         sink = SinkSpec(spark=_spark(f.sub("spark") or Fields({}, f.at("spark"))))
@@ -182,8 +185,8 @@ def _spark(f: Fields) -> SparkSinkSpec:
     jdbc = None
     if j is not None:
         jdbc = JdbcSpec(
-            url=j.str("url", required=True),
-            table=j.str("table", required=True),
+            url=j.text("url", required=True),
+            table=j.text("table", required=True),
             secret_ref=_secret_ref(j.sub("secretRef")),
             user=j.opt_str("user"),
             password=j.opt_str("password"),
@@ -195,16 +198,16 @@ def _spark(f: Fields) -> SparkSinkSpec:
         raise ConfigError(f.at("path"), f"is required when format is {fmt}")
     b = f.sub("batch") or Fields({}, f.at("batch"))
     batch = SparkBatchSpec(
-        max_records=b.int("maxRecords", 100_000, minimum=1),
-        max_interval_seconds=b.float("maxIntervalSeconds", 60.0, minimum=0.01),
-        max_bytes=b.int("maxBytes", 134_217_728, minimum=1),
+        max_records=b.integer("maxRecords", 100_000, minimum=1),
+        max_interval_seconds=b.number("maxIntervalSeconds", 60.0, minimum=0.01),
+        max_bytes=b.integer("maxBytes", 134_217_728, minimum=1),
     )
     b.done()
     s = f.sub("submit") or Fields({}, f.at("submit"))
     mode = s.choice("mode", ("local", "connect", "kubernetes"), "local")
     submit = SparkSubmitSpec(
-        mode=mode,  # type: ignore[arg-type]
-        master=s.str("master", "local[*]"),
+        mode=cast(SparkMode, mode),
+        master=s.text("master", "local[*]"),
         connect_url=s.opt_str("connectUrl"),
         conf=s.str_map("conf"),
     )
@@ -213,7 +216,7 @@ def _spark(f: Fields) -> SparkSinkSpec:
     if mode == "connect" and submit.connect_url is None:
         raise ConfigError(s.at("connectUrl"), "is required when mode is connect")
     out = SparkSinkSpec(
-        format=fmt,  # type: ignore[arg-type]
+        format=cast(SparkFormat, fmt),
         path=path,
         jdbc=jdbc,
         partition_by=f.str_list("partitionBy"),
@@ -230,7 +233,7 @@ def _spark(f: Fields) -> SparkSinkSpec:
 def _commit(f: Fields | None) -> CommitSpec:
     if f is None:
         return CommitSpec()
-    out = CommitSpec(interval_seconds=f.float("intervalSeconds", 1.0, minimum=0.01, maximum=3600))
+    out = CommitSpec(interval_seconds=f.number("intervalSeconds", 1.0, minimum=0.01, maximum=3600))
     f.done()
     return out
 
@@ -239,8 +242,8 @@ def _limits(f: Fields | None) -> LimitsSpec:
     if f is None:
         return LimitsSpec()
     out = LimitsSpec(
-        max_in_flight_messages=f.int("maxInFlightMessages", 10_000, minimum=1),
-        max_in_flight_bytes=f.int("maxInFlightBytes", 67_108_864, minimum=1024),
+        max_in_flight_messages=f.integer("maxInFlightMessages", 10_000, minimum=1),
+        max_in_flight_bytes=f.integer("maxInFlightBytes", 67_108_864, minimum=1024),
     )
     f.done()
     return out
@@ -254,14 +257,14 @@ def _errors(f: Fields | None) -> ErrorsSpec:
     d = f.sub("dlq")
     dlq = None
     if d is not None:
-        dlq = DlqSpec(topic=d.str("topic", required=True))
+        dlq = DlqSpec(topic=d.text("topic", required=True))
         d.done()
     if policy == "dlq" and dlq is None:
         raise ConfigError(f.at("dlq.topic"), "is required when policy is dlq")
     out = ErrorsSpec(
         policy=policy,
-        max_retries=f.int("maxRetries", 3, minimum=0, maximum=100),
-        retry_backoff_seconds=f.float("retryBackoffSeconds", 0.5, minimum=0.0, maximum=3600),
+        max_retries=f.integer("maxRetries", 3, minimum=0, maximum=100),
+        retry_backoff_seconds=f.number("retryBackoffSeconds", 0.5, minimum=0.0, maximum=3600),
         dlq=dlq,
     )
     f.done()
@@ -271,7 +274,7 @@ def _errors(f: Fields | None) -> ErrorsSpec:
 def _shutdown(f: Fields | None) -> ShutdownSpec:
     if f is None:
         return ShutdownSpec()
-    out = ShutdownSpec(drain_timeout_seconds=f.float("drainTimeoutSeconds", 25.0, minimum=0.0))
+    out = ShutdownSpec(drain_timeout_seconds=f.number("drainTimeoutSeconds", 25.0, minimum=0.0))
     f.done()
     return out
 
@@ -279,6 +282,6 @@ def _shutdown(f: Fields | None) -> ShutdownSpec:
 def _metrics(f: Fields | None) -> MetricsSpec:
     if f is None:
         return MetricsSpec()
-    out = MetricsSpec(port=f.int("port", 9100, minimum=0, maximum=65535))
+    out = MetricsSpec(port=f.integer("port", 9100, minimum=0, maximum=65535))
     f.done()
     return out

@@ -12,6 +12,8 @@ from typing import Literal
 Format = Literal["json", "string", "bytes"]
 StartFrom = Literal["earliest", "latest"]
 ErrorPolicyName = Literal["dlq", "skip", "stop"]
+SparkFormat = Literal["parquet", "json", "delta", "jdbc"]
+SparkMode = Literal["local", "connect", "kubernetes"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ class SparkBatchSpec:
 
 @dataclass(frozen=True)
 class SparkSubmitSpec:
-    mode: Literal["local", "connect", "kubernetes"] = "local"
+    mode: SparkMode = "local"
     master: str = "local[*]"
     connect_url: str | None = None
     conf: dict[str, str] = field(default_factory=dict)
@@ -86,7 +88,7 @@ class SparkSubmitSpec:
 
 @dataclass(frozen=True)
 class SparkSinkSpec:
-    format: Literal["parquet", "json", "delta", "jdbc"]
+    format: SparkFormat
     path: str | None = None
     jdbc: JdbcSpec | None = None
     partition_by: tuple[str, ...] = ()

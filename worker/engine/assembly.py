@@ -33,7 +33,9 @@ def make_sink(spec: PipelineSpec, clients: ClientFactory, metrics: Metrics) -> S
     if sink.kafka is not None:
         from offtake.sinks.kafka import KafkaSink
 
-        return KafkaSink(clients.producer(producer_config(spec, sink.kafka.config)), sink.kafka.topic)
+        return KafkaSink(
+            clients.producer(producer_config(spec, sink.kafka.config)), sink.kafka.topic
+        )
     if sink.spark is not None:
         from offtake.sinks.spark import make_spark_sink
 

@@ -22,10 +22,15 @@ class Backpressure:
     def update(self, messages: int, nbytes: int) -> bool:
         """Return whether fetching should be paused, given the in-flight totals."""
         if self.engaged:
-            if (messages <= self.limits.max_in_flight_messages * LOW_WATER
-                    and nbytes <= self.limits.max_in_flight_bytes * LOW_WATER):
+            if (
+                messages <= self.limits.max_in_flight_messages * LOW_WATER
+                and nbytes <= self.limits.max_in_flight_bytes * LOW_WATER
+            ):
                 self.engaged = False
-        elif messages >= self.limits.max_in_flight_messages or nbytes >= self.limits.max_in_flight_bytes:
+        elif (
+            messages >= self.limits.max_in_flight_messages
+            or nbytes >= self.limits.max_in_flight_bytes
+        ):
             self.engaged = True
         return self.engaged
 

@@ -24,9 +24,15 @@ MIN_COMMIT_SPACING = 0.05  # ...but never more often than this, however small th
 
 
 class Committer:
-    def __init__(self, consumer: ConsumerLike, tracker: OffsetTracker, metrics: Metrics,
-                 interval: float, max_in_flight: int,
-                 make_tp: Callable[[str, int, int], Any]) -> None:
+    def __init__(
+        self,
+        consumer: ConsumerLike,
+        tracker: OffsetTracker,
+        metrics: Metrics,
+        interval: float,
+        max_in_flight: int,
+        make_tp: Callable[[str, int, int], Any],
+    ) -> None:
         self.consumer = consumer
         self.tracker = tracker
         self.metrics = metrics
@@ -39,7 +45,10 @@ class Committer:
     def due(self, now: float) -> bool:
         if now - self._last >= self.interval:
             return True
-        return now - self._last >= MIN_COMMIT_SPACING and self.tracker.done_uncommitted() >= self.early_at
+        return (
+            now - self._last >= MIN_COMMIT_SPACING
+            and self.tracker.done_uncommitted() >= self.early_at
+        )
 
     def maybe_commit(self) -> None:
         now = time.monotonic()
@@ -49,8 +58,11 @@ class Committer:
 
     def commit(self, asynchronous: bool, only: set[TopicPartition] | None = None) -> bool:
         """Commit every partition whose position moved; True when nothing failed."""
-        positions = {tp: pos for tp, pos in self.tracker.commit_positions().items()
-                     if only is None or tp in only}
+        positions = {
+            tp: pos
+            for tp, pos in self.tracker.commit_positions().items()
+            if only is None or tp in only
+        }
         if not positions:
             return True
         offsets = [self.make_tp(tp.topic, tp.partition, pos) for tp, pos in positions.items()]

@@ -20,7 +20,9 @@ H_ATTEMPTS = "offtake.attempts"
 H_STAGE = "offtake.error.stage"
 
 
-def dlq_headers(record: Record, error: BaseException, attempts: int, stage: str) -> list[tuple[str, bytes | None]]:
+def dlq_headers(
+    record: Record, error: BaseException, attempts: int, stage: str
+) -> list[tuple[str, bytes | None]]:
     """The original headers followed by Offtake's, so nothing the producer set is lost."""
     ours = {
         H_TOPIC: record.topic,
@@ -44,20 +46,33 @@ class DeadLetterQueue:
         self._pending = 0
         self._lock = threading.Lock()
 
-    def send(self, record: Record, error: BaseException, attempts: int, stage: str,
-             on_done: Callable[[BaseException | None], None]) -> None:
+    def send(
+        self,
+        record: Record,
+        error: BaseException,
+        attempts: int,
+        stage: str,
+        on_done: Callable[[BaseException | None], None],
+    ) -> None:
         def delivered(err: Any, _msg: Any) -> None:
             with self._lock:
                 self._pending -= 1
-            on_done(None if err is None else RuntimeError(f"DLQ delivery to {self.topic} failed: {err}"))
+            on_done(
+                None if err is None else RuntimeError(f"DLQ delivery to {self.topic} failed: {err}")
+            )
 
         with self._lock:
             self._pending += 1
         headers = dlq_headers(record, error, attempts, stage)
         while True:
             try:
-                self.producer.produce(self.topic, value=record.raw_value, key=record.key,
-                                      headers=headers, on_delivery=delivered)
+                self.producer.produce(
+                    self.topic,
+                    value=record.raw_value,
+                    key=record.key,
+                    headers=headers,
+                    on_delivery=delivered,
+                )
                 return
             except BufferError:
                 self.producer.poll(0.05)

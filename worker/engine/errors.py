@@ -19,8 +19,14 @@ MAX_BACKOFF_SECONDS = 60.0
 class ErrorPolicy:
     """Applies the policy once retries are spent; every path ends in exactly one completion."""
 
-    def __init__(self, spec: ErrorsSpec, completions: Completions, dlq: DeadLetterQueue | None,
-                 metrics: Metrics, request_stop: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        spec: ErrorsSpec,
+        completions: Completions,
+        dlq: DeadLetterQueue | None,
+        metrics: Metrics,
+        request_stop: Callable[[str], None],
+    ) -> None:
         self.spec = spec
         self.completions = completions
         self.dlq = dlq
@@ -29,9 +35,11 @@ class ErrorPolicy:
 
     def backoff(self, attempt: int) -> float:
         """Delay before retry number ``attempt`` (1-based): exponential, capped."""
-        return min(self.spec.retry_backoff_seconds * (2 ** (attempt - 1)), MAX_BACKOFF_SECONDS)
+        return min(float(self.spec.retry_backoff_seconds * 2 ** (attempt - 1)), MAX_BACKOFF_SECONDS)
 
-    def give_up(self, record: Record, epoch: int, error: BaseException, attempts: int, stage: str) -> None:
+    def give_up(
+        self, record: Record, epoch: int, error: BaseException, attempts: int, stage: str
+    ) -> None:
         self.metrics.errors.labels(stage).inc()
         extra = {"topic": record.topic, "partition": record.partition, "offset": record.offset}
         if self.spec.policy == "dlq" and self.dlq is not None:
@@ -44,12 +52,25 @@ class ErrorPolicy:
                 else:
                     self._stop(record, epoch, err, "dlq")
 
-            log.warning("record %s failed after %d attempt(s) in %s: %s; sending it to %s",
-                        record.where(), attempts, stage, error, dlq.topic, extra=extra)
+            log.warning(
+                "record %s failed after %d attempt(s) in %s: %s; sending it to %s",
+                record.where(),
+                attempts,
+                stage,
+                error,
+                dlq.topic,
+                extra=extra,
+            )
             dlq.send(record, error, attempts, stage, sent)
         elif self.spec.policy == "skip":
-            log.warning("record %s failed after %d attempt(s) in %s: %s; skipped (errors.policy=skip)",
-                        record.where(), attempts, stage, error, extra=extra)
+            log.warning(
+                "record %s failed after %d attempt(s) in %s: %s; skipped (errors.policy=skip)",
+                record.where(),
+                attempts,
+                stage,
+                error,
+                extra=extra,
+            )
             self.completions.put(record.tp, record.offset, epoch, "skipped")
         else:
             self._stop(record, epoch, error, stage)

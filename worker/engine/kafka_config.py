@@ -17,10 +17,20 @@ log = logging.getLogger("offtake.kafka")
 
 # The engine commits only offsets whose records reached the sink: auto commit would break that.
 _FORCED_CONSUMER = {"enable.auto.commit": "false", "enable.auto.offset.store": "false"}
-_CONSUMER_ONLY = ("partition.assignment.strategy", "session.timeout.ms", "max.poll.interval.ms",
-                  "heartbeat.interval.ms", "group.instance.id", "auto.offset.reset",
-                  "fetch.max.bytes", "max.partition.fetch.bytes", "fetch.wait.max.ms",
-                  "queued.max.messages.kbytes", "isolation.level", "group.protocol")
+_CONSUMER_ONLY = (
+    "partition.assignment.strategy",
+    "session.timeout.ms",
+    "max.poll.interval.ms",
+    "heartbeat.interval.ms",
+    "group.instance.id",
+    "auto.offset.reset",
+    "fetch.max.bytes",
+    "max.partition.fetch.bytes",
+    "fetch.wait.max.ms",
+    "queued.max.messages.kbytes",
+    "isolation.level",
+    "group.protocol",
+)
 SECRET_DIR = "/etc/offtake/kafka-secret"
 
 
@@ -29,8 +39,11 @@ def secret_properties(directory: str | None = None) -> dict[str, str]:
     path = Path(directory or os.environ.get("OFFTAKE_KAFKA_SECRET_DIR", SECRET_DIR))
     if not path.is_dir():
         return {}
-    return {f.name: f.read_text().strip() for f in sorted(path.iterdir())
-            if f.is_file() and not f.name.startswith(".")}
+    return {
+        f.name: f.read_text().strip()
+        for f in sorted(path.iterdir())
+        if f.is_file() and not f.name.startswith(".")
+    }
 
 
 def _common(spec: PipelineSpec) -> dict[str, Any]:
@@ -50,8 +63,12 @@ def consumer_config(spec: PipelineSpec, instance_id: str | None = None) -> dict[
     conf.update(_common(spec))
     for key, value in _FORCED_CONSUMER.items():
         if conf.get(key, value).lower() != value:
-            log.warning("spec.kafka.config.%s=%s is ignored: Offtake commits offsets itself "
-                        "once records reached the sink", key, conf[key])
+            log.warning(
+                "spec.kafka.config.%s=%s is ignored: Offtake commits offsets itself "
+                "once records reached the sink",
+                key,
+                conf[key],
+            )
         conf[key] = value
     if instance_id and "group.instance.id" not in conf:
         conf["group.instance.id"] = instance_id  # static membership: restarts do not rebalance

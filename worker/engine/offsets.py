@@ -145,7 +145,9 @@ class OffsetTracker:
     def pending_in(self, partitions: set[TopicPartition] | None = None) -> int:
         """Records still pending, in these partitions (all when None)."""
         return sum(
-            len(p.pending) for tp, p in self._parts.items() if partitions is None or tp in partitions
+            len(p.pending)
+            for tp, p in self._parts.items()
+            if partitions is None or tp in partitions
         )
 
     def oldest_uncommitted_timestamp(self, tp: TopicPartition) -> int | None:

@@ -37,9 +37,17 @@ class Work:
 
 
 class ProcessingStage:
-    def __init__(self, processor: Processor, sink: Sink, policy: ErrorPolicy, fmt: str,
-                 completions: Completions, is_current: Callable[[TopicPartition, int], bool],
-                 metrics: Metrics, max_retries: int) -> None:
+    def __init__(
+        self,
+        processor: Processor,
+        sink: Sink,
+        policy: ErrorPolicy,
+        fmt: str,
+        completions: Completions,
+        is_current: Callable[[TopicPartition, int], bool],
+        metrics: Metrics,
+        max_retries: int,
+    ) -> None:
         self.processor = processor
         self.sink = sink
         self.policy = policy
@@ -117,7 +125,12 @@ class ProcessingStage:
                 delay = min(self.policy.backoff(unavailable), UNAVAILABLE_BACKOFF_CAP)
                 # A processor that said how long to wait (HTTP Retry-After) knows best.
                 delay = max(delay, getattr(exc, "retry_after", None) or 0.0)
-                log.warning("processor unavailable (%s); retrying %d record(s) in %.1fs", exc, len(todo), delay)
+                log.warning(
+                    "processor unavailable (%s); retrying %d record(s) in %.1fs",
+                    exc,
+                    len(todo),
+                    delay,
+                )
                 self.abort.wait(delay)
                 continue
             except Exception as exc:  # the processor itself broke: every record failed
@@ -127,7 +140,9 @@ class ProcessingStage:
             if todo:
                 self.abort.wait(self.policy.backoff(todo[0][2] - 1))
 
-    def _route(self, todo: list[tuple[Record, int, int]], outcomes: list[Outcome]) -> list[tuple[Record, int, int]]:
+    def _route(
+        self, todo: list[tuple[Record, int, int]], outcomes: list[Outcome]
+    ) -> list[tuple[Record, int, int]]:
         """Send results on; return the records to retry (with their next attempt number)."""
         retry: list[tuple[Record, int, int]] = []
         for (record, epoch, attempts), outcome in zip(todo, outcomes, strict=True):

@@ -43,10 +43,17 @@ _PARTITION_EOF = -191
 class Worker:
     """Runs one pipeline until stopped; see the module docstring for the record's path."""
 
-    def __init__(self, spec: PipelineSpec, *, clients: ClientFactory | None = None,
-                 sink: Sink | None = None, processor: Processor | None = None,
-                 metrics: Metrics | None = None, health: Health | None = None,
-                 instance_id: str | None = None) -> None:
+    def __init__(
+        self,
+        spec: PipelineSpec,
+        *,
+        clients: ClientFactory | None = None,
+        sink: Sink | None = None,
+        processor: Processor | None = None,
+        metrics: Metrics | None = None,
+        health: Health | None = None,
+        instance_id: str | None = None,
+    ) -> None:
         from offtake.engine.assembly import default_clients, make_processor, make_sink
 
         self.spec = spec
@@ -68,11 +75,22 @@ class Worker:
         self.sink = sink or make_sink(spec, self.clients, self.metrics)
         self.dlq: DeadLetterQueue | None = None
         if spec.errors.policy == "dlq" and spec.errors.dlq is not None:
-            self.dlq = DeadLetterQueue(self.clients.producer(producer_config(spec)), spec.errors.dlq.topic)
-        self.policy = ErrorPolicy(spec.errors, self.completions, self.dlq, self.metrics, self._fail_stop)
-        self.stage = ProcessingStage(self.processor, self.sink, self.policy, spec.source.format,
-                                     self.completions, self._is_current, self.metrics,
-                                     spec.errors.max_retries)
+            self.dlq = DeadLetterQueue(
+                self.clients.producer(producer_config(spec)), spec.errors.dlq.topic
+            )
+        self.policy = ErrorPolicy(
+            spec.errors, self.completions, self.dlq, self.metrics, self._fail_stop
+        )
+        self.stage = ProcessingStage(
+            self.processor,
+            self.sink,
+            self.policy,
+            spec.source.format,
+            self.completions,
+            self._is_current,
+            self.metrics,
+            spec.errors.max_retries,
+        )
         self.consumer: ConsumerLike | None = None
         self.committer: Committer | None = None
 
@@ -98,16 +116,28 @@ class Worker:
         conf["on_commit"] = self._on_commit
         conf.setdefault("error_cb", self._on_kafka_error)
         self.consumer = consumer = self.clients.consumer(conf)
-        self.committer = Committer(consumer, self.tracker, self.metrics,
-                                   self.spec.commit.interval_seconds,
-                                   self.spec.limits.max_in_flight_messages,
-                                   self.clients.topic_partition)
+        self.committer = Committer(
+            consumer,
+            self.tracker,
+            self.metrics,
+            self.spec.commit.interval_seconds,
+            self.spec.limits.max_in_flight_messages,
+            self.clients.topic_partition,
+        )
         self.sink.start(self._on_sink_complete)
         self.stage.start()
-        consumer.subscribe(list(self.spec.source.topics), on_assign=self._on_assign,
-                           on_revoke=self._on_revoke, on_lost=self._on_lost)
-        log.info("worker started: pipeline %s, group %s, topics %s", self.spec.name,
-                 self.spec.source.group_id, ",".join(self.spec.source.topics))
+        consumer.subscribe(
+            list(self.spec.source.topics),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        log.info(
+            "worker started: pipeline %s, group %s, topics %s",
+            self.spec.name,
+            self.spec.source.group_id,
+            ",".join(self.spec.source.topics),
+        )
         try:
             while not self._stop.is_set():
                 self._iterate(consumer)
@@ -118,9 +148,15 @@ class Worker:
     # -- the loop -------------------------------------------------------------------------
     def _iterate(self, consumer: ConsumerLike) -> None:
         self.health.heartbeat()
-        paused = self.backpressure.update(self.tracker.inflight_messages, self.tracker.inflight_bytes)
+        paused = self.backpressure.update(
+            self.tracker.inflight_messages, self.tracker.inflight_bytes
+        )
         self._apply_pause(consumer, paused)
-        want = MAX_BATCH if paused else min(MAX_BATCH, self.backpressure.capacity(self.tracker.inflight_messages))
+        want = (
+            MAX_BATCH
+            if paused
+            else min(MAX_BATCH, self.backpressure.capacity(self.tracker.inflight_messages))
+        )
         messages = consumer.consume(num_messages=max(1, want), timeout=POLL_TIMEOUT)
         self._dispatch(messages)
         self._service()
@@ -170,8 +206,12 @@ class Worker:
             if todo:
                 consumer.pause([self.clients.topic_partition(t.topic, t.partition) for t in todo])
                 self._paused |= todo
-                log.info("backpressure: paused %d partition(s) at %d in-flight record(s), %d bytes",
-                         len(todo), self.tracker.inflight_messages, self.tracker.inflight_bytes)
+                log.info(
+                    "backpressure: paused %d partition(s) at %d in-flight record(s), %d bytes",
+                    len(todo),
+                    self.tracker.inflight_messages,
+                    self.tracker.inflight_bytes,
+                )
         elif self._paused:
             todo = self._paused & assigned
             if todo:
@@ -193,7 +233,8 @@ class Worker:
             committed = self.tracker.last_committed(tp)
             try:
                 marks = consumer.get_watermark_offsets(
-                    self.clients.topic_partition(tp.topic, tp.partition), timeout=1.0, cached=True)
+                    self.clients.topic_partition(tp.topic, tp.partition), timeout=1.0, cached=True
+                )
             except Exception:
                 marks = None
             if marks is None or committed is None or marks[1] < 0:
@@ -235,8 +276,11 @@ class Worker:
             drained = self._drain(tps, time.monotonic() + budget)
             assert self.committer is not None
             self.committer.commit(asynchronous=False, only=tps)
-            log.info("revoked %d partition(s)%s", len(tps),
-                     "" if drained else " (drain budget spent: unfinished records will be redelivered)")
+            log.info(
+                "revoked %d partition(s)%s",
+                len(tps),
+                "" if drained else " (drain budget spent: unfinished records will be redelivered)",
+            )
         finally:
             self._release(tps)
             self._revoking = frozenset()
@@ -245,7 +289,9 @@ class Worker:
         # Another member may own these already: committing now could move its offsets.
         tps = {TopicPartition(p.topic, p.partition) for p in partitions}
         self.metrics.rebalances.labels("lost").inc()
-        log.warning("lost %d partition(s) without a clean revoke; dropping their work uncommitted", len(tps))
+        log.warning(
+            "lost %d partition(s) without a clean revoke; dropping their work uncommitted", len(tps)
+        )
         self._release(tps)
 
     def _release(self, tps: set[TopicPartition]) -> None:
@@ -279,15 +325,20 @@ class Worker:
     def _shutdown(self, consumer: ConsumerLike) -> None:
         self._shutting_down = True
         self.health.set_ready(False, "shutting down")
-        log.info("shutting down (%s): draining in-flight work for up to %.1fs",
-                 self._stop_reason or "stopped", self.spec.shutdown.drain_timeout_seconds)
+        log.info(
+            "shutting down (%s): draining in-flight work for up to %.1fs",
+            self._stop_reason or "stopped",
+            self.spec.shutdown.drain_timeout_seconds,
+        )
         deadline = time.monotonic() + self.spec.shutdown.drain_timeout_seconds
         try:
             self._apply_pause(consumer, True)  # stop fetching; keep the group until we commit
             drained = self._drain(None, deadline)
             if not drained:
-                log.warning("drain budget spent with %d record(s) unfinished: they will be redelivered",
-                            self.tracker.pending_in(None))
+                log.warning(
+                    "drain budget spent with %d record(s) unfinished: they will be redelivered",
+                    self.tracker.pending_in(None),
+                )
             self.stage.abort.set()
             self.sink.drain(None, max(0.0, deadline - time.monotonic()))
             self._service()

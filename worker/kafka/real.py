@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import confluent_kafka
-
 from offtake.kafka.protocols import ConsumerLike, ProducerLike
 
 
@@ -13,10 +12,10 @@ class ConfluentClients:
     """Builds confluent-kafka clients; the engine never imports confluent_kafka itself."""
 
     def consumer(self, config: dict[str, Any]) -> ConsumerLike:
-        return confluent_kafka.Consumer(config)  # type: ignore[no-any-return]
+        return cast(ConsumerLike, confluent_kafka.Consumer(config))
 
     def producer(self, config: dict[str, Any]) -> ProducerLike:
-        return confluent_kafka.Producer(config)  # type: ignore[no-any-return]
+        return cast(ProducerLike, confluent_kafka.Producer(config))
 
     def topic_partition(self, topic: str, partition: int, offset: int = -1001) -> Any:
         return confluent_kafka.TopicPartition(topic, partition, offset)

@@ -34,7 +34,11 @@ class KafkaSink(Sink):
         def delivered(err: Any, _msg: Any) -> None:
             # librdkafka calls this from whichever thread polls the producer.
             if err is not None:
-                failed.append(SinkError(f"record {item.record.where()}: delivery to {self.topic} failed: {err}"))
+                failed.append(
+                    SinkError(
+                        f"record {item.record.where()}: delivery to {self.topic} failed: {err}"
+                    )
+                )
             remaining[0] -= 1
             if remaining[0] == 0:
                 with self._lock:
@@ -47,12 +51,22 @@ class KafkaSink(Sink):
         for value in item.values:
             self._produce(encode_value(value), item, headers, delivered)
 
-    def _produce(self, payload: bytes | None, item: SinkItem, headers: list[tuple[str, bytes | None]],
-                 on_delivery: Any) -> None:
+    def _produce(
+        self,
+        payload: bytes | None,
+        item: SinkItem,
+        headers: list[tuple[str, bytes | None]],
+        on_delivery: Any,
+    ) -> None:
         while True:
             try:
-                self.producer.produce(self.topic, value=payload, key=item.record.key,
-                                      headers=headers or None, on_delivery=on_delivery)
+                self.producer.produce(
+                    self.topic,
+                    value=payload,
+                    key=item.record.key,
+                    headers=headers or None,
+                    on_delivery=on_delivery,
+                )
                 return
             except BufferError:
                 # The producer's local queue is full: serve delivery reports to make room.

@@ -24,8 +24,13 @@ class LogSink(Sink):
     def submit(self, item: SinkItem) -> None:
         r = item.record
         for value in item.values:
-            line = {"topic": r.topic, "partition": r.partition, "offset": r.offset,
-                    "key": _text(r.key), "value": _jsonable(value)}
+            line = {
+                "topic": r.topic,
+                "partition": r.partition,
+                "offset": r.offset,
+                "key": _text(r.key),
+                "value": _jsonable(value),
+            }
             self.stream.write(json.dumps(line, default=str) + "\n")
             self.written += 1
         self.stream.flush()
