@@ -28,7 +28,10 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 # Fields the operator reads and the worker accepts without interpreting (see loader.py).
 OPERATOR_ONLY = {
-    ("spec", "rewind"), ("spec", "autoscaling"), ("spec", "template"), ("spec", "resources"),
+    ("spec", "rewind"),
+    ("spec", "autoscaling"),
+    ("spec", "template"),
+    ("spec", "resources"),
     ("spec", "image"),
 }
 CONTAINER_EXTRAS = {"resources", "env", "envFrom", "command", "args", "imagePullPolicy"}
@@ -121,11 +124,11 @@ def _has(d: Mapping[str, Any], key: str) -> bool:
 
 CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     "self.metadata.name.size() <= 55": lambda s: len(s["metadata"]["name"]) <= 55,
-    "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')": lambda s: re.search(
-        r"^[a-z]([-a-z0-9]*[a-z0-9])?$", s["metadata"]["name"]
-    ) is not None,
-    "!(has(self.function) && has(self.container))": lambda s: not (
-        _has(s, "function") and _has(s, "container")
+    "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')": lambda s: (
+        re.search(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", s["metadata"]["name"]) is not None
+    ),
+    "!(has(self.function) && has(self.container))": lambda s: (
+        not (_has(s, "function") and _has(s, "container"))
     ),
     "(has(self.kafka) ? 1 : 0) + (has(self.spark) ? 1 : 0) + (has(self.log) ? 1 : 0) == 1": (
         lambda s: sum(_has(s, k) for k in ("kafka", "spark", "log")) == 1
@@ -133,17 +136,21 @@ CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     "self.format == 'jdbc' ? has(self.jdbc) : has(self.path)": lambda s: (
         _has(s, "jdbc") if s["format"] == "jdbc" else _has(s, "path")
     ),
-    "self.mode != 'connect' || has(self.connectUrl)": lambda s: (
-        s.get("mode", "local") != "connect" or _has(s, "connectUrl")
+    "!has(self.mode) || self.mode != 'connect' || has(self.connectUrl)": lambda s: (
+        not _has(s, "mode") or s["mode"] != "connect" or _has(s, "connectUrl")
     ),
-    "self.policy != 'dlq' || has(self.dlq)": lambda s: (
-        s.get("policy", "stop") != "dlq" or _has(s, "dlq")
+    "!has(self.policy) || self.policy != 'dlq' || has(self.dlq)": lambda s: (
+        not _has(s, "policy") or s["policy"] != "dlq" or _has(s, "dlq")
     ),
     "self.to != 'timestamp' || has(self.timestamp)": lambda s: (
         s["to"] != "timestamp" or _has(s, "timestamp")
     ),
-    "self.minReplicas <= self.maxReplicas": lambda s: (
-        s.get("minReplicas", 1) <= s.get("maxReplicas", 10)
+    "!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas": (
+        lambda s: (
+            not _has(s, "minReplicas")
+            or not _has(s, "maxReplicas")
+            or s["minReplicas"] <= s["maxReplicas"]
+        )
     ),
 }
 
@@ -475,6 +482,7 @@ def test_every_dataclass_field_is_in_the_crd() -> None:
 
 def test_required_fields_agree_with_the_loader() -> None:
     """Dropping a field the CRD requires makes the loader fail too, naming the field."""
+
     def required(node: Mapping[str, Any], path: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
         for name in node.get("required", []):
             yield (*path, name)
@@ -500,6 +508,15 @@ def _node_at(path: tuple[str, ...]) -> Mapping[str, Any]:
     for key in path:
         node = node["properties"][key]
     return node
+
+
+def test_defaults_satisfy_the_cel_rules_of_their_node() -> None:
+    """The API server evaluates a node's rules on its default as written, before the defaults
+    of the fields inside it apply (so a rule must not assume those)."""
+    for path, node in _walk_nodes(_schema()):
+        for rule in node.get("x-kubernetes-validations", []):
+            if "default" in node:
+                assert CEL_MIRROR[rule["rule"]](node["default"]), f"{path}: {rule['rule']}"
 
 
 def test_every_cel_rule_is_mirrored() -> None:
