@@ -356,3 +356,16 @@ def test_partitions_gained_during_backpressure_stay_within_the_in_flight_bound()
         broker.unstall("enriched")
         h.wait_until_committed(timeout=20)
     assert worst <= limit
+
+
+def test_failed_sink_deliveries_go_to_the_dead_letter_topic() -> None:
+    broker = MemoryBroker()
+    fill(broker, 20, partitions=2)
+    broker.fail_produce("enriched", 3)  # the next three deliveries to the sink fail
+    run = run_pipeline(manifest(errors=errors("dlq")), broker)
+    assert run.ok, run
+    assert len(run.outputs) == 17 and len(run.dlq) == 3
+    assert ids(run.outputs) + Counter(json.loads(m.value())["id"] for m in run.dlq) == Counter(
+        range(20)
+    )
+    assert {headers_of(m)["offtake.error.stage"] for m in run.dlq} == {"sink"}

@@ -25,6 +25,9 @@ The clients implement the subset of confluent-kafka the engine uses (see
 - A member that does not call ``consume()`` for ``max.poll.interval.ms`` is removed from the
   group; its next ``consume()`` returns a ``_MAX_POLL_EXCEEDED`` error message, calls
   ``on_lost`` (``on_revoke`` when unset) and rejoins.
+- Static members (``group.instance.id``, KIP-345) do not leave the group on ``close()``:
+  their partitions wait for the same instance to come back (no rebalance) or for
+  ``session.timeout.ms``; a second consumer with the same id fences the first.
 - Producer delivery reports are served by ``poll()``/``flush()`` on the calling thread;
   ``len(producer)`` counts messages not yet reported; a full queue raises ``BufferError``.
 
