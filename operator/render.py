@@ -338,7 +338,23 @@ def render_service_monitor(body: Mapping[str, Any]) -> JSON:
             "selector": {
                 "matchLabels": {names.PIPELINE_LABEL: name, names.COMPONENT_LABEL: "metrics"}
             },
-            "endpoints": [{"port": names.METRICS_PORT_NAME, "path": "/metrics", "interval": "15s"}],
+            "endpoints": [
+                {
+                    "port": names.METRICS_PORT_NAME,
+                    "path": "/metrics",
+                    "interval": "15s",
+                    # The labels docs/metrics.md promises the dashboards and alert rules:
+                    # job="offtake" and pipeline=<name> (namespace and pod come by default).
+                    "relabelings": [
+                        {"action": "replace", "targetLabel": "job", "replacement": "offtake"},
+                        {
+                            "action": "replace",
+                            "sourceLabels": ["__meta_kubernetes_pod_label_offtake_dev_pipeline"],
+                            "targetLabel": "pipeline",
+                        },
+                    ],
+                }
+            ],
         },
     }
 

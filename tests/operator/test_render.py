@@ -254,3 +254,20 @@ def test_spark_jdbc_secret_is_mounted() -> None:
     assert any(
         m["mountPath"] == names.JDBC_SECRET_DIR for m in spec["containers"][0]["volumeMounts"]
     )
+
+
+def test_service_monitor_labels_series_as_the_dashboards_expect() -> None:
+    sm = render.render_service_monitor(pipeline_body())
+    assert sm["spec"]["selector"]["matchLabels"] == {
+        "offtake.dev/pipeline": "orders",
+        "offtake.dev/component": "metrics",
+    }
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
+    relabel = {r["targetLabel"]: r for r in endpoint["relabelings"]}
+    assert relabel["job"]["replacement"] == "offtake"
+    assert relabel["pipeline"]["sourceLabels"] == [
+        "__meta_kubernetes_pod_label_offtake_dev_pipeline"
+    ]
+    svc = render.render_service(pipeline_body(), parsed(pipeline_body()))
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()

@@ -1,0 +1,72 @@
+{{- define "offtake.operatorName" -}}
+{{- printf "%s-offtake-operator" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "offtake.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "offtake.operatorName" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "offtake.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "offtake.peering" -}}
+{{- if or .Values.peering.enabled (gt (int .Values.operator.replicas) 1) -}}
+{{- .Values.peering.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "offtake.labels" -}}
+app.kubernetes.io/name: offtake
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "offtake.selectorLabels" -}}
+app.kubernetes.io/name: offtake
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "offtake.namespacedRules" -}}
+# The pipelines: watch them, write their status, finalizer and kopf's annotations.
+- apiGroups: [offtake.dev]
+  resources: [consumerpipelines]
+  verbs: [get, list, watch, patch, update]
+- apiGroups: [offtake.dev]
+  resources: [consumerpipelines/status, consumerpipelines/finalizers]
+  verbs: [get, patch, update]
+# The children the operator creates and repairs.
+- apiGroups: [""]
+  resources: [configmaps, services]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [autoscaling]
+  resources: [horizontalpodautoscalers]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [monitoring.coreos.com]
+  resources: [servicemonitors]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [keda.sh]
+  resources: [scaledobjects]
+  verbs: [get, list, watch, create, patch, update, delete]
+# Read-only: spec.kafka.secretRef, for the admin client that measures lag and rewinds.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+# Events on the transitions that matter.
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end -}}
