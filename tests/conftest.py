@@ -1,1 +1,1 @@
-pytest_plugins = ["offtake_testbed.pytest_plugin"]
+pytest_plugins = ["offtake_testbed.pytest_plugin", "offtake_testbed.pytest_plugin_kube"]
