@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -12,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import kmock
-import kopf
 import yaml
 from offtake.config import PipelineSpec
-from offtake_operator.context import MEMO_KEY, OperatorContext
+from offtake_operator.context import OperatorContext
+from offtake_operator.embedded import OperatorThread
 from offtake_operator.lag import TP, LagReport
 from offtake_operator.operator_spec import Rewind
 from offtake_operator.settings import OperatorConfig
@@ -98,42 +97,14 @@ def write_kubeconfig(path: Path, url: str) -> None:
 async def running_operator(
     kafka: FakeKafka, config: OperatorConfig
 ) -> AsyncIterator[OperatorContext]:
-    """The operator in its own thread and event loop, as in production.
-
-    Not in the test's loop: kopf cancels every task of its loop when it stops, which would
-    include the test's own (and kmock's server, which must keep answering meanwhile).
-    """
-    from offtake_operator import handlers  # noqa: F401  (registers the handlers)
-
-    ctx = OperatorContext(config, kafka=kafka)
-    stop = threading.Event()
-    ready = threading.Event()
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            kopf.run(
-                clusterwide=True,
-                standalone=True,
-                stop_flag=stop,
-                ready_flag=ready,
-                memo=kopf.Memo({MEMO_KEY: ctx}),
-            )
-        except BaseException as exc:  # reported by the fixture, never swallowed
-            errors.append(exc)
-            ready.set()
-
-    thread = threading.Thread(target=run, name="kopf-operator", daemon=True)
-    thread.start()
+    """The operator in its own thread and event loop, as ``offtake_operator.embedded`` runs it;
+    the test's loop stays free to serve kmock's emulator meanwhile."""
+    runner = OperatorThread(config, kafka=kafka)
+    ctx = await asyncio.to_thread(runner.start, 15)
     try:
-        assert await asyncio.to_thread(ready.wait, 15), "the operator did not start in 15 s"
-        assert not errors, f"the operator failed to start: {errors[0]!r}"
         yield ctx
     finally:
-        stop.set()
-        await asyncio.to_thread(thread.join, 15)
-    assert not thread.is_alive(), "the operator did not stop within 15 s"
-    assert not errors, f"the operator crashed: {errors[0]!r}"
+        await asyncio.to_thread(runner.stop, 15)
 
 
 @contextlib.asynccontextmanager
