@@ -2,11 +2,16 @@
 
 It runs beside the poll loop so that slow user code or a slow sidecar never stops the worker
 from polling (which would get it kicked out of the group). Work arrives in consumption order
-and is handled in that order, so records of one partition reach the sink in offset order.
+and is handled in that order, so records of one partition reach the sink in offset order --
+except a record being retried: it waits out its backoff parked, while the records behind it
+go on (one poison record must not stall every partition for seconds). The offset tracker
+still holds commits at the parked record, so nothing past it is committed before it is done.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
 import time
@@ -58,6 +63,9 @@ class ProcessingStage:
         self.max_retries = max_retries
         self.abort = threading.Event()  # set to give up on queued work (drain budget spent)
         self._queue: deque[Work] = deque()
+        # Records waiting out a retry backoff: (due, tiebreak, record, epoch, next attempt).
+        self._parked: list[tuple[float, int, Record, int, int]] = []
+        self._tiebreak = itertools.count()
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
@@ -73,7 +81,7 @@ class ProcessingStage:
 
     def idle(self) -> bool:
         with self._cond:
-            return not self._queue and not self._busy
+            return not self._queue and not self._busy and not self._parked
 
     def close(self, timeout: float = 5.0) -> None:
         with self._cond:
@@ -84,14 +92,19 @@ class ProcessingStage:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._closed:
-                    self._cond.wait()
+                while not self._queue and not self._closed and not self._due():
+                    self._cond.wait(self._until_next_due())
                 if self._closed and (not self._queue or self.abort.is_set()):
                     return
-                work = self._queue.popleft()
+                retries = self._take_due()
+                work = self._queue.popleft() if self._queue and not retries else None
                 self._busy = True
             try:
-                if not self.abort.is_set():
+                if self.abort.is_set():
+                    pass
+                elif retries:
+                    self._process(retries)
+                elif work is not None:
                     self._handle(work)
             except Exception:  # a bug here must not kill the thread silently
                 log.exception("processing thread failed on a batch; stopping the worker")
@@ -99,6 +112,26 @@ class ProcessingStage:
             finally:
                 with self._cond:
                     self._busy = False
+
+    def _due(self) -> bool:
+        return bool(self._parked) and self._parked[0][0] <= time.monotonic()
+
+    def _until_next_due(self) -> float | None:
+        return max(0.0, self._parked[0][0] - time.monotonic()) if self._parked else None
+
+    def _take_due(self) -> list[tuple[Record, int, int]]:
+        now, out = time.monotonic(), []
+        while self._parked and self._parked[0][0] <= now and len(out) < CHUNK:
+            _, _, record, epoch, attempt = heapq.heappop(self._parked)
+            out.append((record, epoch, attempt))
+        return out
+
+    def _park(self, retry: list[tuple[Record, int, int]]) -> None:
+        with self._cond:
+            for record, epoch, attempt in retry:
+                due = time.monotonic() + self.policy.backoff(attempt - 1)
+                heapq.heappush(self._parked, (due, next(self._tiebreak), record, epoch, attempt))
+            self._cond.notify()
 
     def _handle(self, work: Work) -> None:
         todo: list[tuple[Record, int, int]] = []
@@ -114,7 +147,7 @@ class ProcessingStage:
             self._process(todo[i : i + CHUNK])
 
     def _process(self, todo: list[tuple[Record, int, int]]) -> None:
-        """Run the processor on records, retrying failures with backoff, then route them."""
+        """Run the processor on records, route results, park failures for a retry."""
         unavailable = 0
         while todo and not self.abort.is_set():
             started = time.monotonic()
@@ -136,9 +169,10 @@ class ProcessingStage:
             except Exception as exc:  # the processor itself broke: every record failed
                 outcomes = [Outcome([], exc)] * len(todo)
             self.metrics.processing_seconds.observe(time.monotonic() - started)
-            todo = self._route(todo, outcomes)
-            if todo:
-                self.abort.wait(self.policy.backoff(todo[0][2] - 1))
+            retry = self._route(todo, outcomes)
+            if retry:
+                self._park(retry)
+            return
 
     def _route(
         self, todo: list[tuple[Record, int, int]], outcomes: list[Outcome]

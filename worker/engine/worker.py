@@ -71,6 +71,7 @@ class Worker:
         self._assigned_once = False
         self._shutting_down = False
         self._last_lag = 0.0
+        self._oldest_seen: dict[TopicPartition, int] = {}
         self.processor = processor or make_processor(spec)
         self.sink = sink or make_sink(spec, self.clients, self.metrics)
         self.dlq: DeadLetterQueue | None = None
@@ -124,6 +125,7 @@ class Worker:
             self.spec.limits.max_in_flight_messages,
             self.clients.topic_partition,
         )
+        self.metrics.init_topics(list(self.spec.source.topics))
         self.sink.start(self._on_sink_complete)
         self.stage.start()
         consumer.subscribe(
@@ -241,6 +243,13 @@ class Worker:
                 continue
             lag = max(0, marks[1] - committed)
             oldest = self.tracker.oldest_uncommitted_timestamp(tp)
+            if oldest is not None:
+                self._oldest_seen[tp] = oldest
+            elif lag:
+                # Lagging with nothing of the partition in memory (paused, or not fetched yet):
+                # the oldest uncommitted record is at most as old as the last one seen, and
+                # its age keeps growing; falling to 0 here would hide a stuck partition.
+                oldest = self._oldest_seen.get(tp)
             seconds = max(0.0, (wall_ms - oldest) / 1000) if lag and oldest is not None else 0.0
             self.metrics.set_lag(tp, lag, seconds)
 
@@ -298,6 +307,7 @@ class Worker:
         for tp in tps:
             self.tracker.release(tp)
             self.metrics.forget_partition(tp)
+            self._oldest_seen.pop(tp, None)
         self._paused -= tps
         self.metrics.assigned_partitions.set(len(self.tracker.partitions()))
 
@@ -372,6 +382,7 @@ class Worker:
     def _on_commit(self, err: Any, partitions: list[Any]) -> None:
         if self.committer is not None:
             self.committer.on_commit(err, partitions)
+        self._last_lag = 0.0  # export the lag of the new committed offsets at once
 
     def _on_kafka_error(self, err: Any) -> None:
         if getattr(err, "fatal", lambda: False)():
