@@ -11,7 +11,11 @@ knows the lag of partitions no worker holds (paused, crashed, not yet assigned).
 
 from __future__ import annotations
 
+import json
+import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,14 +71,23 @@ def lag_seconds(oldest_timestamps_ms: Mapping[TP, int], now_ms: int) -> float:
     return max(0.0, (now_ms - min(oldest_timestamps_ms.values())) / 1000.0)
 
 
+#: librdkafka's own log lines (a broker that cannot be resolved logs several per second) go
+#: here, quiet by default: the operator reports lag errors itself, once per distinct error.
+LIBRDKAFKA_LOG = logging.getLogger("offtake.operator.librdkafka")
+LIBRDKAFKA_LOG.setLevel(logging.CRITICAL)
+
+
 def admin_config(
     pipeline: PipelineSpec, secret: Mapping[str, str], timeout: float
 ) -> dict[str, Any]:
-    conf: dict[str, Any] = {"bootstrap.servers": pipeline.kafka.bootstrap_servers}
+    conf: dict[str, Any] = {
+        "bootstrap.servers": pipeline.kafka.bootstrap_servers,
+        "logger": LIBRDKAFKA_LOG,
+    }
     conf.update(pipeline.kafka.config)
     conf.update(secret)
     conf["socket.timeout.ms"] = int(timeout * 1000)
-    conf.setdefault("client.id", f"offtake-operator-{pipeline.name}")
+    conf.setdefault("client.id", "offtake-operator")
     # Consumer-only and producer-only properties make the admin client log warnings; drop them.
     for key in (
         "auto.offset.reset",
@@ -89,6 +102,24 @@ def admin_config(
     ):
         conf.pop(key, None)
     return conf
+
+
+_ADMINS: OrderedDict[str, AdminClient] = OrderedDict()
+_ADMINS_LOCK = threading.Lock()
+#: Admin clients kept (one per distinct cluster and configuration, least recently used out).
+MAX_ADMIN_CLIENTS = 32
+
+
+def admin_client(conf: Mapping[str, Any]) -> AdminClient:
+    """A shared AdminClient per configuration: pipelines on the same cluster share one (each
+    client holds threads and broker connections, too many to make one per measurement)."""
+    key = json.dumps({k: v for k, v in conf.items() if k != "logger"}, sort_keys=True, default=str)
+    with _ADMINS_LOCK:
+        admin = _ADMINS.pop(key, None) or AdminClient(dict(conf))
+        _ADMINS[key] = admin
+        while len(_ADMINS) > MAX_ADMIN_CLIENTS:
+            _ADMINS.popitem(last=False)
+        return admin
 
 
 def await_result(future: Any, timeout: float, what: str) -> Any:
@@ -180,7 +211,7 @@ def oldest_timestamps(
 def measure_lag(pipeline: PipelineSpec, secret: Mapping[str, str], timeout: float) -> LagReport:
     """Blocking: run it in a thread."""
     conf = admin_config(pipeline, secret, timeout)
-    admin = AdminClient(conf)
+    admin = admin_client(conf)
     tps = topic_partitions(admin, pipeline.source.topics, timeout)
     end = list_offsets(admin, tps, LATEST, timeout)
     start = list_offsets(admin, tps, EARLIEST, timeout)

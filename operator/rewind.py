@@ -29,6 +29,7 @@ from .lag import (
     LATEST,
     TP,
     KafkaAccessError,
+    admin_client,
     admin_config,
     await_result,
     list_offsets,
@@ -49,7 +50,7 @@ def pending(request: Rewind | None, status: Mapping[str, Any]) -> bool:
 
 def group_members(pipeline: PipelineSpec, secret: Mapping[str, str], timeout: float) -> int:
     """Members of the pipeline's consumer group (0 for an empty or unknown group). Blocking."""
-    admin = AdminClient(admin_config(pipeline, secret, timeout))
+    admin = admin_client(admin_config(pipeline, secret, timeout))
     return _members(admin, pipeline.source.group_id, timeout)
 
 
@@ -83,7 +84,7 @@ def reset_offsets(
     Raises :class:`GroupNotEmptyError` if a member is still in the group.
     """
     group = pipeline.source.group_id
-    admin = AdminClient(admin_config(pipeline, secret, timeout))
+    admin = admin_client(admin_config(pipeline, secret, timeout))
     members = _members(admin, group, timeout)
     if members:
         raise GroupNotEmptyError(f"group {group!r} still has {members} member(s)")

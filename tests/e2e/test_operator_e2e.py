@@ -1,0 +1,657 @@
+"""The operator on a real control plane: kube-apiserver, etcd and kube-controller-manager.
+
+The operator runs in this process (``offtake_operator.embedded``) against the test bed's
+kubeconfig. Nothing runs containers here, so the full-loop test plays kubelet itself: it starts
+worker processes from the Deployment's pod template against the real Kafka broker, reports
+their readiness on the Pod objects, and stops them when the ReplicaSet deletes their pods.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+from confluent_kafka import Consumer, Producer
+from offtake.config import load_pipeline
+from offtake_testbed.kube import ControlPlane, KubectlError
+from offtake_testbed.pytest_plugin import TopicFactory
+from offtake_testbed.pytest_plugin_kube import Kubectl
+
+# Read when the handlers module is first imported: a one-second tick keeps the tests brisk.
+os.environ.setdefault("OFFTAKE_TICK_SECONDS", "1")
+
+from offtake_operator import names
+from offtake_operator.context import OperatorContext
+from offtake_operator.embedded import OperatorThread
+from offtake_operator.settings import OperatorConfig
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD = ROOT / "crds" / "consumerpipeline.yaml"
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+COLUMNS = ["NAME", "PHASE", "READY", "REPLICAS", "LAG", "LAG(S)", "AGE"]
+
+T = TypeVar("T")
+
+
+def wait_for(check: Callable[[], T | None], *, timeout: float = 60.0, what: str = "") -> T:
+    """Poll until ``check`` returns something truthy; fail naming what was awaited."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+            last = result
+        except (KeyError, IndexError, AssertionError, KubectlError) as exc:
+            last = exc
+        time.sleep(0.3)
+    pytest.fail(f"timed out after {timeout:g}s waiting for {what or check}; last: {last!r}")
+
+
+def get(kubectl: Kubectl, *args: str) -> Any:
+    return json.loads(kubectl("get", *args, "-o", "json").stdout)
+
+
+def exists(kubectl: Kubectl, *args: str) -> bool:
+    return (
+        kubectl("get", *args, "--ignore-not-found", "-o", "name", check=False).stdout.strip() != ""
+    )
+
+
+def pipeline(name: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "kafka": {"bootstrapServers": "kafka:9092"},
+        "source": {"topics": ["orders"]},
+        "sink": {"log": {}},
+    }
+    body.update(spec)
+    return {
+        "apiVersion": "offtake.dev/v1alpha1",
+        "kind": "ConsumerPipeline",
+        "metadata": {"name": name},
+        "spec": body,
+    }
+
+
+def apply(
+    kubectl: Kubectl, ns: str, manifest: dict[str, Any], *, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    return kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(manifest), check=check)
+
+
+def status(kubectl: Kubectl, ns: str, name: str) -> dict[str, Any]:
+    return dict(get(kubectl, "cpl", name, "-n", ns).get("status") or {})
+
+
+def condition(kubectl: Kubectl, ns: str, name: str, ctype: str) -> dict[str, Any]:
+    return dict(next(c for c in status(kubectl, ns, name)["conditions"] if c["type"] == ctype))
+
+
+@pytest.fixture(scope="module")
+def pipelines_crd(control_plane: ControlPlane) -> None:
+    control_plane.kubectl("apply", "-f", str(CRD))
+    control_plane.kubectl(
+        "wait", "--for=condition=Established", "crd/consumerpipelines.offtake.dev", "--timeout=60s"
+    )
+
+
+@pytest.fixture(scope="module")
+def operator(control_plane: ControlPlane, pipelines_crd: None) -> Iterator[OperatorContext]:
+    config = OperatorConfig(
+        worker_image="offtake:e2e",
+        resync_seconds=3,
+        lag_interval_seconds=2,
+        kafka_timeout_seconds=3,
+        rewind_poll_seconds=1,
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KUBECONFIG", str(control_plane.kubeconfig))
+        with OperatorThread(config) as ctx:
+            yield ctx
+
+
+# ------------------------------------------------------------------------- the resource itself
+
+
+def test_every_example_applies_and_gets_its_children(
+    kubectl: Kubectl, kube_namespace: str, operator: OperatorContext, tmp_path: Path
+) -> None:
+    ns = kube_namespace
+    names_ = []
+    for example in EXAMPLES:
+        kubectl("apply", "-n", ns, "-f", str(example))
+        names_.append(yaml.safe_load(example.read_text())["metadata"]["name"])
+    for name in names_:
+        dep = wait_for(
+            lambda n=name: get(kubectl, "deployment", n, "-n", ns), what=f"Deployment {name}"
+        )
+        (ref,) = dep["metadata"]["ownerReferences"]
+        assert ref["kind"] == "ConsumerPipeline" and ref["name"] == name and ref["controller"]
+        for kind, child in [
+            ("configmap", names.configmap_name(name)),
+            ("service", names.service_name(name)),
+            ("poddisruptionbudget", names.pdb_name(name)),
+        ]:
+            obj = get(kubectl, kind, child, "-n", ns)
+            assert obj["metadata"]["ownerReferences"][0]["uid"] == ref["uid"]
+        wait_for(
+            lambda n=name: status(kubectl, ns, n).get("phase") == "Pending", what=f"{name} Pending"
+        )
+        # The rendered config is a manifest the worker loads as it is.
+        cm = get(kubectl, "configmap", names.configmap_name(name), "-n", ns)
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(cm["data"]["pipeline.yaml"])
+        assert load_pipeline(path).name == name
+
+    table = kubectl("get", "cpl", "-n", ns).stdout.splitlines()
+    assert table[0].split() == COLUMNS
+    rows = {line.split()[0]: line.split() for line in table[1:]}
+    assert set(rows) == set(names_)
+    assert all(row[1] == "Pending" for row in rows.values())
+    # orders-enrich asks for 2 workers: the ReplicaSet made 2 pods, none ready (no kubelet).
+    wait_for(
+        lambda: (
+            kubectl("get", "cpl", "orders-enrich", "-n", ns, "--no-headers").stdout.split()[2:4]
+            == ["0", "2"]
+        ),
+        what="READY 0 and REPLICAS 2 for orders-enrich",
+    )
+
+
+def test_sidecar_pods_carry_the_processor_as_a_native_sidecar(
+    kubectl: Kubectl, kube_namespace: str, operator: OperatorContext
+) -> None:
+    ns = kube_namespace
+    kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / "sidecar.yaml"))
+    pods = wait_for(
+        lambda: get(kubectl, "pods", "-n", ns, "-l", "offtake.dev/pipeline=orders-score")["items"],
+        what="the sidecar pipeline's pods",
+    )
+    spec = pods[0]["spec"]
+    (sidecar,) = spec["initContainers"]
+    # Accepted by a real API server as a restartable init container: Kubernetes starts it before
+    # the worker and stops it after the worker, so a draining worker can still reach it.
+    assert sidecar["restartPolicy"] == "Always"
+    assert sidecar["image"] == "registry.example.com/orders-scorer:1.4"
+    assert [c["name"] for c in spec["containers"]] == ["worker"]
+    assert spec["terminationGracePeriodSeconds"] == 25 + 15
+
+
+BAD_MANIFESTS = [
+    (
+        "two sinks",
+        {"sink": {"log": {}, "kafka": {"topic": "t"}}},
+        "sink must set exactly one of kafka, spark, log",
+    ),
+    ("no sink", {"sink": {}}, "sink must set exactly one of kafka, spark, log"),
+    (
+        "dlq without topic",
+        {"errors": {"policy": "dlq"}},
+        "errors.dlq.topic is required when errors.policy is dlq",
+    ),
+    (
+        "function and container",
+        {"processor": {"function": "a.b:c", "container": {"image": "i"}}},
+        "set either processor.function or processor.container, not both",
+    ),
+    (
+        "parquet without path",
+        {"sink": {"spark": {"format": "parquet"}}},
+        "sink.spark needs jdbc when format is jdbc, and path for the file formats",
+    ),
+    (
+        "connect without url",
+        {"sink": {"spark": {"format": "json", "path": "/x", "submit": {"mode": "connect"}}}},
+        "sink.spark.submit.connectUrl is required when mode is connect",
+    ),
+    (
+        "bad enum",
+        {"source": {"topics": ["o"], "startFrom": "middle"}},
+        'spec.source.startFrom: Unsupported value: "middle"',
+    ),
+    ("negative replicas", {"replicas": -1}, "spec.replicas: Invalid value: -1"),
+    ("no topics", {"source": {"topics": []}}, "spec.source.topics: Invalid value"),
+    (
+        "bad function",
+        {"processor": {"function": "not a function"}},
+        "spec.processor.function: Invalid value",
+    ),
+    (
+        "rewind without timestamp",
+        {"rewind": {"to": "timestamp", "id": "r1"}},
+        "rewind.timestamp is required when rewind.to is timestamp",
+    ),
+    (
+        "misspelt field",
+        {"limits": {"maxInFlightMesages": 5}},
+        'unknown field "spec.limits.maxInFlightMesages"',
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "spec", "message"), BAD_MANIFESTS, ids=[c[0] for c in BAD_MANIFESTS]
+)
+def test_bad_manifests_are_rejected_with_a_readable_message(
+    kubectl: Kubectl,
+    kube_namespace: str,
+    pipelines_crd: None,
+    case: str,
+    spec: dict[str, Any],
+    message: str,
+) -> None:
+    result = apply(kubectl, kube_namespace, pipeline("bad", **spec), check=False)
+    assert result.returncode != 0, f"{case}: accepted"
+    assert message in result.stderr, result.stderr
+    assert not exists(kubectl, "cpl", "bad", "-n", kube_namespace)
+
+
+def test_a_name_too_long_for_its_children_is_rejected(
+    kubectl: Kubectl, kube_namespace: str, pipelines_crd: None
+) -> None:
+    result = apply(kubectl, kube_namespace, pipeline("p" * 56), check=False)
+    assert result.returncode != 0
+    assert "metadata.name must be at most 55 characters" in result.stderr
+
+
+def test_scale_subresource_drives_the_deployment(
+    kubectl: Kubectl, kube_namespace: str, operator: OperatorContext
+) -> None:
+    ns = kube_namespace
+    apply(kubectl, ns, pipeline("scaled", replicas=1))
+    dep = wait_for(lambda: get(kubectl, "deployment", "scaled", "-n", ns), what="the Deployment")
+    checksum = dep["spec"]["template"]["metadata"]["annotations"][names.CHECKSUM_ANNOTATION]
+    kubectl("scale", "cpl/scaled", "--replicas=3", "-n", ns)
+    wait_for(
+        lambda: get(kubectl, "deployment", "scaled", "-n", ns)["spec"]["replicas"] == 3,
+        what="3 replicas",
+    )
+    wait_for(
+        lambda: status(kubectl, ns, "scaled").get("replicas") == 3,
+        what="status.replicas 3 (3 pods)",
+    )
+    scale = get(kubectl, "cpl", "scaled", "-n", ns, "--subresource=scale")
+    assert scale["spec"]["replicas"] == 3 and scale["status"]["replicas"] == 3
+    assert scale["status"]["selector"] == "offtake.dev/pipeline=scaled"
+    dep = get(kubectl, "deployment", "scaled", "-n", ns)
+    assert (
+        dep["spec"]["template"]["metadata"]["annotations"][names.CHECKSUM_ANNOTATION] == checksum
+    ), "scaling must not roll the pods"
+
+
+def test_pause_and_resume(kubectl: Kubectl, kube_namespace: str, operator: OperatorContext) -> None:
+    ns = kube_namespace
+    apply(kubectl, ns, pipeline("pausable", replicas=2))
+    wait_for(lambda: status(kubectl, ns, "pausable").get("replicas") == 2, what="2 pods")
+    kubectl("patch", "cpl/pausable", "-n", ns, "--type=merge", "-p", '{"spec":{"paused":true}}')
+    wait_for(
+        lambda: get(kubectl, "deployment", "pausable", "-n", ns)["spec"]["replicas"] == 0,
+        what="scaled to 0",
+    )
+    wait_for(lambda: status(kubectl, ns, "pausable").get("phase") == "Paused", what="phase Paused")
+    wait_for(
+        lambda: not get(kubectl, "pods", "-n", ns, "-l", "offtake.dev/pipeline=pausable")["items"],
+        what="no pods",
+    )
+    assert kubectl("get", "cpl", "pausable", "-n", ns, "--no-headers").stdout.split()[1] == "Paused"
+    kubectl("patch", "cpl/pausable", "-n", ns, "--type=merge", "-p", '{"spec":{"paused":false}}')
+    wait_for(
+        lambda: get(kubectl, "deployment", "pausable", "-n", ns)["spec"]["replicas"] == 2,
+        what="2 again",
+    )
+    wait_for(
+        lambda: status(kubectl, ns, "pausable").get("phase") == "Pending", what="phase Pending"
+    )
+
+
+def test_deleting_the_pipeline_deletes_its_children(
+    kubectl: Kubectl, kube_namespace: str, operator: OperatorContext
+) -> None:
+    ns = kube_namespace
+    apply(kubectl, ns, pipeline("doomed", replicas=1))
+    wait_for(lambda: exists(kubectl, "deployment", "doomed", "-n", ns), what="the Deployment")
+    wait_for(lambda: exists(kubectl, "pdb", "doomed", "-n", ns), what="the PDB")
+    kubectl("delete", "cpl", "doomed", "-n", ns, "--timeout=60s")
+    for kind, name in [
+        ("deployment", "doomed"),
+        ("configmap", "doomed-pipeline"),
+        ("service", "doomed-metrics"),
+        ("pdb", "doomed"),
+    ]:
+        wait_for(
+            lambda k=kind, n=name: not exists(kubectl, k, n, "-n", ns),
+            what=f"{kind} {name} collected",
+        )
+    wait_for(
+        lambda: not get(kubectl, "pods", "-n", ns, "-l", "offtake.dev/pipeline=doomed")["items"],
+        what="pods gone",
+    )
+
+
+def test_a_spec_the_worker_rejects_degrades_and_keeps_the_deployment(
+    kubectl: Kubectl, kube_namespace: str, operator: OperatorContext
+) -> None:
+    ns = kube_namespace
+    apply(kubectl, ns, pipeline("picky", source={"topics": ["orders"], "groupId": "shop.picky"}))
+    wait_for(lambda: status(kubectl, ns, "picky").get("phase") == "Pending", what="phase Pending")
+    before = get(kubectl, "deployment", "picky", "-n", ns)
+    # Valid for the schema (a non-empty string), not for the worker (blank).
+    kubectl(
+        "patch",
+        "cpl/picky",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        '{"spec":{"source":{"groupId":"   "}}}',
+    )
+    wait_for(lambda: status(kubectl, ns, "picky").get("phase") == "Degraded", what="phase Degraded")
+    degraded = condition(kubectl, ns, "picky", "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "InvalidSpec"
+    assert (
+        degraded["message"]
+        == "spec.source.groupId: expected a non-empty string, got the string '   '"
+    )
+    events = wait_for(
+        lambda: [
+            e
+            for e in get(kubectl, "events", "-n", ns)["items"]
+            if e["involvedObject"]["name"] == "picky" and e["reason"] == "InvalidSpec"
+        ],
+        what="an InvalidSpec Event",
+    )
+    assert events[0]["type"] == "Warning" and "spec.source.groupId" in events[0]["message"]
+    time.sleep(4)  # more than a resync: the operator keeps its hands off
+    after = get(kubectl, "deployment", "picky", "-n", ns)
+    assert after["metadata"]["generation"] == before["metadata"]["generation"]
+    assert (
+        status(kubectl, ns, "picky")["observedGeneration"]
+        == get(kubectl, "cpl", "picky", "-n", ns)["metadata"]["generation"]
+    )
+    kubectl(
+        "patch",
+        "cpl/picky",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        '{"spec":{"source":{"groupId":"shop.picky"}}}',
+    )
+    wait_for(lambda: status(kubectl, ns, "picky").get("phase") == "Pending", what="healed")
+
+
+# ------------------------------------------------------------------------- the full loop
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LocalKubelet:
+    """Runs one pipeline's pods as local worker processes, as a kubelet would run containers.
+
+    For each Pod object: the worker container's command and args, with the ConfigMap mounted
+    as a file, POD_NAME from the downward API and a free metrics port (each pod has its own
+    network namespace; here they share the host's). Readiness (/readyz) is written to the
+    Pod's status, so the ReplicaSet and Deployment controllers count ready replicas. A pod that
+    is deleted gets SIGTERM, then SIGKILL after its grace period.
+    """
+
+    def __init__(self, kubectl: Kubectl, namespace: str, pipeline: str, workdir: Path) -> None:
+        self.kubectl = kubectl
+        self.namespace = namespace
+        self.pipeline = pipeline
+        self.workdir = workdir
+        self.procs: dict[str, tuple[subprocess.Popen[bytes], int, float]] = {}
+        self.ready: set[str] = set()
+        self.exit_codes: dict[str, int] = {}
+        self.started = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="local-kubelet", daemon=True)
+        self.errors: list[str] = []
+
+    def __enter__(self) -> LocalKubelet:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        for name in list(self.procs):
+            self._terminate(name)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sync()
+            except Exception as exc:  # keep kubeletting; the test sees the errors
+                self.errors.append(repr(exc))
+            self._stop.wait(0.5)
+
+    def sync(self) -> None:
+        pods = get(
+            self.kubectl,
+            "pods",
+            "-n",
+            self.namespace,
+            "-l",
+            f"offtake.dev/pipeline={self.pipeline}",
+        )["items"]
+        live = {
+            p["metadata"]["name"]: p for p in pods if not p["metadata"].get("deletionTimestamp")
+        }
+        for name in list(self.procs):
+            if name not in live:
+                self._terminate(name)
+        for name, pod in live.items():
+            if name not in self.procs and name not in self.exit_codes:
+                self._start(pod)
+            elif name in self.procs and name not in self.ready and self._is_ready(name):
+                self._report_ready(name)
+
+    def _start(self, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        spec = pod["spec"]
+        (container,) = [c for c in spec["containers"] if c["name"] == names.WORKER_CONTAINER]
+        cm_name = next(v["configMap"]["name"] for v in spec["volumes"] if v["name"] == "pipeline")
+        cm = get(self.kubectl, "configmap", cm_name, "-n", self.namespace)
+        config = self.workdir / f"{name}.yaml"
+        config.write_text(cm["data"][names.CONFIG_KEY])
+        env = dict(os.environ)
+        for var in container.get("env", []):
+            field = (var.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath")
+            env[var["name"]] = {"metadata.name": name, "metadata.namespace": self.namespace}.get(
+                field, var.get("value", "")
+            )
+        command = [
+            shutil.which(container["command"][0]) or container["command"][0],
+            *container["command"][1:],
+        ]
+        args = [str(config) if a == names.PIPELINE_PATH else a for a in container["args"]]
+        port = free_port()
+        log = (self.workdir / f"{name}.log").open("wb")
+        proc = subprocess.Popen(
+            [*command, *args, "--metrics-port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.workdir,
+        )
+        self.procs[name] = (proc, port, float(spec["terminationGracePeriodSeconds"]))
+        self.started += 1
+
+    def _is_ready(self, name: str) -> bool:
+        proc, port, _ = self.procs[name]
+        if proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def _report_ready(self, name: str) -> None:
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        patch = {
+            "status": {
+                "phase": "Running",
+                "conditions": [
+                    {"type": "Ready", "status": "True", "lastTransitionTime": now},
+                    {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+                ],
+            }
+        }
+        self.kubectl(
+            "patch",
+            "pod",
+            name,
+            "-n",
+            self.namespace,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps(patch),
+            check=False,
+        )
+        self.ready.add(name)
+
+    def _terminate(self, name: str) -> None:
+        proc, _, grace = self.procs.pop(name)
+        self.ready.discard(name)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.exit_codes[name] = proc.returncode
+
+
+def produce(bootstrap: str, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(count):
+        producer.produce(topic, key=str(i).encode(), value=json.dumps({"id": i}).encode())
+    assert producer.flush(30) == 0
+
+
+def read_all(bootstrap: str, topic: str, *, quiet: float = 3.0) -> list[int]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    ids: list[int] = []
+    last = time.monotonic()
+    try:
+        while time.monotonic() - last < quiet:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            ids.append(json.loads(msg.value())["id"])
+            last = time.monotonic()
+    finally:
+        consumer.close()
+    return ids
+
+
+def test_full_loop_workers_from_the_pod_template_reach_zero_lag_and_rewind(
+    kubectl: Kubectl,
+    kube_namespace: str,
+    operator: OperatorContext,
+    kafka_broker: Any,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+) -> None:
+    ns = kube_namespace
+    source, output = topic_factory(partitions=3), topic_factory(partitions=1)
+    produce(kafka_broker.bootstrap, source, 300)
+    apply(
+        kubectl,
+        ns,
+        pipeline(
+            "loop",
+            replicas=2,
+            kafka={"bootstrapServers": kafka_broker.bootstrap},
+            source={"topics": [source], "groupId": f"e2e.{source}", "format": "json"},
+            sink={"kafka": {"topic": output}},
+            shutdown={"drainTimeoutSeconds": 5},
+        ),
+    )
+    with LocalKubelet(kubectl, ns, "loop", tmp_path) as kubelet:
+        wait_for(
+            lambda: status(kubectl, ns, "loop").get("phase") == "Running",
+            timeout=120,
+            what=f"phase Running (kubelet errors: {kubelet.errors})",
+        )
+        assert status(kubectl, ns, "loop")["readyReplicas"] == 2
+        wait_for(
+            lambda: status(kubectl, ns, "loop").get("partitions") == 3,
+            what="3 partitions in status",
+        )
+        wait_for(lambda: status(kubectl, ns, "loop").get("lag") == 0, timeout=120, what="lag 0")
+        first = read_all(kafka_broker.bootstrap, output)
+        assert sorted(set(first)) == list(range(300))
+
+        # Rewind: workers stop (SIGTERM: drain, commit, leave), offsets go back, workers return.
+        kubectl(
+            "patch",
+            "cpl/loop",
+            "-n",
+            ns,
+            "--type=merge",
+            "-p",
+            '{"spec":{"rewind":{"to":"earliest","id":"again"}}}',
+        )
+        wait_for(
+            lambda: status(kubectl, ns, "loop").get("rewind", {}).get("lastId") == "again",
+            timeout=120,
+            what="rewind recorded",
+        )
+        assert kubelet.exit_codes and all(code == 0 for code in kubelet.exit_codes.values()), (
+            kubelet.exit_codes
+        )
+        wait_for(
+            lambda: status(kubectl, ns, "loop").get("phase") == "Running",
+            timeout=120,
+            what="Running again",
+        )
+        wait_for(
+            lambda: status(kubectl, ns, "loop").get("lag") == 0,
+            timeout=120,
+            what="lag 0 after the rewind",
+        )
+        assert kubelet.started == 4, "two workers before and two after the rewind"
+        second = read_all(kafka_broker.bootstrap, output)
+        counts = {i: second.count(i) for i in range(300)}
+        assert min(counts.values()) >= 2, "every record went through again after the rewind"
+        reasons = {
+            e["reason"]
+            for e in get(kubectl, "events", "-n", ns)["items"]
+            if e["involvedObject"]["name"] == "loop"
+        }
+        assert {"RewindStarted", "RewindCompleted", "Running"} <= reasons
+    assert not kubelet.errors, kubelet.errors
