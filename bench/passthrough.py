@@ -19,7 +19,6 @@ import time
 import uuid
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-
 from offtake.config import parse_pipeline
 from offtake.engine.worker import Worker
 from offtake_testbed.kafka import KafkaBroker
@@ -38,10 +37,17 @@ def fill(bootstrap: str, topic: str, records: int) -> None:
 
 
 def hand_written_loop(bootstrap: str, src: str, out: str, records: int) -> float:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"anchor-{uuid.uuid4().hex}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
-                         "enable.idempotence": True, "acks": "all"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"anchor-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True, "acks": "all"}
+    )
     started = time.monotonic()
     consumer.subscribe([src])
     seen = 0
@@ -61,11 +67,14 @@ def hand_written_loop(bootstrap: str, src: str, out: str, records: int) -> float
 def worker_run(bootstrap: str, src: str, out: str, records: int, fmt: str) -> float:
     group = f"worker-{uuid.uuid4().hex}"
     doc = {
-        "apiVersion": "offtake.dev/v1alpha1", "kind": "ConsumerPipeline",
+        "apiVersion": "offtake.dev/v1alpha1",
+        "kind": "ConsumerPipeline",
         "metadata": {"name": "bench"},
-        "spec": {"kafka": {"bootstrapServers": bootstrap},
-                 "source": {"topics": [src], "groupId": group, "format": fmt},
-                 "sink": {"kafka": {"topic": out}}},
+        "spec": {
+            "kafka": {"bootstrapServers": bootstrap},
+            "source": {"topics": [src], "groupId": group, "format": fmt},
+            "sink": {"kafka": {"topic": out}},
+        },
     }
     worker = Worker(parse_pipeline(doc))
     started = time.monotonic()
@@ -76,8 +85,10 @@ def worker_run(bootstrap: str, src: str, out: str, records: int, fmt: str) -> fl
     ends = {p.partition: probe.get_watermark_offsets(p, timeout=10)[1] for p in parts}
     while True:
         # The worker's own tracker knows its commits the moment the broker acknowledges them.
-        done = {tp.partition: worker.tracker.last_committed(tp) or 0
-                for tp in worker.tracker.partitions()}
+        done = {
+            tp.partition: worker.tracker.last_committed(tp) or 0
+            for tp in worker.tracker.partitions()
+        }
         if sum(done.values()) >= sum(ends.values()):
             break
         time.sleep(0.05)
@@ -105,14 +116,22 @@ def main() -> None:
                 if name == "anchor":
                     seconds = hand_written_loop(broker.bootstrap, src, out, args.records)
                 else:
-                    seconds = worker_run(broker.bootstrap, src, out, args.records, name.split("-")[1])
+                    seconds = worker_run(
+                        broker.bootstrap, src, out, args.records, name.split("-")[1]
+                    )
                 results[name].append(args.records / seconds)
-                print(f"round {r}: {name:<13} {args.records / seconds:>10,.0f} records/s", flush=True)
+                print(
+                    f"round {r}: {name:<13} {args.records / seconds:>10,.0f} records/s", flush=True
+                )
         best = {name: max(values) for name, values in results.items()}
         summary = {
-            "records": args.records, "rounds": args.rounds, "cpus": os.cpu_count(),
+            "records": args.records,
+            "rounds": args.rounds,
+            "cpus": os.cpu_count(),
             "records_per_second": {k: round(v) for k, v in best.items()},
-            "ratio_vs_anchor": {k: round(v / best["anchor"], 2) for k, v in best.items() if k != "anchor"},
+            "ratio_vs_anchor": {
+                k: round(v / best["anchor"], 2) for k, v in best.items() if k != "anchor"
+            },
         }
         print(json.dumps(summary, indent=2))
 

@@ -467,8 +467,8 @@ class KafkaBroker:
         Until it is loaded, group calls fail with NOT_COORDINATOR; tests and the demo that
         ask for committed offsets right after start would otherwise see that error.
         """
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "offtake-testbed-warmup",
-                             "logger": _log})
+        conf = {"bootstrap.servers": self.bootstrap, "group.id": "offtake-testbed-warmup"}
+        consumer = Consumer({**conf, "logger": _log})
         try:
             while True:
                 self._check_alive()

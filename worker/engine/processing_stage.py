@@ -120,7 +120,8 @@ class ProcessingStage:
         return max(0.0, self._parked[0][0] - time.monotonic()) if self._parked else None
 
     def _take_due(self) -> list[tuple[Record, int, int]]:
-        now, out = time.monotonic(), []
+        now = time.monotonic()
+        out: list[tuple[Record, int, int]] = []
         while self._parked and self._parked[0][0] <= now and len(out) < CHUNK:
             _, _, record, epoch, attempt = heapq.heappop(self._parked)
             out.append((record, epoch, attempt))

@@ -72,6 +72,7 @@ class Worker:
         self._shutting_down = False
         self._last_lag = 0.0
         self._oldest_seen: dict[TopicPartition, int] = {}
+        self._cooperative = True
         self.processor = processor or make_processor(spec)
         self.sink = sink or make_sink(spec, self.clients, self.metrics)
         self.dlq: DeadLetterQueue | None = None
@@ -116,6 +117,9 @@ class Worker:
         conf = consumer_config(self.spec, self.instance_id)
         conf["on_commit"] = self._on_commit
         conf.setdefault("error_cb", self._on_kafka_error)
+        self._cooperative = "cooperative" in str(conf.get("partition.assignment.strategy", "")) or (
+            str(conf.get("group.protocol", "")).lower() == "consumer"
+        )
         self.consumer = consumer = self.clients.consumer(conf)
         self.committer = Committer(
             consumer,
@@ -258,6 +262,15 @@ class Worker:
         tps = [TopicPartition(p.topic, p.partition) for p in partitions]
         for tp in tps:
             self.tracker.assign(tp)
+        if self.backpressure.engaged and partitions:
+            # Gained while at the in-flight bound: assign them ourselves and pause them before
+            # the first fetch, or their first batch would cross the bound.
+            if self._cooperative:
+                consumer.incremental_assign(partitions)
+            else:
+                consumer.assign(partitions)  # eager: this is the whole new assignment
+            consumer.pause(partitions)
+            self._paused |= set(tps)
         self._seed_committed(consumer, partitions)
         self._assigned_once = True
         self.health.set_ready(not self._shutting_down)
