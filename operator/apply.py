@@ -19,7 +19,10 @@ Action = Literal["created", "updated", "unchanged"]
 @dataclass(frozen=True)
 class Applied:
     action: Action
+    #: The object as the server has it after this call.
     obj: JSON
+    #: The object as it was before (None if this call created it).
+    before: JSON | None = None
 
 
 class NotOursError(Exception):
@@ -53,14 +56,20 @@ def _describe(res: Resource, desired: Mapping[str, Any]) -> str:
     return f"{res.kind} {m.get('namespace')}/{m['name']}"
 
 
-async def ensure(api: KubeApi, res: Resource, desired: Mapping[str, Any]) -> Applied:
-    """Create ``desired`` or patch the existing object until it covers ``desired``."""
+async def ensure(
+    api: KubeApi, res: Resource, desired: Mapping[str, Any], *, create_first: bool = False
+) -> Applied:
+    """Create ``desired`` or patch the existing object until it covers ``desired``.
+
+    ``create_first`` tries the create before looking: one round trip less for a pipeline
+    that is new (the common case on its first pass), a conflict and a read if it is not.
+    """
     m = desired["metadata"]
     namespace, name = m.get("namespace"), m["name"]
-    actual = await api.get(res, namespace, name)
+    actual = None if create_first else await api.get(res, namespace, name)
     if actual is None:
         try:
-            return Applied("created", await api.create(res, namespace, desired))
+            return Applied("created", await api.create(res, namespace, desired), None)
         except ApiError as exc:
             if exc.status != 409:  # 409: created meanwhile (another reconcile); patch it below
                 raise
@@ -75,9 +84,9 @@ async def ensure(api: KubeApi, res: Resource, desired: Mapping[str, Any]) -> App
             f"(uid {owner}); rename or delete it"
         )
     if covers(actual, desired):
-        return Applied("unchanged", actual)
+        return Applied("unchanged", actual, actual)
     patch = {k: v for k, v in desired.items() if k not in ("apiVersion", "kind")}
-    return Applied("updated", await api.patch(res, namespace, name, patch))
+    return Applied("updated", await api.patch(res, namespace, name, patch), actual)
 
 
 async def remove_owned(

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 
+from . import names
 from .kafka_gateway import AdminKafkaGateway, KafkaGateway
 from .kubeapi import KubeApi, Resource
 from .settings import OperatorConfig
@@ -41,6 +43,8 @@ class OperatorContext:
         self.connection: kopf.ConnectionInfo | None = None
         self.api = KubeApi(self._current_connection)
         self.states: dict[Key, PipelineState] = {}
+        #: (plural, namespace, name) -> resourceVersion of each child as last written or read.
+        self.written: dict[tuple[str, str, str], str] = {}
         self._capabilities: dict[Resource, tuple[bool, float]] = {}
         #: The last Events posted, newest last (for logs and tests; the API has them all).
         self.recent_events: deque[tuple[Key, Event]] = deque(maxlen=1000)
@@ -60,6 +64,30 @@ class OperatorContext:
 
     def forget(self, namespace: str, name: str) -> None:
         self.states.pop((namespace, name), None)
+        children = {
+            names.deployment_name(name),
+            names.configmap_name(name),
+            names.service_name(name),
+            names.pdb_name(name),
+            names.autoscaler_name(name),
+        }
+        for key in [k for k in self.written if k[1] == namespace and k[2] in children]:
+            self.written.pop(key, None)
+
+    def note_written(self, res: Resource, obj: Mapping[str, Any]) -> None:
+        """Remember the resourceVersion of a child as this operator last left it."""
+        meta = obj.get("metadata") or {}
+        if meta.get("resourceVersion"):
+            key = (res.plural, str(meta.get("namespace")), str(meta.get("name")))
+            self.written[key] = str(meta["resourceVersion"])
+
+    def wrote(self, plural: str, obj: Mapping[str, Any]) -> bool:
+        """Whether ``obj`` is exactly the version this operator last wrote or read back (its
+        watch event is an echo of our own write, not news)."""
+        meta = obj.get("metadata") or {}
+        key = (plural, str(meta.get("namespace")), str(meta.get("name")))
+        version = meta.get("resourceVersion")
+        return version is not None and self.written.get(key) == str(version)
 
     async def serves(self, res: Resource) -> bool:
         """Whether an optional API (ServiceMonitor, KEDA) exists, cached for a minute."""

@@ -136,11 +136,21 @@ def _owner(body: kopf.Body) -> str | None:
     return None
 
 
-async def _child_changed(body: kopf.Body, namespace: str | None, memo: Any, **_: Any) -> None:
+async def _child_changed(
+    type: str | None,
+    body: kopf.Body,
+    resource: kopf.Resource,
+    namespace: str | None,
+    memo: Any,
+    **_: Any,
+) -> None:
     owner = _owner(body)
     if owner is None or namespace is None:
         return
-    await run_reconcile(context_of(memo), namespace, owner, coalesce=True)
+    ctx = context_of(memo)
+    if type != "DELETED" and ctx.wrote(resource.plural, body):
+        return  # the echo of our own write: nothing new to reconcile
+    await run_reconcile(ctx, namespace, owner, coalesce=True)
 
 
 for _group, _version, _plural in CHILD_RESOURCES:

@@ -8,6 +8,7 @@ missed events and operator restarts all end in the same place.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import logging
@@ -19,7 +20,7 @@ import kopf
 from offtake.config import ConfigError, PipelineSpec, parse_pipeline
 
 from . import names, render, rewind
-from .apply import NotOursError, ensure, remove_owned
+from .apply import Applied, NotOursError, ensure, remove_owned
 from .context import OperatorContext
 from .kubeapi import (
     CONFIGMAPS,
@@ -98,32 +99,47 @@ def _describe_error(res: Resource, obj: Mapping[str, Any], exc: ApiError) -> str
     return f"{res.kind} {obj['metadata']['name']} was rejected: {exc.reason}: {exc.message}"
 
 
+async def _ensure_child(
+    ctx: OperatorContext, res: Resource, obj: Mapping[str, Any], *, fresh: bool = False
+) -> Applied:
+    try:
+        applied = await ensure(ctx.api, res, obj, create_first=fresh)
+    except ApiError as exc:
+        if exc.retriable:
+            raise
+        raise ChildRejectedError(_describe_error(res, obj, exc)) from exc
+    ctx.note_written(res, applied.obj)
+    return applied
+
+
 async def _apply_children(
     ctx: OperatorContext, body: Mapping[str, Any], pipeline: PipelineSpec, replicas: int
-) -> JSON:
-    """Create or patch ConfigMap, Deployment, Service, PDB (and ServiceMonitor); return the
-    Deployment as the server has it after the pass."""
-    deployment = render.render_deployment(body, pipeline, ctx.config, replicas=replicas)
+) -> Applied:
+    """Create or patch ConfigMap, Deployment, Service, PDB (and ServiceMonitor); return what
+    happened to the Deployment."""
+    # A pipeline without any status has never been reconciled: its children most likely do
+    # not exist yet, so create before looking.
+    fresh = not body.get("status")
+    # The ConfigMap first: pods of a Deployment rolled to a new checksum must find the new
+    # config when they start. The rest are independent of each other: in parallel.
+    await _ensure_child(ctx, CONFIGMAPS, render.render_configmap(body), fresh=fresh)
     children: list[tuple[Resource, JSON]] = [
-        # The ConfigMap first: a Deployment rolled to a new checksum must find the new config.
-        (CONFIGMAPS, render.render_configmap(body)),
-        (DEPLOYMENTS, deployment),
+        (DEPLOYMENTS, render.render_deployment(body, pipeline, ctx.config, replicas=replicas)),
         (SERVICES, render.render_service(body, pipeline)),
         (PDBS, render.render_pdb(body)),
     ]
     if await ctx.serves(SERVICEMONITORS):
         children.append((SERVICEMONITORS, render.render_service_monitor(body)))
-    applied_deployment: JSON = {}
-    for res, obj in children:
-        try:
-            applied = await ensure(ctx.api, res, obj)
-        except ApiError as exc:
-            if exc.retriable:
-                raise
-            raise ChildRejectedError(_describe_error(res, obj, exc)) from exc
-        if res is DEPLOYMENTS:
-            applied_deployment = applied.obj
-    return applied_deployment
+    results = await asyncio.gather(
+        *(_ensure_child(ctx, res, obj, fresh=fresh) for res, obj in children),
+        return_exceptions=True,
+    )
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    deployment = results[0]
+    assert isinstance(deployment, Applied)
+    return deployment
 
 
 async def _apply_autoscaler(
@@ -157,12 +173,7 @@ async def _apply_autoscaler(
             await remove_owned(ctx.api, res, namespace, names.autoscaler_name(name), uid)
     if wanted is None:
         return None
-    try:
-        await ensure(ctx.api, *wanted)
-    except ApiError as exc:
-        if exc.retriable:
-            raise
-        raise ChildRejectedError(_describe_error(wanted[0], wanted[1], exc)) from exc
+    await _ensure_child(ctx, *wanted)
     return wanted[0].kind
 
 
@@ -244,12 +255,13 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Outcome:
 
     rewinding = rewind.pending(extras.rewind, old_status)
     replicas = render.desired_worker_replicas(pipeline, rewinding=rewinding)
-    before = await ctx.api.get(DEPLOYMENTS, namespace, dep_name)
     failed = None
-    deployment: JSON | None = before
+    before: JSON | None = None
+    deployment: JSON | None = None
     progress = None
     try:
-        deployment = await _apply_children(ctx, body, pipeline, replicas)
+        applied = await _apply_children(ctx, body, pipeline, replicas)
+        before, deployment = applied.before, applied.obj
         if rewinding:
             rewinding, progress = await _advance_rewind(
                 ctx, body, pipeline, extras, deployment, old_status, outcome
@@ -263,12 +275,13 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Outcome:
                 outcome.message = progress or ""
             else:  # done: the workers come back in this same pass
                 replicas = render.desired_worker_replicas(pipeline, rewinding=False)
-                deployment = await _apply_children(ctx, body, pipeline, replicas)
+                deployment = (await _apply_children(ctx, body, pipeline, replicas)).obj
         outcome.status["autoscaler"] = await _apply_autoscaler(
             ctx, body, pipeline, extras, old_status
         )
     except (ChildRejectedError, NotOursError) as exc:
         failed = str(exc)
+        deployment = await ctx.api.get(DEPLOYMENTS, namespace, dep_name)
     old_replicas = ((before or {}).get("spec") or {}).get("replicas")
     if before is not None and old_replicas != replicas and failed is None:
         outcome.events.append(Event("Normal", "Scaled", f"workers: {old_replicas} -> {replicas}"))

@@ -1,0 +1,172 @@
+"""How fast and how big: the operator (``offtake-operator``, a separate process) on a real
+control plane with hundreds of pipelines.
+
+- apply-to-Deployment latency: from the create call returning to the Deployment appearing in
+  a watch, for 100 pipelines created back to back (p50 and p99 printed, p99 bounded);
+- the operator's resident memory once it serves 500 pipelines (printed, bounded).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config, watch
+from offtake_testbed.kube import ControlPlane
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD = ROOT / "crds" / "consumerpipeline.yaml"
+LATENCY_COUNT = 100
+MEMORY_COUNT = 500
+SINGLE_COUNT = 10
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def body(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "offtake.dev/v1alpha1",
+        "kind": "ConsumerPipeline",
+        "metadata": {"name": name},
+        "spec": {
+            "kafka": {"bootstrapServers": "kafka:9092"},
+            "source": {"topics": ["orders"]},
+            "sink": {"log": {}},
+            "replicas": 1,
+        },
+    }
+
+
+@pytest.fixture
+def operator_process(
+    control_plane: ControlPlane, tmp_path: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    control_plane.kubectl("apply", "-f", str(CRD))
+    control_plane.kubectl(
+        "wait", "--for=condition=Established", "crd/consumerpipelines.offtake.dev", "--timeout=60s"
+    )
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(control_plane.kubeconfig),
+        "OFFTAKE_LAG_SOURCE": "off",  # no broker here: measure the Kubernetes side alone
+        "OFFTAKE_RESYNC_SECONDS": "60",
+        "OFFTAKE_LIVENESS_ENDPOINT": "",
+    }
+    log = (tmp_path / "operator.log").open("wb")
+    proc = subprocess.Popen(["offtake-operator"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        tail = (tmp_path / "operator.log").read_text(errors="replace").splitlines()[-15:]
+        print("\noperator log tail:\n" + "\n".join(tail))
+
+
+def test_latency_and_memory_at_scale(
+    control_plane: ControlPlane, kube_namespace: str, operator_process: subprocess.Popen[bytes]
+) -> None:
+    ns = kube_namespace
+    api = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    custom = client.CustomObjectsApi(api)
+    apps = client.AppsV1Api(api)
+    seen: dict[str, float] = {}
+    stop = threading.Event()
+
+    def watch_deployments() -> None:
+        w = watch.Watch()
+        while not stop.is_set():
+            for event in w.stream(apps.list_namespaced_deployment, ns, timeout_seconds=5):
+                seen.setdefault(event["object"].metadata.name, time.monotonic())
+                if stop.is_set():
+                    w.stop()
+                    break
+
+    watcher = threading.Thread(target=watch_deployments, daemon=True)
+    watcher.start()
+    time.sleep(1)  # the watch is established
+    assert operator_process.poll() is None, "the operator exited"
+    time.sleep(3)  # and the operator has started watching
+
+    # Unloaded: one pipeline at a time.
+    single: list[float] = []
+    for i in range(SINGLE_COUNT):
+        name = f"one-{i:02d}"
+        custom.create_namespaced_custom_object(
+            "offtake.dev", "v1alpha1", ns, "consumerpipelines", body(name)
+        )
+        began = time.monotonic()
+        while name not in seen and time.monotonic() - began < 30:
+            time.sleep(0.01)
+        assert name in seen, f"no Deployment for {name} within 30 s"
+        single.append(seen[name] - began)
+    print(
+        f"\napply-to-Deployment latency, one at a time ({SINGLE_COUNT}): "
+        f"p50 {statistics.median(single) * 1000:.0f} ms, max {max(single) * 1000:.0f} ms"
+    )
+
+    created: dict[str, float] = {}
+    for i in range(LATENCY_COUNT):
+        name = f"lat-{i:03d}"
+        custom.create_namespaced_custom_object(
+            "offtake.dev", "v1alpha1", ns, "consumerpipelines", body(name)
+        )
+        created[name] = time.monotonic()
+    deadline = time.monotonic() + 180
+    while len([n for n in created if n in seen]) < LATENCY_COUNT and time.monotonic() < deadline:
+        time.sleep(0.2)
+    missing = [n for n in created if n not in seen]
+    assert not missing, f"{len(missing)} Deployments never appeared, e.g. {missing[:3]}"
+    latencies = sorted(seen[n] - created[n] for n in created)
+    p50 = statistics.median(latencies)
+    p99 = latencies[int(0.99 * len(latencies)) - 1]
+    print(
+        f"\napply-to-Deployment latency, {LATENCY_COUNT} created back to back: "
+        f"p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, max {latencies[-1] * 1000:.0f} ms"
+    )
+
+    for i in range(LATENCY_COUNT + SINGLE_COUNT, MEMORY_COUNT):
+        custom.create_namespaced_custom_object(
+            "offtake.dev", "v1alpha1", ns, "consumerpipelines", body(f"mem-{i:03d}")
+        )
+    deadline = time.monotonic() + 600
+    while len(seen) < MEMORY_COUNT and time.monotonic() < deadline:
+        time.sleep(1)
+    assert len(seen) >= MEMORY_COUNT, f"only {len(seen)} of {MEMORY_COUNT} Deployments appeared"
+
+    def with_status() -> int:
+        items = custom.list_namespaced_custom_object(
+            "offtake.dev", "v1alpha1", ns, "consumerpipelines"
+        )["items"]
+        return sum(1 for i in items if (i.get("status") or {}).get("phase"))
+
+    while with_status() < MEMORY_COUNT and time.monotonic() < deadline:
+        time.sleep(2)
+    assert with_status() == MEMORY_COUNT
+    time.sleep(10)  # a few ticks of every pipeline's timer
+    memory = rss_mib(operator_process.pid)
+    print(f"operator resident memory with {MEMORY_COUNT} pipelines: {memory:.0f} MiB")
+    stop.set()
+    watcher.join(10)
+
+    assert operator_process.poll() is None, "the operator died under load"
+    assert p99 < 10.0, f"p99 apply-to-Deployment latency {p99:.1f}s"
+    assert memory < 1024, f"{memory:.0f} MiB for {MEMORY_COUNT} pipelines"
