@@ -3,6 +3,7 @@
 (A Spark Connect session switches the whole process's pyspark into Connect mode, so it cannot
 share a process with the tests' local session.) Usage: python -m tests.spark.connect_job JSON
 where JSON has spark (the sink.spark fields), partition, start, stop. Prints a JSON summary.
+``--read URL FORMAT PATH`` prints the table's [partition, offset] pairs instead.
 """
 
 from __future__ import annotations
@@ -18,7 +19,18 @@ from offtake.sinks.spark.session import is_remote
 from .support import Collector, items, pipeline
 
 
+def read_offsets(url: str, fmt: str, path: str) -> None:
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.builder.remote(url).getOrCreate()
+    rows = session.read.format(fmt).load(path).select("partition", "offset").collect()
+    print(json.dumps(sorted([r["partition"], r["offset"]] for r in rows)))
+
+
 def main() -> None:
+    if sys.argv[1] == "--read":
+        read_offsets(*sys.argv[2:5])
+        return
     args = json.loads(sys.argv[1])
     spec = pipeline(args["spark"])
     sink = SparkSink(spec, Metrics("connect-test"))

@@ -1,0 +1,61 @@
+"""Delta sink (delta-spark from Maven Central): replaceWhere on the lineage columns makes a
+rewritten batch replace its earlier copy in one Delta commit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .connect_server import ConnectServer
+from .delta_server import delta_connect_server
+from .test_connect import ROOT, _run
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def delta_server() -> Iterator[ConnectServer]:
+    try:
+        server = delta_connect_server().start()
+    except (RuntimeError, subprocess.CalledProcessError) as exc:
+        pytest.fail(f"the Delta-capable Spark Connect server did not start: {exc}", pytrace=False)
+    print(f"\nSpark Connect (Delta) on {server.url} in {server.started_seconds:.1f}s")
+    yield server
+    server.stop()
+
+
+def _offsets(url: str, path: Path) -> list[tuple[int, int]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.spark.connect_job", "--read", url, "delta", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [tuple(p) for p in json.loads(done.stdout.strip().splitlines()[-1])]
+
+
+def test_delta_batches_rewritten_after_a_crash_leave_each_record_once(
+    delta_server: ConnectServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "delta_table"
+    sink = {
+        "format": "delta",
+        "path": str(path),
+        "batch": {"maxRecords": 250},
+        "submit": {"mode": "connect", "connectUrl": delta_server.url},
+    }
+    assert _run(sink, 0, 1000)["ok"] == 1000
+    expected = [(0, o) for o in range(1000)]
+    assert _offsets(delta_server.url, path) == expected
+    assert _run(sink, 0, 1000)["ok"] == 1000  # the same batches again
+    assert _run({**sink, "batch": {"maxRecords": 400}}, 250, 1000)["ok"] == 750  # cut elsewhere
+    assert _offsets(delta_server.url, path) == expected
+    assert len(list((path / "_delta_log").glob("*.json"))) == 4 + 4 + 2  # one commit per batch
