@@ -142,3 +142,59 @@ def test_stalled_sink_pauses_partitions_without_rebalance_and_resumes(
         runner.join(60)
     assert not runner.is_alive()
     assert sorted(set(sink.seen)) == list(range(total))
+
+
+def test_partitions_gained_during_backpressure_are_paused_before_their_first_fetch(
+    kafka_broker: KafkaBroker, topic_factory: Any
+) -> None:
+    src = topic_factory(6)
+    limit = 200
+    doc = manifest(
+        "gain",
+        kafka_broker.bootstrap,
+        [src],
+        sink={"log": {}},
+        limits={"maxInFlightMessages": limit},
+        shutdown={"drainTimeoutSeconds": 1},
+    )
+    produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(6_000)))
+    sinks = [StallingSink(), StallingSink()]
+    for sink in sinks:
+        sink.stall(3600)  # both hang from the start: each fills up to its bound and pauses
+    workers = [Worker(parse_pipeline(doc), sink=sink) for sink in sinks]
+    runners = [threading.Thread(target=w.run) for w in workers]
+    runners[0].start()
+    deadline = time.monotonic() + 60
+    while workers[0].metrics.assigned_partitions._value.get() != 6:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    runners[1].start()
+    while not (
+        workers[0].backpressure.engaged
+        and workers[1].backpressure.engaged
+        and workers[1].metrics.assigned_partitions._value.get() > 0
+    ):
+        assert time.monotonic() < deadline, "both workers should fill up and pause"
+        time.sleep(0.1)
+    gained_from = workers[1].metrics.assigned_partitions._value.get()
+    workers[1].stop()  # its partitions move to worker 0, which is at its bound
+    runners[1].join(30)
+    worst = 0
+    until = time.monotonic() + 8
+    while time.monotonic() < until:
+        worst = max(worst, workers[0].tracker.inflight_messages)
+        time.sleep(0.02)
+    assert workers[0].metrics.assigned_partitions._value.get() == 6
+    assert workers[0].metrics.paused_partitions._value.get() == 6
+    sinks[0].stall_until = 0.0  # release: everything flows again
+    deadline = time.monotonic() + 60
+    while len(set(sinks[0].seen) | set(sinks[1].seen)) < 6_000:
+        assert time.monotonic() < deadline, "did not resume after the stall"
+        time.sleep(0.1)
+    workers[0].stop()
+    runners[0].join(30)
+    print(
+        f'\nREPORT {{"test": "gain-during-backpressure", "gained": {6 - gained_from}, '
+        f'"worst_inflight": {worst}, "limit": {limit}}}'
+    )
+    assert worst <= limit
