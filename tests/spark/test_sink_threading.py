@@ -1,0 +1,111 @@
+"""The sink's contract with the engine, with a stand-in for Spark (no JVM): submit and poll
+never wait for a job, drain waits only for the asked partitions, abandon drops work."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from offtake.metrics import Metrics
+from offtake.records import TopicPartition
+from offtake.sinks.spark import SparkSink
+from offtake.sinks.spark.batching import BatchId
+from offtake.sinks.spark.writers import Writer
+
+from .support import Collector, items, pipeline
+
+P0, P1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
+
+
+class FakeSession:
+    def createDataFrame(self, table: Any) -> Any:
+        return table
+
+
+class GatedWriter(Writer):
+    """Blocks each write until released, and records what it wrote."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.started = threading.Event()
+        self.written: list[BatchId] = []
+        self.skipped: list[BatchId] = []
+
+    def write(self, df: Any, batch: BatchId, still_owned: Any) -> None:
+        self.started.set()
+        self.gate.wait(30)
+        if still_owned():
+            self.written.append(batch)
+        else:
+            self.skipped.append(batch)
+
+
+def _sink(writer: Writer, **batch: Any) -> tuple[SparkSink, Collector]:
+    spec = pipeline({"format": "parquet", "path": "/unused", "batch": batch or {"maxRecords": 10}})
+    sink = SparkSink(spec, Metrics("t"), session=FakeSession(), writer=writer)
+    done = Collector()
+    sink.start(done)
+    return sink, done
+
+
+def test_submit_and_poll_do_not_wait_for_a_running_job() -> None:
+    writer = GatedWriter()
+    sink, done = _sink(writer)
+    for it in items(range(10)):
+        sink.submit(it)
+    assert writer.started.wait(10)  # the job runs, blocked in the writer
+    began = time.monotonic()
+    for it in items(range(10, 1000)):
+        sink.submit(it)
+    sink.poll()
+    assert time.monotonic() - began < 0.5
+    assert done.count == 0 and sink.pending() == 1000
+    writer.gate.set()
+    assert sink.drain(None, 10)
+    assert len(done.ok) == 1000 and done.threads == {"MainThread"}
+    assert [str(b) for b in writer.written[:2]] == ["orders-0-0-9", "orders-0-10-19"]
+    sink.close()
+
+
+def test_drain_closes_open_batches_of_the_given_partitions_only() -> None:
+    writer = GatedWriter()
+    writer.gate.set()
+    sink, done = _sink(writer, maxRecords=1000, maxIntervalSeconds=3600)
+    for it in items(range(5), partition=0) + items(range(7), partition=1):
+        sink.submit(it)
+    assert sink.drain([P1], 10)
+    assert [str(b) for b in writer.written] == ["orders-1-0-6"]
+    assert len(done.ok) == 7 and sink.pending() == 5
+    assert sink.drain(None, 10) and len(done.ok) == 12
+    sink.close()
+
+
+def test_drain_times_out_while_a_job_runs_and_can_be_called_again() -> None:
+    writer = GatedWriter()
+    sink, done = _sink(writer)
+    for it in items(range(10)):
+        sink.submit(it)
+    assert not sink.drain(None, 0.2)
+    assert done.count == 0
+    writer.gate.set()
+    assert sink.drain(None, 10) and len(done.ok) == 10
+    sink.close()
+
+
+def test_abandon_drops_queued_work_and_stops_the_running_swap() -> None:
+    writer = GatedWriter()
+    sink, done = _sink(writer)
+    for it in items(range(30), partition=0) + items(range(10), partition=1):
+        sink.submit(it)
+    assert writer.started.wait(10)  # orders-0-0-9 is running
+    sink.submit(
+        items(range(3), partition=0)[0].__class__(items([30])[0].record, [{"x": 1}])
+    )  # an open batch of partition 0
+    assert sink.abandon([P0]) == 31
+    writer.gate.set()
+    assert sink.drain(None, 10)
+    assert [str(b) for b in writer.skipped] == ["orders-0-0-9"]
+    assert [str(b) for b in writer.written] == ["orders-1-0-9"]
+    assert {it.tp for it in done.ok} == {P1} and len(done.ok) == 10
+    sink.close()
