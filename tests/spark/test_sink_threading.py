@@ -13,7 +13,7 @@ from offtake.sinks.spark import SparkSink
 from offtake.sinks.spark.batching import BatchId
 from offtake.sinks.spark.writers import Writer
 
-from .support import Collector, items, pipeline
+from .support import Collector, item, items, pipeline
 
 P0, P1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
 
@@ -99,9 +99,7 @@ def test_abandon_drops_queued_work_and_stops_the_running_swap() -> None:
     for it in items(range(30), partition=0) + items(range(10), partition=1):
         sink.submit(it)
     assert writer.started.wait(10)  # orders-0-0-9 is running
-    sink.submit(
-        items(range(3), partition=0)[0].__class__(items([30])[0].record, [{"x": 1}])
-    )  # an open batch of partition 0
+    sink.submit(item(30))  # an open batch of partition 0
     assert sink.abandon([P0]) == 31
     writer.gate.set()
     assert sink.drain(None, 10)
