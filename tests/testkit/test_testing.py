@@ -293,6 +293,11 @@ def test_until_and_wait_ready_for_latest_pipelines() -> None:
     assert sorted(o["id"] for o in h.outputs()) == [5, 6, 7]
 
 
+def both_own_partitions(broker: MemoryBroker) -> bool:
+    owned = broker.assignment("g")
+    return len(owned) == 2 and all(owned.values())
+
+
 def test_static_membership_holds_a_stopped_workers_partitions_until_it_returns() -> None:
     """With group.instance.id (the pod name), a graceful stop does not hand partitions over:
     they wait for the same instance (a restarted pod) or for session.timeout.ms."""
@@ -303,7 +308,7 @@ def test_static_membership_holds_a_stopped_workers_partitions_until_it_returns()
         h.add_worker(instance_id="pod-0")
         h.add_worker(instance_id="pod-1")
         h.wait_ready()
-        h.wait_until(lambda: all(broker.assignment("g").values()), timeout=10)
+        h.wait_until(lambda: both_own_partitions(broker), timeout=10)
         generation = broker.generation("g")
         assert h.stop_worker(0) == 0
         for i in range(40):
@@ -336,11 +341,12 @@ def test_partitions_gained_during_backpressure_stay_within_the_in_flight_bound()
     with PipelineHarness(doc, broker) as h:
         h.add_worker()
         h.add_worker()
-        h.wait_until(lambda: all(broker.assignment("g").values()), timeout=10)
+        h.wait_until(lambda: both_own_partitions(broker), timeout=10)
         broker.stall("enriched")  # the sink hangs: both workers fill up and pause
         for i in range(2000):
             h.produce({"id": i}, key=str(i))
         h.wait_until(lambda: _fetched_not_committed(h, 0, 4) >= limit, timeout=10)
+        h.wait_until(lambda: _fetched_not_committed(h, 1, 4) >= limit, timeout=10)
         h.stop_worker(1)  # worker 0 gains its partitions while under backpressure
         deadline = time.monotonic() + 1.0
         worst = 0
