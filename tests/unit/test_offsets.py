@@ -78,3 +78,32 @@ def test_backpressure_engages_at_the_bound_and_releases_below_low_water() -> Non
     assert bp.update(50, 0) is False
     assert bp.update(1, 10_000) is True  # the byte bound counts too
     assert bp.capacity(70) == 30
+
+
+def test_consumer_config_forces_manual_commits_and_takes_static_membership() -> None:
+    from offtake.config import parse_pipeline
+    from offtake.engine.kafka_config import consumer_config, producer_config
+
+    doc = {
+        "apiVersion": "offtake.dev/v1alpha1",
+        "kind": "ConsumerPipeline",
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {
+            "kafka": {
+                "bootstrapServers": "k:9092",
+                "config": {"enable.auto.commit": True, "session.timeout.ms": 7000},
+            },
+            "source": {"topics": ["a"], "startFrom": "latest"},
+            "sink": {"kafka": {"topic": "b", "config": {"linger.ms": 20}}},
+        },
+    }
+    spec = parse_pipeline(doc)
+    conf = consumer_config(spec, instance_id="orders-7f9c-0")
+    assert conf["enable.auto.commit"] == "false" and conf["enable.auto.offset.store"] == "false"
+    assert conf["group.id"] == "ns.p" and conf["auto.offset.reset"] == "latest"
+    assert conf["partition.assignment.strategy"] == "cooperative-sticky"
+    assert conf["group.instance.id"] == "orders-7f9c-0"
+    assert conf["session.timeout.ms"] == "7000"
+    prod = producer_config(spec, spec.sink.kafka.config if spec.sink.kafka else None)
+    assert prod["enable.idempotence"] == "true" and prod["acks"] == "all"
+    assert prod["linger.ms"] == "20" and "session.timeout.ms" not in prod

@@ -41,11 +41,14 @@ def lost_and_duplicated(expected: int, counts: Any) -> tuple[int, int]:
     return lost, duplicated
 
 
+@pytest.mark.parametrize("assignor", ["cooperative-sticky", "range"])
 def test_three_workers_rebalance_while_records_flow_lose_and_duplicate_nothing(
-    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+    assignor: str, kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
 ) -> None:
     src, out = topic_factory(12), topic_factory(12)
     doc = manifest("rebalance", kafka_broker.bootstrap, [src], sink={"kafka": {"topic": out}})
+    # cooperative-sticky is the default; eager assignors are selectable through kafka.config.
+    doc["spec"]["kafka"]["config"]["partition.assignment.strategy"] = assignor
     path = write_manifest(tmp_path / "pipeline.yaml", doc)
     total = 30_000
 
@@ -72,7 +75,7 @@ def test_three_workers_rebalance_while_records_flow_lose_and_duplicate_nothing(
     counts = ids_of(read_all(kafka_broker.bootstrap, out))
     lost, duplicated = lost_and_duplicated(total, counts)
     report(
-        "rebalance",
+        f"rebalance-{assignor}",
         produced=total,
         delivered=sum(counts.values()),
         lost=lost,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 from offtake.config.spec import PipelineSpec
@@ -177,14 +178,18 @@ class Worker:
         self.sink.poll()
         if self.dlq is not None:
             self.dlq.poll()
+        done: Counter[tuple[str, str]] = Counter()
         for c in self.completions.take_all():
             if c.outcome == "failed":
                 self.tracker.fail(c.tp, c.offset, c.epoch)
             elif self.tracker.done(c.tp, c.offset, c.epoch):
-                self.metrics.processed.labels(c.tp.topic, c.outcome).inc()
+                done[c.tp.topic, c.outcome] += 1
+        for (topic, outcome), n in done.items():  # one counter update per kind, not per record
+            self.metrics.processed.labels(topic, outcome).inc(n)
 
     def _dispatch(self, messages: list[Any]) -> None:
         batch: list[tuple[MessageLike, int]] = []
+        consumed: Counter[str] = Counter()
         for msg in messages:
             err = msg.error()
             if err is not None:
@@ -198,10 +203,12 @@ class Worker:
             size = len(value or b"") + len(key or b"") + 64
             ts_type, ts = msg.timestamp()
             self.tracker.register(tp, msg.offset(), size, ts if ts_type and ts >= 0 else None)
-            self.metrics.consumed.labels(tp.topic).inc()
+            consumed[tp.topic] += 1
             batch.append((msg, epoch))
         if batch:
             self.stage.submit(Work(batch))
+        for topic, n in consumed.items():
+            self.metrics.consumed.labels(topic).inc(n)
 
     _revoking: frozenset[TopicPartition] = frozenset()
 

@@ -22,22 +22,24 @@ def to_record(msg: MessageLike, fmt: str) -> tuple[Record, DecodeError | None]:
     raw = msg.value()
     topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
     ts_type, ts = msg.timestamp()
-    base = Record(
-        topic=topic,
-        partition=partition,
-        offset=offset,
-        key=msg.key(),
-        value=None,
-        headers=tuple(msg.headers() or ()),
-        timestamp=ts if ts_type != 0 and ts >= 0 else None,
-        raw_value=raw,
-    )
+    value: Any = None
+    error: DecodeError | None = None
     try:
         value = decode_value(raw, fmt)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         where = f"{topic}[{partition}]@{offset}"
-        return base, DecodeError(f"record {where}: value is not valid {fmt}: {exc}")
-    return _with_value(base, value), None
+        error = DecodeError(f"record {where}: value is not valid {fmt}: {exc}")
+    record = Record(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        key=msg.key(),
+        value=value,
+        headers=tuple(msg.headers() or ()),
+        timestamp=ts if ts_type != 0 and ts >= 0 else None,
+        raw_value=raw,
+    )
+    return record, error
 
 
 def decode_value(raw: bytes | None, fmt: str) -> Any:
@@ -45,16 +47,3 @@ def decode_value(raw: bytes | None, fmt: str) -> Any:
         return raw
     text = raw.decode("utf-8")
     return json.loads(text) if fmt == "json" else text
-
-
-def _with_value(record: Record, value: Any) -> Record:
-    return Record(
-        topic=record.topic,
-        partition=record.partition,
-        offset=record.offset,
-        key=record.key,
-        value=value,
-        headers=record.headers,
-        timestamp=record.timestamp,
-        raw_value=record.raw_value,
-    )
