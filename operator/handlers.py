@@ -61,6 +61,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
         settings.peering.mandatory = True
         settings.peering.clusterwide = not ctx.config.namespaces
         settings.peering.stealth = True
+        settings.peering.lifetime = ctx.config.peering_lifetime_seconds
 
 
 @kopf.on.login()

@@ -9,7 +9,6 @@ until it stops renewing its peering record.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import random
 import sys
@@ -64,10 +63,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if priority is None:
         raw = os.environ.get("OFFTAKE_PEERING_PRIORITY", "")
         priority = int(raw) if raw else random.SystemRandom().randint(1, 2**31 - 1)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    # kopf's formatter prefixes each object's lines with [namespace/name]; JSON for log stacks.
+    log_format = (
+        kopf.LogFormat.JSON
+        if os.environ.get("OFFTAKE_LOG_FORMAT") == "json"
+        else kopf.LogFormat.FULL
     )
+    kopf.configure(debug=args.verbose, verbose=args.verbose, log_format=log_format, log_prefix=True)
 
     from . import handlers  # noqa: F401  (registers the handlers with kopf)
 

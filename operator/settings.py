@@ -33,6 +33,9 @@ class OperatorConfig:
     namespaces: tuple[str, ...] = ()
     #: kopf peering object name (OFFTAKE_PEERING); empty runs standalone (one replica only).
     peering: str = ""
+    #: Seconds after which a silent peer counts as gone and a standby replica takes over
+    #: (OFFTAKE_PEERING_LIFETIME_SECONDS; kopf renews its record well before that).
+    peering_lifetime_seconds: int = 60
     #: Timeout in seconds of each Kafka admin call (OFFTAKE_KAFKA_TIMEOUT_SECONDS).
     kafka_timeout_seconds: float = 10.0
 
@@ -65,6 +68,9 @@ class OperatorConfig:
                 n.strip() for n in env.get("OFFTAKE_NAMESPACES", "").split(",") if n.strip()
             ),
             peering=env.get("OFFTAKE_PEERING", "").strip(),
+            peering_lifetime_seconds=int(
+                _seconds(env, "OFFTAKE_PEERING_LIFETIME_SECONDS", cls.peering_lifetime_seconds)
+            ),
             kafka_timeout_seconds=_seconds(
                 env, "OFFTAKE_KAFKA_TIMEOUT_SECONDS", cls.kafka_timeout_seconds
             ),

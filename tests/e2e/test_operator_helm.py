@@ -1,0 +1,251 @@
+"""The Helm chart on a real control plane, and two operator replicas with the chart's RBAC.
+
+The chart's operator Deployment cannot run here (no kubelet), so the test runs two
+``offtake-operator`` processes itself, authenticated as the chart's ServiceAccount (a token from
+the TokenRequest API): if the ClusterRole misses a permission, they fail. With kopf peering, the
+higher priority works and the other stands by until the first one stops renewing its record.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+from offtake_testbed.kube import ControlPlane, KubectlError
+from offtake_testbed.pytest_plugin_kube import Helm, Kubectl
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "offtake"
+T = TypeVar("T")
+
+
+def wait_for(check: Callable[[], T | None], *, timeout: float = 60.0, what: str = "") -> T:
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+            last = result
+        except (KeyError, IndexError, KubectlError) as exc:
+            last = exc
+        time.sleep(0.5)
+    pytest.fail(f"timed out after {timeout:g}s waiting for {what}; last: {last!r}")
+
+
+def get(kubectl: Kubectl, *args: str) -> Any:
+    return json.loads(kubectl("get", *args, "-o", "json").stdout)
+
+
+def test_chart_renders_the_operator_with_least_privilege(
+    control_plane: ControlPlane, helm: Helm
+) -> None:
+    out = helm(
+        "template", "offtake", str(CHART), "-n", "offtake-system", "--set", "operator.replicas=2"
+    ).stdout
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out) if d}
+    dep = docs["Deployment", "offtake-offtake-operator"]
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["offtake-operator"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (
+        env["OFFTAKE_PEERING"] == "offtake"
+        and env["OFFTAKE_WORKER_IMAGE"] == "ghcr.io/offtake/offtake:0.1.0"
+    )
+    assert ("ClusterKopfPeering", "offtake") in docs
+    rules = docs["ClusterRole", "offtake-offtake-operator-cluster"]["rules"]
+    granted = {
+        (g, r): set(rule["verbs"])
+        for rule in rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    assert granted["", "secrets"] == {"get"}, "secrets: read only"
+    assert ("", "pods") not in granted, "the operator never touches pods"
+    assert "delete" not in granted["offtake.dev", "consumerpipelines"]
+    # Namespaced mode: Roles in the served namespaces instead of cluster-wide grants.
+    out = helm(
+        "template", "offtake", str(CHART), "--set", "operator.namespaces={shop,billing}"
+    ).stdout
+    kinds = [(d["kind"], d["metadata"].get("namespace")) for d in yaml.safe_load_all(out) if d]
+    assert ("Role", "shop") in kinds and ("RoleBinding", "billing") in kinds
+    cluster_role = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "ClusterRole")
+    assert all("deployments" not in rule["resources"] for rule in cluster_role["rules"])
+
+
+def sa_kubeconfig(
+    control_plane: ControlPlane, kubectl: Kubectl, namespace: str, sa: str, path: Path
+) -> Path:
+    token = kubectl("create", "token", sa, "-n", namespace, "--duration=1h").stdout.strip()
+    ca = base64.b64encode(control_plane.ca_file.read_bytes()).decode()
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "sa",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {
+                            "server": control_plane.server,
+                            "certificate-authority-data": ca,
+                        },
+                    }
+                ],
+                "users": [{"name": sa, "user": {"token": token}}],
+                "contexts": [{"name": "sa", "context": {"cluster": "c", "user": sa}}],
+            }
+        )
+    )
+    return path
+
+
+class OperatorProcess:
+    def __init__(self, kubeconfig: Path, priority: int, log: Path) -> None:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "OFFTAKE_PEERING": "offtake",
+            "OFFTAKE_PEERING_PRIORITY": str(priority),
+            "OFFTAKE_PEERING_LIFETIME_SECONDS": "10",
+            "OFFTAKE_LAG_SOURCE": "off",
+            "OFFTAKE_LIVENESS_ENDPOINT": "",
+            "OFFTAKE_TICK_SECONDS": "1",
+            "PYTHONUNBUFFERED": "1",  # the test reads the log while the process runs
+        }
+        self.log = log
+        self.proc = subprocess.Popen(
+            ["offtake-operator", "--verbose"],
+            env=env,
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def handled(self, name: str) -> bool:
+        """Whether this process ran a change handler for the pipeline ``name``."""
+        return any(
+            "pipeline_changed" in line and "succeeded" in line and f"/{name}]" in line
+            for line in self.text().splitlines()
+        )
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def release(helm: Helm, kubectl: Kubectl) -> Iterator[str]:
+    namespace = f"offtake-{uuid.uuid4().hex[:6]}"
+    helm(
+        "install",
+        "offtake",
+        str(CHART),
+        "-n",
+        namespace,
+        "--create-namespace",
+        "--set",
+        "operator.replicas=2",
+        "--set",
+        "peering.lifetimeSeconds=10",
+        "--wait=false",
+    )
+    try:
+        yield namespace
+    finally:
+        helm("uninstall", "offtake", "-n", namespace, check=False)
+        kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def test_two_peered_operators_with_the_charts_rbac(
+    control_plane: ControlPlane, kubectl: Kubectl, release: str, kube_namespace: str, tmp_path: Path
+) -> None:
+    sa = "offtake-offtake-operator"
+    assert get(kubectl, "crd", "consumerpipelines.offtake.dev")["spec"]["names"]["shortNames"] == [
+        "cpl"
+    ]
+    assert get(kubectl, "clusterkopfpeering", "offtake")["metadata"]["name"] == "offtake"
+    who = f"system:serviceaccount:{release}:{sa}"
+    for verb, what, allowed in [
+        ("create", "deployments.apps", "yes"),
+        ("patch", "consumerpipelines.offtake.dev/status", "yes"),
+        ("get", "secrets", "yes"),
+        ("list", "secrets", "no"),
+        ("create", "pods", "no"),
+        ("delete", "consumerpipelines.offtake.dev", "no"),
+    ]:
+        answer = kubectl(
+            "auth", "can-i", verb, what, "--as", who, "-n", kube_namespace, check=False
+        ).stdout.strip()
+        assert answer == allowed, f"{verb} {what}: {answer}"
+
+    kubeconfig = sa_kubeconfig(control_plane, kubectl, release, sa, tmp_path / "sa-kubeconfig")
+    high = OperatorProcess(kubeconfig, 20, tmp_path / "high.log")
+    low = OperatorProcess(kubeconfig, 10, tmp_path / "low.log")
+    try:
+        # The standby starts paused: its watches wait behind the peering blocker.
+        wait_for(
+            lambda: "Pausing the watch-stream for consumerpipelines" in low.text(),
+            what="the low-priority replica standing by",
+        )
+        manifest = {
+            "apiVersion": "offtake.dev/v1alpha1",
+            "kind": "ConsumerPipeline",
+            "metadata": {"name": "peered"},
+            "spec": {
+                "kafka": {"bootstrapServers": "kafka:9092"},
+                "source": {"topics": ["t"]},
+                "sink": {"log": {}},
+            },
+        }
+        kubectl("apply", "-n", kube_namespace, "-f", "-", input=yaml.safe_dump(manifest))
+        wait_for(
+            lambda: get(kubectl, "deployment", "peered", "-n", kube_namespace),
+            what="the Deployment",
+        )
+        wait_for(
+            lambda: (get(kubectl, "cpl", "peered", "-n", kube_namespace).get("status") or {}).get(
+                "phase"
+            ),
+            what="status written with the chart's RBAC",
+        )
+        wait_for(lambda: high.handled("peered"), what="the high-priority replica handling it")
+        assert not low.handled("peered"), "the standby replica must not act"
+
+        high.stop(signal.SIGKILL)  # no goodbye: the standby notices when the record expires
+        kubectl("scale", "cpl/peered", "--replicas=3", "-n", kube_namespace)
+        wait_for(
+            lambda: (
+                get(kubectl, "deployment", "peered", "-n", kube_namespace)["spec"]["replicas"] == 3
+            ),
+            timeout=90,
+            what="the standby taking over",
+        )
+        assert "Resuming operations" in low.text()
+        for proc in (high, low):
+            text = proc.text()
+            assert "Forbidden" not in text and " 403" not in text, text[-3000:]
+    finally:
+        high.stop()
+        low.stop()
