@@ -676,3 +676,20 @@ def test_second_consumer_with_the_same_instance_id_fences_the_first() -> None:
     assert ("first", "lost", [0, 1]) in log
     assert first.consume(10, 0.05) == []  # fenced for good: it does not rejoin
     assert broker.members("g") == [second.memberid()]
+
+
+def test_position_is_unknown_until_a_record_is_returned_like_librdkafka() -> None:
+    """position() is one past the last record returned, not where fetching will start."""
+    broker = MemoryBroker()
+    broker.create_topic("t", 1)
+    for i in range(5):
+        broker.produce("t", i)
+    broker.set_committed("g", "t", 0, 3)
+    c = consumer(broker)
+    c.subscribe(["t"])
+    c.consume(0, 0.05)  # serves the assignment, returns no record
+    assert [p.offset for p in c.position([TopicPartition("t", 0)])] == [-1001]
+    assert [m.offset() for m in c.consume(1, 1)] == [3]
+    assert [p.offset for p in c.position([TopicPartition("t", 0)])] == [4]
+    c.seek(TopicPartition("t", 0, 1))
+    assert [p.offset for p in c.position([TopicPartition("t", 0)])] == [-1001]

@@ -55,6 +55,10 @@ def _scenario(make: MakeConsumer, topic: str, strategy: str) -> Log:
     a = make(config("a"))
     subscribe(a, "a")
     _poll_until(lambda: len(a.assignment()) == 4, a)
+    for _ in range(3):
+        a.consume(10, 0.1)
+    positions = [p.offset for p in a.position(a.assignment())]
+    log.append(("a", "position before any record", positions))
     result = a.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
     log.append(("a", "sync commit returned", [p.partition for p in result]))
     a.consume(10, 0.2)
@@ -87,6 +91,7 @@ def _shape(log: Log, strategy: str) -> dict[str, Any]:
     b_given = [e[2] for e in rebalance if e[0] == "b" and e[1] == "assign" and e[2]]
     shape: dict[str, Any] = {
         "commits": [e for e in before if "commit" in e[1]],
+        "positions": [e for e in before if "position" in e[1]],
         "first assignment": a_first,
         "revokes of a": [len(r) for r in revoked],
         "empty revokes": [e for e in log if e[1] == "revoke" and not e[2]],

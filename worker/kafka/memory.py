@@ -996,9 +996,13 @@ class MemoryBroker:
 
 @dataclass
 class _Fetch:
-    position: int | None  # None: auto.offset.reset=error and nothing committed
+    position: int | None  # next offset to fetch; None: auto.offset.reset=error, no commit
     paused: bool = False
     eof_sent: bool = False
+    # What position() reports: one past the last record returned to the application. Like
+    # librdkafka's, it is unknown (OFFSET_INVALID) after an assign or a seek until a record
+    # of the partition has been returned, even though the fetch position is known.
+    app_position: int | None = None
 
 
 class MemoryConsumer:
@@ -1178,6 +1182,7 @@ class MemoryConsumer:
             while f.position < len(log_) and len(out) < limit:
                 out.append(_message(tp[0], tp[1], f.position, log_[f.position]))
                 f.position += 1
+                f.app_position = f.position
                 f.eof_sent = False
                 if self._auto_store:
                     self._stored[tp] = f.position
@@ -1428,17 +1433,25 @@ class MemoryConsumer:
                     f"Failed to seek: {_tp_name(key)} is not assigned to this consumer",
                 )
             f.position = self._start_position_locked(key, partition.offset)
+            f.app_position = None
             f.eof_sent = False
             self._cond.notify_all()
 
     def position(self, partitions: list[Any]) -> list[Any]:
+        """One past the last record returned per partition; OFFSET_INVALID before the first.
+
+        As in librdkafka, this is not where an assigned partition will start fetching: that
+        position (committed offset or auto.offset.reset) is not visible to the application.
+        """
         self._check_open()
         with self._cond:
             out = []
             for tp in partitions:
                 f = self._assignment.get((tp.topic, tp.partition))
-                pos = f.position if f is not None and f.position is not None else OFFSET_INVALID
-                out.append(TopicPartition(tp.topic, tp.partition, pos))
+                pos = f.app_position if f is not None else None
+                out.append(
+                    TopicPartition(tp.topic, tp.partition, OFFSET_INVALID if pos is None else pos)
+                )
             return out
 
     # -- offsets ------------------------------------------------------------------------
