@@ -1,0 +1,209 @@
+"""Autoscaling and monitoring objects on a real API server: an HPA capped at the real partition
+count, and the ServiceMonitor and KEDA ScaledObject once those CRDs exist in the cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+from offtake_testbed.kube import ControlPlane, KubectlError
+from offtake_testbed.pytest_plugin import TopicFactory
+from offtake_testbed.pytest_plugin_kube import Kubectl
+
+os.environ.setdefault("OFFTAKE_TICK_SECONDS", "1")
+
+from offtake_operator.embedded import OperatorThread
+from offtake_operator.settings import OperatorConfig
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+# Just enough of the Prometheus Operator's and KEDA's CRDs for the API server to serve them.
+OPTIONAL_CRDS = [
+    ("monitoring.coreos.com", "servicemonitors", "ServiceMonitor", "v1"),
+    ("keda.sh", "scaledobjects", "ScaledObject", "v1alpha1"),
+]
+
+
+def crd(group: str, plural: str, kind: str, version: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def wait_for(check: Callable[[], T | None], *, timeout: float = 60.0, what: str = "") -> T:
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+            last = result
+        except (KeyError, IndexError, KubectlError) as exc:
+            last = exc
+        time.sleep(0.3)
+    pytest.fail(f"timed out after {timeout:g}s waiting for {what}; last: {last!r}")
+
+
+def get(kubectl: Kubectl, *args: str) -> Any:
+    return json.loads(kubectl("get", *args, "-o", "json").stdout)
+
+
+def exists(kubectl: Kubectl, *args: str) -> bool:
+    return (
+        kubectl("get", *args, "--ignore-not-found", "-o", "name", check=False).stdout.strip() != ""
+    )
+
+
+@pytest.fixture
+def operator(control_plane: ControlPlane) -> Iterator[None]:
+    """A fresh operator per test: it learns which optional APIs exist when it starts."""
+    control_plane.kubectl("apply", "-f", str(ROOT / "crds" / "consumerpipeline.yaml"))
+    control_plane.kubectl(
+        "wait", "--for=condition=Established", "crd/consumerpipelines.offtake.dev"
+    )
+    config = OperatorConfig(resync_seconds=2, lag_interval_seconds=1, kafka_timeout_seconds=5)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KUBECONFIG", str(control_plane.kubeconfig))
+        with OperatorThread(config):
+            yield
+
+
+@pytest.fixture
+def optional_crds(control_plane: ControlPlane) -> Iterator[None]:
+    control_plane.apply([crd(*c) for c in OPTIONAL_CRDS])
+    for group, plural, _, _ in OPTIONAL_CRDS:
+        control_plane.kubectl("wait", "--for=condition=Established", f"crd/{plural}.{group}")
+    yield
+    # Other tests run without them.
+    for group, plural, _, _ in OPTIONAL_CRDS:
+        control_plane.kubectl("delete", "crd", f"{plural}.{group}", "--wait=false", check=False)
+
+
+def autoscaled(name: str, bootstrap: str, topic: str) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "offtake.dev/v1alpha1",
+            "kind": "ConsumerPipeline",
+            "metadata": {"name": name},
+            "spec": {
+                "kafka": {"bootstrapServers": bootstrap},
+                "source": {"topics": [topic], "groupId": f"g-{topic}"},
+                "sink": {"log": {}},
+                "autoscaling": {
+                    "enabled": True,
+                    "minReplicas": 1,
+                    "maxReplicas": 10,
+                    "targetLagPerReplica": 50,
+                },
+            },
+        }
+    )
+
+
+def test_hpa_on_the_scale_subresource_capped_at_the_partition_count(
+    kubectl: Kubectl,
+    kube_namespace: str,
+    kafka_broker: Any,
+    topic_factory: TopicFactory,
+    operator: None,
+) -> None:
+    ns = kube_namespace
+    topic = topic_factory(partitions=3)
+    kubectl("apply", "-n", ns, "-f", "-", input=autoscaled("scaly", kafka_broker.bootstrap, topic))
+    wait_for(
+        lambda: (get(kubectl, "cpl", "scaly", "-n", ns).get("status") or {}).get("partitions") == 3,
+        what="the partition count measured on the real broker",
+    )
+    hpa = wait_for(
+        lambda: (h := get(kubectl, "hpa", "scaly", "-n", ns))["spec"]["maxReplicas"] == 3 and h,
+        what="an HPA capped at 3",
+    )
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "offtake.dev/v1alpha1",
+        "kind": "ConsumerPipeline",
+        "name": "scaly",
+    }
+    assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == "offtake_consumer_lag_messages"
+    assert hpa["metadata"]["ownerReferences"][0]["name"] == "scaly"
+    kubectl("patch", "cpl/scaly", "-n", ns, "--type=merge", "-p", '{"spec":{"paused":true}}')
+    wait_for(lambda: not exists(kubectl, "hpa", "scaly", "-n", ns), what="no HPA while paused")
+
+
+def test_servicemonitor_and_keda_scaledobject_when_their_crds_exist(
+    kubectl: Kubectl,
+    kube_namespace: str,
+    kafka_broker: Any,
+    topic_factory: TopicFactory,
+    optional_crds: None,
+    operator: None,
+) -> None:
+    ns = kube_namespace
+    topic = topic_factory(partitions=2)
+    kubectl("apply", "-n", ns, "-f", "-", input=autoscaled("kedaed", kafka_broker.bootstrap, topic))
+    sm = wait_for(
+        lambda: get(kubectl, "servicemonitors.monitoring.coreos.com", "kedaed", "-n", ns),
+        what="the ServiceMonitor",
+    )
+    assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+    so = wait_for(
+        lambda: (
+            (s := get(kubectl, "scaledobjects.keda.sh", "kedaed", "-n", ns))["spec"][
+                "maxReplicaCount"
+            ]
+            == 2
+            and s
+        ),
+        what="a ScaledObject capped at 2 partitions",
+    )
+    trigger = so["spec"]["triggers"][0]
+    assert trigger["type"] == "kafka"
+    assert (
+        trigger["metadata"]["consumerGroup"] == f"g-{topic}"
+        and trigger["metadata"]["topic"] == topic
+    )
+    assert not exists(kubectl, "hpa", "kedaed", "-n", ns), (
+        "KEDA makes its own HPA; the operator makes none"
+    )
+    kubectl(
+        "patch",
+        "cpl/kedaed",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        '{"spec":{"autoscaling":{"enabled":false}}}',
+    )
+    wait_for(
+        lambda: not exists(kubectl, "scaledobjects.keda.sh", "kedaed", "-n", ns),
+        what="the ScaledObject removed",
+    )
