@@ -410,8 +410,14 @@ class PipelineHarness:
     def __enter__(self) -> PipelineHarness:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop_all()
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        try:
+            self.stop_all()
+        except TimeoutError:
+            if exc_type is None:
+                raise
+            # A test already failed inside the block: report that, not the hung stop.
+            log.exception("workers did not stop after a failure in the harness block")
 
 
 def _describe_lag(lag: Mapping[tuple[str, int], int]) -> str:
