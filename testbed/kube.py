@@ -72,6 +72,7 @@ __all__ = [
     "Paths",
     "install_control_plane",
     "install_helm",
+    "trim_go_caches",
 ]
 
 #: Kubernetes release built by default (staging modules are published as v0.34.4).
@@ -442,6 +443,13 @@ def install_helm(version: str = HELM_VERSION, *, progress: IO[str] | None = None
         return helm
 
 
+def trim_go_caches() -> None:
+    """Delete the Go build and module caches the builds filled; the installed binaries stay."""
+    log = cache_dir("go") / "trim.log"
+    log.write_text("")
+    _run_go(["clean", "-cache", "-modcache"], cwd=cache_dir("go"), log=log, what="go clean")
+
+
 # --------------------------------------------------------------------------------------------
 # Running
 
@@ -470,7 +478,7 @@ def _make_pki_openssl(pki: Path) -> None:
     )  # fmt: skip
     (pki / "apiserver.ext").write_text(
         "basicConstraints=CA:FALSE\n"
-        "keyUsage=critical,digitalSignature,keyEncipherment\n"
+        "keyUsage=critical,digitalSignature\n"
         "extendedKeyUsage=serverAuth\n"
         "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,"
         "DNS:kubernetes.default,DNS:kubernetes.default.svc,"
@@ -1000,6 +1008,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = sub.add_parser("run", help="start a control plane and wait for Ctrl-C")
     run.add_argument("--version", default=KUBE_VERSION, help="Kubernetes release")
     run.add_argument("--kubeconfig", type=Path, help="also copy the kubeconfig here")
+    sub.add_parser(
+        "trim",
+        help="delete the Go build and module caches (~5 GB); installed binaries stay, "
+        "but building another version starts cold",
+    )
     args = parser.parse_args(argv)
 
     try:
@@ -1019,6 +1032,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "go": _dir_size(cache_dir("go")),
                 }
             print(json.dumps(report, indent=2))
+            return 0
+        if args.command == "trim":
+            trim_go_caches()
             return 0
         paths = install_control_plane(args.version, progress=sys.stderr)
         with ControlPlane(paths) as cp:

@@ -108,7 +108,9 @@ def test_kubeconfig_is_self_contained(control_plane: ControlPlane, tmp_path: Pat
     assert out.strip() == "yes"
 
 
-def test_custom_resource_definition(kubectl: Kubectl, kube_namespace: str) -> None:
+def test_custom_resource_definition(
+    control_plane: ControlPlane, kubectl: Kubectl, kube_namespace: str
+) -> None:
     kubectl("apply", "-f", "-", input=CRD)
     try:
         kubectl(
@@ -123,9 +125,9 @@ def test_custom_resource_definition(kubectl: Kubectl, kube_namespace: str) -> No
             "metadata": {"name": "w1", "namespace": kube_namespace},
             "spec": {"size": 3},
         }
-        kubectl("apply", "-f", "-", input=json.dumps(widget))
+        control_plane.apply(widget)
 
-        widgets = get_items(kubectl, "widgets", "-n", kube_namespace)
+        widgets = control_plane.get_json("widgets", "-n", kube_namespace)["items"]
         assert [(w["metadata"]["name"], w["spec"]["size"]) for w in widgets] == [("w1", 3)]
         assert kubectl("get", "wdg", "w1", "-n", kube_namespace, "-o", "name").stdout.strip() == (
             "widget.testbed.offtake.dev/w1"
