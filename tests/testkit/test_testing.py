@@ -371,12 +371,6 @@ def test_failed_sink_deliveries_go_to_the_dead_letter_topic() -> None:
     assert {headers_of(m)["offtake.error.stage"] for m in run.dlq} == {"sink"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: Committer._seed_start_positions reads consumer.position(), which "
-    "librdkafka (and now the memory broker) reports as OFFSET_INVALID until a record of the "
-    "partition was returned, so the start of an idle latest partition is never committed",
-)
 def test_latest_start_position_is_kept_across_a_restart() -> None:
     broker = MemoryBroker()
     fill(broker, 0, partitions=2)

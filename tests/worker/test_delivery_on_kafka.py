@@ -183,3 +183,23 @@ def test_poison_record_under_each_error_policy(
         assert dead == []
         assert "skipped (errors.policy=skip)" in worker.output()
     report(f"poison-{policy}", outputs=sum(outputs.values()), dlq=len(dead), attempts=attempts)
+
+
+def test_start_from_latest_keeps_its_place_across_a_restart(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    src, out = topic_factory(3), topic_factory(3)
+    produce(kafka_broker.bootstrap, src, ({"id": -1 - i} for i in range(30)))  # before: skipped
+    doc = manifest("latest", kafka_broker.bootstrap, [src], sink={"kafka": {"topic": out}})
+    doc["spec"]["source"]["startFrom"] = "latest"
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    group = doc["spec"]["source"]["groupId"]
+    first = WorkerProcess(path, tmp_path / "first.log").start()
+    # Deployed, no record arrives, stopped: the start position must be committed anyway.
+    wait_caught_up(kafka_broker.bootstrap, group, src, 3, timeout=60)
+    assert first.terminate() == 0, first.output()[-2000:]
+    produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(100)))  # while it is down
+    second = WorkerProcess(path, tmp_path / "second.log").start()
+    wait_caught_up(kafka_broker.bootstrap, group, src, 3, timeout=60)
+    assert second.terminate() == 0, second.output()[-2000:]
+    assert sorted(ids_of(read_all(kafka_broker.bootstrap, out))) == list(range(100))

@@ -58,7 +58,6 @@ class Committer:
 
     def commit(self, asynchronous: bool, only: set[TopicPartition] | None = None) -> bool:
         """Commit every partition whose position moved; True when nothing failed."""
-        self._seed_start_positions()
         positions = {
             tp: pos
             for tp, pos in self.tracker.commit_positions().items()
@@ -79,21 +78,6 @@ class Committer:
         if not asynchronous and result is not None:
             self.on_commit(None, result)
         return True
-
-    def _seed_start_positions(self) -> None:
-        unstarted = self.tracker.unstarted()
-        if not unstarted:
-            return
-        try:  # a local call: librdkafka knows where it will fetch from once it reset
-            found = self.consumer.position(
-                [self.make_tp(tp.topic, tp.partition, -1001) for tp in unstarted]
-            )
-        except Exception as exc:
-            log.debug("no positions yet for unstarted partitions: %s", exc)
-            return
-        for p in found:
-            if p.offset >= 0:
-                self.tracker.seed(TopicPartition(p.topic, p.partition), p.offset)
 
     def on_commit(self, err: Any, partitions: list[Any]) -> None:
         """librdkafka's commit callback (and the result of synchronous commits)."""

@@ -119,14 +119,8 @@ class OffsetTracker:
                 out[tp] = pos
         return out
 
-    def unstarted(self) -> list[TopicPartition]:
-        """Partitions with no record consumed and no commit known: their start is implicit."""
-        return [
-            tp for tp, p in self._parts.items() if p.next_offset is None and p.committed is None
-        ]
-
     def seed(self, tp: TopicPartition, offset: int) -> None:
-        """Make the consumer's start position committable, as if consumed up to it.
+        """Make a partition's start offset committable, as if consumed up to it.
 
         With startFrom latest, a group that never consumed a record has no committed offset;
         the next owner would reset to the then-latest offset and skip what arrived meanwhile.

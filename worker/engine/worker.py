@@ -36,6 +36,7 @@ POLL_TIMEOUT = 0.1
 MAX_BATCH = 500
 LAG_REFRESH_SECONDS = 1.0
 EXIT_OK, EXIT_STOPPED_ON_ERROR, EXIT_FATAL = 0, 1, 3
+OFFSET_STORED = -1000  # librdkafka: start from the committed offset
 
 # librdkafka error codes the loop treats specially (confluent_kafka.KafkaError values).
 _PARTITION_EOF = -191
@@ -269,32 +270,55 @@ class Worker:
         tps = [TopicPartition(p.topic, p.partition) for p in partitions]
         for tp in tps:
             self.tracker.assign(tp)
-        if self.backpressure.engaged and partitions:
-            # Gained while at the in-flight bound: assign them ourselves and pause them before
-            # the first fetch, or their first batch would cross the bound.
+        if partitions:
+            starts = self._start_offsets(consumer, partitions)
+            # Assign explicitly (rather than letting librdkafka do it after this callback) so
+            # that partitions without a committed offset start exactly where we will commit,
+            # and so that partitions gained under backpressure are paused before any fetch.
+            explicit = [
+                self.clients.topic_partition(p.topic, p.partition, starts.get(tp, OFFSET_STORED))
+                for p, tp in zip(partitions, tps, strict=True)
+            ]
             if self._cooperative:
-                consumer.incremental_assign(partitions)
+                consumer.incremental_assign(explicit)
             else:
-                consumer.assign(partitions)  # eager: this is the whole new assignment
-            consumer.pause(partitions)
-            self._paused |= set(tps)
-        self._seed_committed(consumer, partitions)
+                consumer.assign(explicit)  # eager: this is the whole new assignment
+            if self.backpressure.engaged:
+                consumer.pause(partitions)
+                self._paused |= set(tps)
         self._assigned_once = True
         self.health.set_ready(not self._shutting_down)
         self.metrics.rebalances.labels("assign").inc()
         self.metrics.assigned_partitions.set(len(self.tracker.partitions()))
         log.info("assigned %d partition(s): %s", len(tps), ", ".join(map(str, tps)) or "none")
 
-    def _seed_committed(self, consumer: Any, partitions: list[Any]) -> None:
-        """Learn the group's committed offsets so lag is right before this worker commits."""
-        if not partitions:
-            return
+    def _start_offsets(self, consumer: Any, partitions: list[Any]) -> dict[TopicPartition, int]:
+        """Read committed offsets; resolve ``startFrom`` for partitions that have none.
+
+        The committed offsets make lag right before this worker commits. A partition without
+        one starts at its log end (latest) or log start (earliest), and that offset is
+        committed at the next commit even if no record arrives: otherwise a pipeline that
+        starts at latest and restarts would skip what was produced while it was down.
+        """
         try:
-            for p in consumer.committed(partitions, timeout=5.0):
-                if p.offset >= 0:
-                    self.tracker.committed(TopicPartition(p.topic, p.partition), p.offset)
+            found = consumer.committed(partitions, timeout=5.0)
         except Exception as exc:
-            log.debug("could not read committed offsets on assign: %s", exc)
+            log.warning("could not read committed offsets on assign (%s); using startFrom", exc)
+            return {}
+        starts: dict[TopicPartition, int] = {}
+        for p in found:
+            tp = TopicPartition(p.topic, p.partition)
+            if p.offset >= 0:
+                self.tracker.committed(tp, p.offset)
+                continue
+            try:
+                low, high = consumer.get_watermark_offsets(p, timeout=5.0, cached=False)
+            except Exception as exc:
+                log.warning("no watermarks for %s (%s); librdkafka applies startFrom", tp, exc)
+                continue
+            starts[tp] = high if self.spec.source.start_from == "latest" else low
+            self.tracker.seed(tp, starts[tp])
+        return starts
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         tps = {TopicPartition(p.topic, p.partition) for p in partitions}
