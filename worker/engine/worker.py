@@ -327,6 +327,8 @@ class Worker:
         try:
             budget = self.spec.shutdown.drain_timeout_seconds
             drained = self._drain(tps, time.monotonic() + budget)
+            if not drained:
+                self.sink.abandon(tps)
             assert self.committer is not None
             self.committer.commit(asynchronous=False, only=tps)
             log.info(
@@ -345,6 +347,7 @@ class Worker:
         log.warning(
             "lost %d partition(s) without a clean revoke; dropping their work uncommitted", len(tps)
         )
+        self.sink.abandon(tps)
         self._release(tps)
 
     def _release(self, tps: set[TopicPartition]) -> None:

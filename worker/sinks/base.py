@@ -79,6 +79,16 @@ class Sink(ABC):
     def drain(self, partitions: Collection[TopicPartition] | None, timeout: float) -> bool:
         """Complete submitted items (of these partitions; all if None). True if all done."""
 
+    def abandon(self, partitions: Collection[TopicPartition]) -> int:
+        """Drop unfinished work of partitions this worker no longer owns; returns items dropped.
+
+        Called when a revoke's drain budget ran out and for lost partitions. Their records will
+        be processed again by the new owner, so a batch sink must not write them late (a late
+        write could replace rows the new owner already committed). Record sinks have nothing
+        to take back once submitted.
+        """
+        return 0
+
     def close(self) -> None:
         """Release resources; called after the final drain."""
 
