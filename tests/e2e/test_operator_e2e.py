@@ -14,12 +14,14 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -406,28 +408,49 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class LocalKubelet:
-    """Runs one pipeline's pods as local worker processes, as a kubelet would run containers.
+@dataclass
+class PodProcesses:
+    worker: subprocess.Popen[bytes]
+    metrics_port: int
+    grace: float
+    sidecars: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
 
-    For each Pod object: the worker container's command and args, with the ConfigMap mounted
-    as a file, POD_NAME from the downward API and a free metrics port (each pod has its own
-    network namespace; here they share the host's). Readiness (/readyz) is written to the
-    Pod's status, so the ReplicaSet and Deployment controllers count ready replicas. A pod that
-    is deleted gets SIGTERM, then SIGKILL after its grace period.
+
+class LocalKubelet:
+    """Runs one pipeline's pods as local processes, as a kubelet would run their containers.
+
+    For each Pod object: native sidecars first (init containers with restartPolicy Always,
+    started from ``sidecar_commands[image]`` and waited for until their startup probe answers),
+    then the worker container's command and args, with the ConfigMap mounted as a file,
+    POD_NAME from the downward API and a free metrics port (each pod has its own network
+    namespace; here they share the host's). Readiness (/readyz) is written to the Pod's status,
+    so the ReplicaSet and Deployment controllers count ready replicas. A deleted pod's worker
+    gets SIGTERM (SIGKILL after the grace period), and only once it has exited do its sidecars
+    get SIGTERM: Kubernetes' order for native sidecars. ``timeline`` records it all.
     """
 
-    def __init__(self, kubectl: Kubectl, namespace: str, pipeline: str, workdir: Path) -> None:
+    def __init__(
+        self,
+        kubectl: Kubectl,
+        namespace: str,
+        pipeline: str,
+        workdir: Path,
+        sidecar_commands: dict[str, list[str]] | None = None,
+    ) -> None:
         self.kubectl = kubectl
         self.namespace = namespace
         self.pipeline = pipeline
         self.workdir = workdir
-        self.procs: dict[str, tuple[subprocess.Popen[bytes], int, float]] = {}
+        self.sidecar_commands = sidecar_commands or {}
+        self.pods: dict[str, PodProcesses] = {}
         self.ready: set[str] = set()
         self.exit_codes: dict[str, int] = {}
+        self.sidecar_exit_codes: dict[str, int] = {}
+        self.timeline: list[tuple[float, str, str]] = []
         self.started = 0
+        self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="local-kubelet", daemon=True)
-        self.errors: list[str] = []
 
     def __enter__(self) -> LocalKubelet:
         self._thread.start()
@@ -435,9 +458,12 @@ class LocalKubelet:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(30)
-        for name in list(self.procs):
+        self._thread.join(60)
+        for name in list(self.pods):
             self._terminate(name)
+
+    def _note(self, pod: str, what: str) -> None:
+        self.timeline.append((time.monotonic(), pod, what))
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -448,63 +474,88 @@ class LocalKubelet:
             self._stop.wait(0.5)
 
     def sync(self) -> None:
-        pods = get(
-            self.kubectl,
-            "pods",
-            "-n",
-            self.namespace,
-            "-l",
-            f"offtake.dev/pipeline={self.pipeline}",
-        )["items"]
+        selector = f"offtake.dev/pipeline={self.pipeline}"
+        pods = get(self.kubectl, "pods", "-n", self.namespace, "-l", selector)["items"]
         live = {
             p["metadata"]["name"]: p for p in pods if not p["metadata"].get("deletionTimestamp")
         }
-        for name in list(self.procs):
+        for name in list(self.pods):
             if name not in live:
                 self._terminate(name)
         for name, pod in live.items():
-            if name not in self.procs and name not in self.exit_codes:
+            if name not in self.pods and name not in self.exit_codes:
                 self._start(pod)
-            elif name in self.procs and name not in self.ready and self._is_ready(name):
+            elif name in self.pods and name not in self.ready and self._is_ready(name):
                 self._report_ready(name)
+
+    def _env(self, container: dict[str, Any], pod: str) -> dict[str, str]:
+        env = dict(os.environ)
+        fields = {"metadata.name": pod, "metadata.namespace": self.namespace}
+        for var in container.get("env", []):
+            field_path = (var.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath")
+            env[var["name"]] = fields.get(field_path, var.get("value", ""))
+        return env
+
+    def _start_sidecar(self, pod: str, container: dict[str, Any]) -> subprocess.Popen[bytes]:
+        argv = self.sidecar_commands[container["image"]]
+        log = (self.workdir / f"{pod}-{container['name']}.log").open("wb")
+        proc = subprocess.Popen(
+            argv, env=self._env(container, pod), stdout=log, stderr=subprocess.STDOUT
+        )
+        self._note(pod, f"start {container['name']}")
+        probe = container["startupProbe"]["httpGet"]
+        port = next(p["containerPort"] for p in container["ports"] if p["name"] == probe["port"])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{port}{probe['path']}", timeout=1
+                ) as resp:
+                    if resp.status == 200:
+                        self._note(pod, f"{container['name']} started")
+                        return proc
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.2)
+        raise AssertionError(f"sidecar {container['name']} of {pod} never passed its startup probe")
 
     def _start(self, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
         spec = pod["spec"]
+        sidecars = [
+            (c["name"], self._start_sidecar(name, c))
+            for c in spec.get("initContainers", [])
+            if c.get("restartPolicy") == "Always"
+        ]
         (container,) = [c for c in spec["containers"] if c["name"] == names.WORKER_CONTAINER]
         cm_name = next(v["configMap"]["name"] for v in spec["volumes"] if v["name"] == "pipeline")
         cm = get(self.kubectl, "configmap", cm_name, "-n", self.namespace)
         config = self.workdir / f"{name}.yaml"
         config.write_text(cm["data"][names.CONFIG_KEY])
-        env = dict(os.environ)
-        for var in container.get("env", []):
-            field = (var.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath")
-            env[var["name"]] = {"metadata.name": name, "metadata.namespace": self.namespace}.get(
-                field, var.get("value", "")
-            )
-        command = [
-            shutil.which(container["command"][0]) or container["command"][0],
-            *container["command"][1:],
-        ]
+        program = container["command"][0]
+        command = [shutil.which(program) or program, *container["command"][1:]]
         args = [str(config) if a == names.PIPELINE_PATH else a for a in container["args"]]
         port = free_port()
         log = (self.workdir / f"{name}.log").open("wb")
         proc = subprocess.Popen(
             [*command, *args, "--metrics-port", str(port)],
-            env=env,
+            env=self._env(container, name),
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=self.workdir,
         )
-        self.procs[name] = (proc, port, float(spec["terminationGracePeriodSeconds"]))
+        self._note(name, "start worker")
+        self.pods[name] = PodProcesses(
+            proc, port, float(spec["terminationGracePeriodSeconds"]), sidecars
+        )
         self.started += 1
 
     def _is_ready(self, name: str) -> bool:
-        proc, port, _ = self.procs[name]
-        if proc.poll() is not None:
+        pod = self.pods[name]
+        if pod.worker.poll() is not None:
             return False
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
+            url = f"http://127.0.0.1:{pod.metrics_port}/readyz"
+            with urllib.request.urlopen(url, timeout=1) as resp:
                 return bool(resp.status == 200)
         except (urllib.error.URLError, OSError):
             return False
@@ -534,9 +585,8 @@ class LocalKubelet:
         )
         self.ready.add(name)
 
-    def _terminate(self, name: str) -> None:
-        proc, _, grace = self.procs.pop(name)
-        self.ready.discard(name)
+    @staticmethod
+    def _stop_process(proc: subprocess.Popen[bytes], grace: float) -> int:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -544,7 +594,20 @@ class LocalKubelet:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        self.exit_codes[name] = proc.returncode
+        return int(proc.returncode)
+
+    def _terminate(self, name: str) -> None:
+        pod = self.pods.pop(name)
+        self.ready.discard(name)
+        started = time.monotonic()
+        self._note(name, "SIGTERM worker")
+        self.exit_codes[name] = self._stop_process(pod.worker, pod.grace)
+        self._note(name, f"worker exited {self.exit_codes[name]}")
+        for sidecar, proc in reversed(pod.sidecars):  # after the main containers, in reverse
+            self._note(name, f"SIGTERM {sidecar}")
+            remaining = max(1.0, pod.grace - (time.monotonic() - started))
+            self.sidecar_exit_codes[f"{name}/{sidecar}"] = self._stop_process(proc, remaining)
+            self._note(name, f"{sidecar} exited")
 
 
 def produce(bootstrap: str, topic: str, count: int) -> None:
@@ -555,27 +618,7 @@ def produce(bootstrap: str, topic: str, count: int) -> None:
 
 
 def read_all(bootstrap: str, topic: str, *, quiet: float = 3.0) -> list[int]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([topic])
-    ids: list[int] = []
-    last = time.monotonic()
-    try:
-        while time.monotonic() - last < quiet:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error() is not None:
-                continue
-            ids.append(json.loads(msg.value())["id"])
-            last = time.monotonic()
-    finally:
-        consumer.close()
-    return ids
+    return [int(v["id"]) for v in read_values(bootstrap, topic, quiet=quiet)]
 
 
 def test_full_loop_workers_from_the_pod_template_reach_zero_lag_and_rewind(
@@ -655,3 +698,108 @@ def test_full_loop_workers_from_the_pod_template_reach_zero_lag_and_rewind(
         }
         assert {"RewindStarted", "RewindCompleted", "Running"} <= reasons
     assert not kubelet.errors, kubelet.errors
+
+
+def test_sidecar_mode_worker_drains_through_the_processor_before_it_stops(
+    kubectl: Kubectl,
+    kube_namespace: str,
+    operator: OperatorContext,
+    kafka_broker: Any,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+) -> None:
+    """The pod template's native sidecar, run in Kubernetes' order: on pause the worker drains
+    its in-flight batches through the processor and exits, and only then is the processor
+    stopped. Nothing is lost or duplicated across the stop and the resume."""
+    ns = kube_namespace
+    source, output = topic_factory(partitions=2), topic_factory(partitions=1)
+    total = 1000
+    produce(kafka_broker.bootstrap, source, total)
+    port = free_port()
+    image = "local/offtake-example-sidecar:dev"
+    processor = [
+        sys.executable,
+        str(ROOT / "examples" / "sidecar" / "processor.py"),
+        "--port",
+        str(port),
+        "--delay",
+        "0.2",
+        "--verbose",
+    ]
+    apply(
+        kubectl,
+        ns,
+        pipeline(
+            "scored",
+            replicas=1,
+            kafka={"bootstrapServers": kafka_broker.bootstrap},
+            source={"topics": [source], "groupId": f"e2e.{source}", "format": "json"},
+            processor={"container": {"image": image, "port": port, "maxBatchRecords": 20}},
+            sink={"kafka": {"topic": output}},
+            shutdown={"drainTimeoutSeconds": 20},
+            # A small in-flight bound: the drain finishes what is in flight, not the backlog.
+            limits={"maxInFlightMessages": 40},
+        ),
+    )
+    with LocalKubelet(kubectl, ns, "scored", tmp_path, {image: processor}) as kubelet:
+        wait_for(
+            lambda: status(kubectl, ns, "scored").get("phase") == "Running",
+            timeout=120,
+            what=f"phase Running (kubelet errors: {kubelet.errors})",
+        )
+        # Mid-stream: some records done, many still to go (about 100 records/s through the delay).
+        wait_for(
+            lambda: 0 < status(kubectl, ns, "scored").get("lag", total) < total,
+            timeout=60,
+            what="processing under way",
+        )
+        kubectl("patch", "cpl/scored", "-n", ns, "--type=merge", "-p", '{"spec":{"paused":true}}')
+        wait_for(lambda: kubelet.sidecar_exit_codes, timeout=90, what="the pod stopped")
+        (pod,) = kubelet.exit_codes
+        events = [what for _, p, what in kubelet.timeline if p == pod]
+        t0 = kubelet.timeline[0][0]
+        print("\n".join(f"  {t - t0:6.2f}s {what}" for t, p, what in kubelet.timeline if p == pod))
+        assert events.index("worker exited 0") < events.index("SIGTERM processor"), events
+        assert kubelet.sidecar_exit_codes == {f"{pod}/processor": 0}
+        lag_when_paused = wait_for(
+            lambda: (
+                status(kubectl, ns, "scored").get("phase") == "Paused"
+                and status(kubectl, ns, "scored")["lag"]
+            ),
+            what="lag while paused",
+        )
+        assert 0 < lag_when_paused < total
+        kubectl("patch", "cpl/scored", "-n", ns, "--type=merge", "-p", '{"spec":{"paused":false}}')
+        wait_for(
+            lambda: status(kubectl, ns, "scored").get("lag") == 0 and kubelet.started == 2,
+            timeout=120,
+            what="the rest processed after the resume",
+        )
+    values = read_values(kafka_broker.bootstrap, output)
+    assert sorted(v["id"] for v in values) == list(range(total)), "each record exactly once"
+    assert all(v.get("processedBy") == "example-sidecar" for v in values)
+    assert not kubelet.errors, kubelet.errors
+
+
+def read_values(bootstrap: str, topic: str, *, quiet: float = 3.0) -> list[dict[str, Any]]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    out: list[dict[str, Any]] = []
+    last = time.monotonic()
+    try:
+        while time.monotonic() - last < quiet:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            out.append(json.loads(msg.value()))
+            last = time.monotonic()
+    finally:
+        consumer.close()
+    return out
