@@ -34,8 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--log-level", default=os.environ.get("OFFTAKE_LOG_LEVEL", "INFO"))
     w.add_argument(
         "--instance-id",
-        default=os.environ.get("OFFTAKE_GROUP_INSTANCE_ID"),
-        help="static group membership id (group.instance.id), e.g. the pod name",
+        default=_instance_id_from_env(),
+        help="static group membership (group.instance.id); default $OFFTAKE_GROUP_INSTANCE_ID, "
+        "or the pod name ($POD_NAME) when $OFFTAKE_STATIC_MEMBERSHIP is true",
     )
     v = sub.add_parser("validate", help="check a ConsumerPipeline manifest and print the result")
     v.add_argument("pipeline")
@@ -43,6 +44,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "validate":
         return _validate(args.pipeline)
     return _worker(args)
+
+
+def _instance_id_from_env() -> str | None:
+    """Static membership is opt-in: a static member keeps its partitions after it stops."""
+    explicit = os.environ.get("OFFTAKE_GROUP_INSTANCE_ID")
+    if explicit:
+        return explicit
+    if os.environ.get("OFFTAKE_STATIC_MEMBERSHIP", "").lower() in ("1", "true", "yes"):
+        return os.environ.get("POD_NAME") or None
+    return None
 
 
 def _validate(path: str) -> int:
