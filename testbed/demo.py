@@ -170,18 +170,18 @@ def run(count: int) -> int:
             code = worker.wait(60)
         out, dead = count_records(broker.bootstrap, sink), count_records(broker.bootstrap, dlq)
         print("\nsummary")
-        print(f"  records consumed    {metrics.get('offtake_messages_consumed_total', 0):.0f}")
+        print(f"  records consumed      {metrics.get('offtake_messages_consumed_total', 0):.0f}")
         for outcome in ("delivered", "dropped", "dlq", "skipped"):
             label = f"processed, {outcome}"
             print(
-                f"  {label:<20}{metrics.get(f'offtake_messages_processed_total[{outcome}]', 0):.0f}"
+                f"  {label:<22}{metrics.get(f'offtake_messages_processed_total[{outcome}]', 0):.0f}"
             )
-        print(f"  commits             {metrics.get('offtake_commits_total[success]', 0):.0f}")
-        print(f"  lag after the run   {lag} records")
-        print(f"  output              {out} records in topic {sink}")
-        print(f"  dead letters        {dead} records in topic {dlq}")
-        print(f"  time                {elapsed:.1f}s from first produce to fully committed")
-        print(f"  worker exit code    {code} (SIGTERM: drained, committed, left the group)")
+        print(f"  commits               {metrics.get('offtake_commits_total[success]', 0):.0f}")
+        print(f"  lag after the run     {lag} records")
+        print(f"  output                {out} records in topic {sink}")
+        print(f"  dead letters          {dead} records in topic {dlq}")
+        print(f"  time                  {elapsed:.1f}s from first produce to fully committed")
+        print(f"  worker exit code      {code} (SIGTERM: drained, committed, left the group)")
         return 0 if code == 0 and lag == 0 else 1
 
 
