@@ -30,7 +30,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from types import TracebackType
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -41,6 +40,7 @@ from confluent_kafka.admin._metadata import ClusterMetadata
 from confluent_kafka.cimpl import NewTopic
 
 from ._cache import cache_dir
+from ._service import Service
 
 __all__ = [
     "KAFKA_VERSION",
@@ -214,7 +214,7 @@ logger.state.level = WARN
 """
 
 
-class KafkaBroker:
+class KafkaBroker(Service):
     """A single-node KRaft Kafka broker on 127.0.0.1, in a temporary folder.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
@@ -301,17 +301,6 @@ class KafkaBroker:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
         self._port = self._controller_port = None
-
-    def __enter__(self) -> KafkaBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- topics -------------------------------------------------------------------------------
 

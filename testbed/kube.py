@@ -53,12 +53,12 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any
 
 import yaml
 
 from ._cache import cache_dir
+from ._service import Service
 
 __all__ = [
     "ETCD_VERSION",
@@ -607,7 +607,7 @@ class _Process:
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
 
-class ControlPlane:
+class ControlPlane(Service):
     """etcd + kube-apiserver + kube-controller-manager on loopback, with an admin kubeconfig.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`. Each instance gets its own
@@ -694,17 +694,6 @@ class ControlPlane:
         return _file_tail(self.log_file(component), lines)
 
     # -- lifecycle ----------------------------------------------------------------------------
-
-    def __enter__(self) -> ControlPlane:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> ControlPlane:
         """Start etcd, kube-apiserver and kube-controller-manager and wait until all are ready."""

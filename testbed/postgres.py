@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ._service import Service
+
 __all__ = ["PostgresServer", "PostgresTestbedError", "install_postgres"]
 
 
@@ -54,7 +56,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class PostgresServer:
+class PostgresServer(Service):
     """One PostgreSQL cluster on 127.0.0.1:<port>, database ``postgres``, user ``postgres``."""
 
     def __init__(self) -> None:
@@ -157,9 +159,3 @@ class PostgresServer:
             )
         shutil.rmtree(self._dir, ignore_errors=True)
         self._dir = None
-
-    def __enter__(self) -> PostgresServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -25,10 +25,11 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import yaml
+
+from ._service import Service
 
 __all__ = [
     "Prometheus",
@@ -104,7 +105,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Prometheus:
+class Prometheus(Service):
     """One Prometheus server on 127.0.0.1 with its own config and TSDB folder."""
 
     def __init__(
@@ -240,17 +241,6 @@ class Prometheus:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
-
-    def __enter__(self) -> Prometheus:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
