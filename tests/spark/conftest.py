@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from offtake.sinks.spark.session import POSTGRES_JDBC, create_session, session_config
 
+from .connect_server import ConnectServer
 from .support import pipeline
 
 TIMINGS: dict[str, float] = {}
@@ -48,6 +49,21 @@ def postgres() -> Iterator[Any]:
         server.start()
     except PostgresTestbedError as exc:
         pytest.fail(f"the PostgreSQL testbed could not start: {exc}", pytrace=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_server() -> Iterator[ConnectServer]:
+    """The Spark Connect server from the pyspark wheel, one for the session (a JVM start costs
+    seconds on two cores). A module may still define its own ``connect_server``."""
+    server = ConnectServer(conf={"spark.sql.shuffle.partitions": "2"})
+    try:
+        server.start()
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    TIMINGS["connect_server_start_seconds"] = server.started_seconds
+    print(f"\nSpark Connect server on {server.url} in {server.started_seconds:.1f}s")
     yield server
     server.stop()
 

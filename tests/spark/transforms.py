@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 
@@ -10,4 +11,14 @@ def double_amount(df: Any) -> Any:
 
 
 def broken(df: Any) -> Any:
+    raise ValueError("bad column: no such field 'nope'")
+
+
+def broken_counted(df: Any) -> Any:
+    """Fails every attempt, noting each call in $OFFTAKE_TEST_ATTEMPTS_FILE (one line per
+    attempt), so a test can count the sink's retries from outside the worker process."""
+    counter = os.environ.get("OFFTAKE_TEST_ATTEMPTS_FILE")
+    if counter:
+        with open(counter, "a") as f:
+            f.write("attempt\n")
     raise ValueError("bad column: no such field 'nope'")

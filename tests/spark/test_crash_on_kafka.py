@@ -1,0 +1,517 @@
+"""The Spark sink through real ``offtake worker`` processes on a real Kafka broker (issue 5).
+
+Each crash test produces JSON records, starts a worker with ``sink.spark``, SIGKILLs the
+worker's whole process tree (the Python worker and its Spark JVM, as when a pod's container is
+killed) while a batch is being written and after an earlier batch was written but not yet
+committed, restarts it, waits until the group's committed offsets reach the log end and then
+reads the sink: every record id must be there exactly once. Each test prints a ``REPORT`` line
+(json; appended to ``$OFFTAKE_REPORT`` when set) with rows written against records produced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from offtake_testbed.kafka import KafkaBroker
+from support.workers import (
+    WorkerProcess,
+    committed,
+    end_offsets,
+    manifest,
+    produce,
+    read_all,
+    wait_caught_up,
+    write_manifest,
+)
+
+from .connect_server import ConnectServer
+
+pytestmark = pytest.mark.spark
+
+# Keep each worker's Spark light: this machine has two cores for Kafka, Spark and the tests.
+SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
+BATCH = {"maxRecords": 2000, "maxIntervalSeconds": 2}
+PARTITIONS = 4
+RECORDS = 20_000
+# Longer than one batch job, so that a batch written just before the kill is not yet
+# committed: the restarted worker then has to write it again (the effectively-once case).
+CRASH_COMMIT = {"intervalSeconds": 5.0}
+
+
+def report(name: str, **numbers: Any) -> None:
+    line = json.dumps({"test": name, **numbers})
+    print(f"\nREPORT {line}")
+    target = os.environ.get("OFFTAKE_REPORT")
+    if target:
+        with open(target, "a") as f:
+            f.write(line + "\n")
+
+
+def value(i: int) -> dict[str, Any]:
+    return {"id": i, "customer": f"c{i % 7}", "amount": i * 0.5}
+
+
+def spark_sink(master: str = "local[1]", **fields: Any) -> dict[str, Any]:
+    return {
+        "spark": {
+            **fields,
+            "batch": dict(BATCH),
+            "submit": {"mode": "local", "master": master, "conf": dict(SPARK_CONF)},
+        }
+    }
+
+
+def lost_and_duplicated(expected: int, counts: Counter[int]) -> tuple[int, int]:
+    lost = sum(1 for i in range(expected) if counts[i] == 0)
+    duplicated = sum(c - 1 for c in counts.values() if c > 1)
+    return lost, duplicated
+
+
+# -- processes -------------------------------------------------------------------------------
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # The command name (field 2) may hold spaces; the parent pid follows its ')'.
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        tree.setdefault(ppid, []).append(int(entry))
+    return tree
+
+
+def descendants(pid: int) -> list[int]:
+    tree, out, todo = _children(), [], [pid]
+    while todo:
+        for child in tree.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def kill_tree(worker: WorkerProcess) -> None:
+    """SIGKILL the worker and every process under it at once, as a killed container would."""
+    assert worker.proc is not None
+    pids = [worker.proc.pid, *descendants(worker.proc.pid)]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    worker.wait(30)
+    deadline = time.monotonic() + 30
+    while any(_alive(p) for p in pids[1:]):
+        assert time.monotonic() < deadline, f"processes survived SIGKILL: {pids}"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def workers() -> Iterator[list[WorkerProcess]]:
+    """Workers a test starts; any still running at the end (a failed test) are killed."""
+    started: list[WorkerProcess] = []
+    yield started
+    for w in started:
+        if w.proc is not None and w.proc.poll() is None:
+            kill_tree(w)
+
+
+def start(workers: list[WorkerProcess], path: Path, log: Path, **env: str) -> WorkerProcess:
+    w = WorkerProcess(path, log, env=dict(env)).start()
+    workers.append(w)
+    return w
+
+
+def wait_for(
+    worker: WorkerProcess, condition: Callable[[], bool], what: str, timeout: float = 180
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert worker.proc is not None
+        if worker.proc.poll() is not None:
+            pytest.fail(f"the worker exited before {what}:\n{worker.output()[-4000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} within {timeout}s:\n{worker.output()[-4000:]}")
+        time.sleep(0.02)
+
+
+# -- the crash, for any sink ----------------------------------------------------------------
+def crash_and_recover(
+    *,
+    bootstrap: str,
+    topic: str,
+    doc: dict[str, Any],
+    tmp_path: Path,
+    workers: list[WorkerProcess],
+    mid_batch: Callable[[], bool],
+    rows_written: Callable[[], int],
+) -> dict[str, Any]:
+    """Kill the worker while ``mid_batch()``, restart it, wait until the group caught up.
+
+    Returns the numbers observed at the kill. ``rows_written()`` counts the rows the sink
+    holds now (only swapped-in batches, never staged ones).
+    """
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    group = doc["spec"]["source"]["groupId"]
+    began = time.monotonic()
+    first = start(workers, path, tmp_path / "first.log")
+    wait_for(first, mid_batch, "batch in the middle of its write after an earlier batch")
+    kill_tree(first)
+    at_kill = time.monotonic() - began
+    committed_at_kill = committed(bootstrap, group, topic, PARTITIONS)
+    committed_records = sum(max(0, o) for o in committed_at_kill.values())
+    written_before_restart = rows_written()
+    ends = end_offsets(bootstrap, topic, PARTITIONS)
+    assert committed_records < sum(ends.values()), "the kill must land before the group caught up"
+    # A batch written but not committed: the restarted worker reads its records again, and
+    # writing them again must not leave a second copy.
+    assert written_before_restart > committed_records, (
+        f"the kill must land after a batch was written and before it was committed "
+        f"(written {written_before_restart}, committed {committed_records})"
+    )
+    second = start(workers, path, tmp_path / "second.log")
+    wait_caught_up(bootstrap, group, topic, PARTITIONS, timeout=240)
+    caught_up = time.monotonic() - began
+    assert second.terminate() == 0, second.output()[-4000:]
+    return {
+        "killed_after_seconds": round(at_kill, 1),
+        "rows_written_before_kill": written_before_restart,
+        "committed_at_kill": committed_records,
+        "caught_up_after_seconds": round(caught_up, 1),
+    }
+
+
+# -- parquet ----------------------------------------------------------------------------------
+def _batch_dirs(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    return [n for n in os.listdir(path) if n.startswith("_offtake_batch=")]
+
+
+def _staged(path: Path) -> list[str]:
+    staging = path / "_offtake_staging"
+    return os.listdir(staging) if staging.exists() else []
+
+
+def _rows_in_batch_dirs(path: Path) -> int:
+    """Rows of the swapped-in batches, from their names (``topic-partition-start-end``)."""
+    total = 0
+    for name in _batch_dirs(path):
+        start, end = name.rsplit("-", 2)[1:]
+        total += int(end) - int(start) + 1
+    return total
+
+
+def test_parquet_sigkill_mid_batch_then_restart_leaves_every_record_once(
+    kafka_broker: KafkaBroker,
+    topic_factory: Any,
+    spark: Any,
+    workers: list[WorkerProcess],
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(PARTITIONS)
+    table = tmp_path / "table"
+    produced = produce(kafka_broker.bootstrap, topic, (value(i) for i in range(RECORDS)))
+    doc = manifest(
+        "spark-crash-parquet",
+        kafka_broker.bootstrap,
+        [topic],
+        sink=spark_sink(format="parquet", path=str(table)),
+        commit=dict(CRASH_COMMIT),
+    )
+    numbers = crash_and_recover(
+        bootstrap=kafka_broker.bootstrap,
+        topic=topic,
+        doc=doc,
+        tmp_path=tmp_path,
+        workers=workers,
+        # One batch swapped in and the next one being written to its staging folder.
+        mid_batch=lambda: bool(_batch_dirs(table)) and bool(_staged(table)),
+        rows_written=lambda: _rows_in_batch_dirs(table),
+    )
+    df = spark.read.parquet(str(table))
+    rows = df.select("id", "partition", "offset").collect()
+    counts = Counter(int(r["id"]) for r in rows)
+    lost, duplicated = lost_and_duplicated(produced, counts)
+    leftovers = _staged(table)
+    report(
+        "spark-crash-parquet",
+        produced=produced,
+        rows_written=len(rows),
+        lost=lost,
+        duplicated=duplicated,
+        batches=len(_batch_dirs(table)),
+        staging_leftovers=len(leftovers),
+        **numbers,
+    )
+    assert (lost, duplicated) == (0, 0)
+    assert len(rows) == produced
+    # Kafka metadata rode along: each (partition, offset) once, matching the log.
+    assert len({(r["partition"], r["offset"]) for r in rows}) == produced
+    # The staged folder of the killed job belonged to a batch the restart replaced.
+    assert leftovers == []
+
+
+# -- jdbc -------------------------------------------------------------------------------------
+class Postgres:
+    """A probe of the sink's table over one autocommit connection (cheap to poll)."""
+
+    def __init__(self, dsn: str, table: str) -> None:
+        self.table = table
+        self.conn = psycopg.connect(dsn, autocommit=True)
+
+    def tables(self) -> list[str]:
+        rows = self.conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' "
+            "AND table_name LIKE %s",
+            (f"{self.table}%",),
+        ).fetchall()
+        return sorted(r[0] for r in rows)
+
+    def staging(self) -> list[str]:
+        return [t for t in self.tables() if t.startswith(f"{self.table}__offtake_")]
+
+    def rows(self) -> int:
+        if self.table not in self.tables():
+            return 0
+        row = self.conn.execute(f"SELECT count(*) FROM {self.table}").fetchone()
+        return int(row[0]) if row else 0
+
+    def ids(self) -> Counter[int]:
+        got = self.conn.execute(f"SELECT id, count(*) FROM {self.table} GROUP BY id").fetchall()
+        return Counter({int(i): int(n) for i, n in got})
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def test_jdbc_sigkill_mid_batch_then_restart_leaves_every_record_once(
+    kafka_broker: KafkaBroker,
+    topic_factory: Any,
+    postgres: Any,
+    workers: list[WorkerProcess],
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(PARTITIONS)
+    table = "crash_orders"
+    produced = produce(kafka_broker.bootstrap, topic, (value(i) for i in range(RECORDS)))
+    jdbc = {"url": postgres.jdbc_url, "table": table, "user": postgres.user}
+    doc = manifest(
+        "spark-crash-jdbc",
+        kafka_broker.bootstrap,
+        [topic],
+        sink=spark_sink(format="jdbc", jdbc=jdbc),
+        commit=dict(CRASH_COMMIT),
+    )
+    db = Postgres(postgres.dsn, table)
+    try:
+        numbers = crash_and_recover(
+            bootstrap=kafka_broker.bootstrap,
+            topic=topic,
+            doc=doc,
+            tmp_path=tmp_path,
+            workers=workers,
+            # Rows of a swapped batch in the table, and the next batch in its staging table.
+            mid_batch=lambda: bool(db.staging()) and db.rows() > 0,
+            rows_written=db.rows,
+        )
+        counts = db.ids()
+        leftovers = db.staging()
+    finally:
+        db.close()
+    lost, duplicated = lost_and_duplicated(produced, counts)
+    report(
+        "spark-crash-jdbc",
+        produced=produced,
+        rows_written=sum(counts.values()),
+        lost=lost,
+        duplicated=duplicated,
+        staging_leftovers=len(leftovers),
+        **numbers,
+    )
+    assert (lost, duplicated) == (0, 0)
+    assert sum(counts.values()) == produced
+    assert leftovers == [], f"staging tables left behind: {leftovers}"
+
+
+# -- a failing transform --------------------------------------------------------------------
+_BATCH_IN_ERROR = re.compile(r"batch (\S+)-(\d+)-(\d+)-(\d+): Spark job failed after (\d+) attempt")
+
+
+def _batches_named(texts: Iterable[str]) -> set[tuple[int, int, int]]:
+    return {(int(m[2]), int(m[3]), int(m[4])) for t in texts for m in _BATCH_IN_ERROR.finditer(t)}
+
+
+@pytest.mark.parametrize("policy", ["dlq", "stop"])
+def test_failing_transform_commits_nothing_retries_then_applies_the_policy(
+    policy: str,
+    kafka_broker: KafkaBroker,
+    topic_factory: Any,
+    workers: list[WorkerProcess],
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(1)
+    dlq = topic_factory(1)
+    table = tmp_path / "table"
+    records = 50
+    produce(kafka_broker.bootstrap, topic, (value(i) for i in range(records)))
+    retries = 2
+    errors: dict[str, Any] = {"policy": policy, "maxRetries": retries, "retryBackoffSeconds": 1.0}
+    if policy == "dlq":
+        errors["dlq"] = {"topic": dlq}
+    doc = manifest(
+        f"spark-failing-{policy}",
+        kafka_broker.bootstrap,
+        [topic],
+        sink=spark_sink(
+            format="parquet", path=str(table), transform="tests.spark.transforms:broken_counted"
+        ),
+        errors=errors,
+    )
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    group = doc["spec"]["source"]["groupId"]
+    attempts_file = tmp_path / "attempts"
+    worker = start(workers, path, tmp_path / "w.log", OFFTAKE_TEST_ATTEMPTS_FILE=str(attempts_file))
+
+    def attempts() -> int:
+        return len(attempts_file.read_text().split()) if attempts_file.exists() else 0
+
+    # While the job fails and is retried (backoff 1 s, then 2 s), nothing is committed past
+    # the start position.
+    wait_for(worker, lambda: attempts() >= 1, "first failed attempt")
+    samples: list[int] = []
+    while "giving up" not in worker.output() and worker.proc is not None:
+        samples.append(committed(kafka_broker.bootstrap, group, topic, 1)[0])
+        if worker.proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    assert len(samples) >= 3, "the retries should take seconds"
+    assert all(s <= 0 for s in samples), f"committed while the batch kept failing: {samples}"
+
+    output = worker.output()
+    if policy == "stop":
+        code = worker.wait(90)
+        output = worker.output()
+        assert code == 1, output[-4000:]
+        batches = _batches_named([output])
+        assert batches, f"the stop message names no batch:\n{output[-4000:]}"
+        assert f"failed in sink: SinkError: batch {topic}-0-" in output
+        assert "errors.policy=stop" in output
+        final = committed(kafka_broker.bootstrap, group, topic, 1)[0]
+        assert final == 0, "nothing of the failing batch may be committed"
+        dead: list[Any] = []
+    else:
+        wait_caught_up(kafka_broker.bootstrap, group, topic, 1, timeout=90)
+        assert worker.terminate() == 0, worker.output()[-4000:]
+        output = worker.output()
+        final = committed(kafka_broker.bootstrap, group, topic, 1)[0]
+        dead = read_all(kafka_broker.bootstrap, dlq)
+        ids = Counter(json.loads(m.value())["id"] for m in dead)
+        assert ids == Counter(range(records)), "every record of the failing batch once on the DLQ"
+        headers = [{k: v.decode() for k, v in m.headers()} for m in dead]
+        batches = _batches_named(h["offtake.error.message"] for h in headers)
+        for h in headers:
+            assert h["offtake.error.stage"] == "sink"
+            assert h["offtake.attempts"] == str(retries + 1)
+            assert h["offtake.error.class"] == "offtake.sinks.base.SinkError"
+            assert "ValueError: bad column" in h["offtake.error.message"]
+            assert h["offtake.original.topic"] == topic
+            offset = int(h["offtake.original.offset"])
+            named = _batches_named([h["offtake.error.message"]])
+            assert any(s <= offset <= e for _, s, e in named), (offset, named)
+        assert final == records
+    # Every batch was tried once plus maxRetries times; none was ever written.
+    assert batches
+    assert attempts() == (retries + 1) * len(batches)
+    assert output.count("retrying in") == retries * len(batches)
+    assert _batch_dirs(table) == []
+    report(
+        f"spark-failing-transform-{policy}",
+        records=records,
+        batches=len(batches),
+        attempts=attempts(),
+        committed_while_failing=sorted(set(samples)),
+        committed_after=final,
+        dlq=len(dead),
+    )
+
+
+# -- connect mode -----------------------------------------------------------------------------
+def test_connect_mode_worker_writes_every_record_once(
+    kafka_broker: KafkaBroker,
+    topic_factory: Any,
+    spark: Any,
+    connect_server: ConnectServer,
+    workers: list[WorkerProcess],
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(2)
+    table = tmp_path / "table"
+    produced = produce(kafka_broker.bootstrap, topic, (value(i) for i in range(6000)))
+    doc = manifest(
+        "spark-connect",
+        kafka_broker.bootstrap,
+        [topic],
+        sink={
+            "spark": {
+                "format": "parquet",
+                "path": str(table),
+                "batch": {"maxRecords": 1000, "maxIntervalSeconds": 2},
+                "submit": {
+                    "mode": "connect",
+                    "connectUrl": connect_server.url,
+                    "conf": {"spark.sql.shuffle.partitions": "2"},
+                },
+            }
+        },
+    )
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    group = doc["spec"]["source"]["groupId"]
+    began = time.monotonic()
+    worker = start(workers, path, tmp_path / "w.log")
+    wait_caught_up(kafka_broker.bootstrap, group, topic, 2, timeout=180)
+    elapsed = time.monotonic() - began
+    assert worker.proc is not None
+    jvms = [p for p in descendants(worker.proc.pid) if "java" in _cmdline(p)]
+    assert worker.terminate() == 0, worker.output()[-4000:]
+    assert jvms == [], "connect mode must not start a JVM in the worker"
+    rows = spark.read.parquet(str(table)).select("id").collect()
+    counts = Counter(int(r["id"]) for r in rows)
+    lost, duplicated = lost_and_duplicated(produced, counts)
+    report(
+        "spark-connect-mode",
+        produced=produced,
+        rows_written=len(rows),
+        lost=lost,
+        duplicated=duplicated,
+        batches=len(_batch_dirs(table)),
+        caught_up_after_seconds=round(elapsed, 1),
+    )
+    assert (lost, duplicated) == (0, 0)
+    assert "Spark session ready" in worker.output()
