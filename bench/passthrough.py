@@ -30,9 +30,13 @@ def fill(bootstrap: str, topic: str, records: int) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
     payload = {"pad": "x" * 150}
     for i in range(records):
-        producer.produce(topic, json.dumps({"id": i, **payload}).encode(), key=str(i).encode())
-        if i % 20_000 == 0:
-            producer.poll(0)
+        value = json.dumps({"id": i, **payload}).encode()
+        while True:
+            try:
+                producer.produce(topic, value, key=str(i).encode())
+                break
+            except BufferError:  # the local queue is full: let deliveries make room
+                producer.poll(0.1)
     assert producer.flush(60) == 0
 
 

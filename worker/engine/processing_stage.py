@@ -67,6 +67,8 @@ class ProcessingStage:
         self._parked: list[tuple[float, int, Record, int, int]] = []
         self._tiebreak = itertools.count()
         self._cond = threading.Condition()
+        self._progress = threading.Condition()
+        self._queued = 0
         self._busy = False
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="offtake-processing", daemon=True)
@@ -77,7 +79,17 @@ class ProcessingStage:
     def submit(self, work: Work) -> None:
         with self._cond:
             self._queue.append(work)
+            self._queued += len(work.messages)
             self._cond.notify()
+
+    def queued(self) -> int:
+        """Records handed over and not yet started on."""
+        return self._queued
+
+    def wait_for_progress(self, timeout: float) -> None:
+        """Block until the thread took work from its queue (or the timeout passed)."""
+        with self._progress:
+            self._progress.wait(timeout)
 
     def idle(self) -> bool:
         with self._cond:
@@ -98,7 +110,11 @@ class ProcessingStage:
                     return
                 retries = self._take_due()
                 work = self._queue.popleft() if self._queue and not retries else None
+                if work is not None:
+                    self._queued -= len(work.messages)
                 self._busy = True
+            with self._progress:
+                self._progress.notify_all()
             try:
                 if self.abort.is_set():
                     pass
@@ -173,6 +189,10 @@ class ProcessingStage:
             retry = self._route(todo, outcomes)
             if retry:
                 self._park(retry)
+            # Serve the sink's confirmations here too: this thread holds the GIL already, so
+            # delivery callbacks cost no hand-over to the poll thread (that thread polls the
+            # sink as well, for when this one is idle).
+            self.sink.poll()
             return
 
     def _route(

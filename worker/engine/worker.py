@@ -33,7 +33,10 @@ from offtake.sinks.base import Sink, SinkItem
 log = logging.getLogger("offtake.worker")
 
 POLL_TIMEOUT = 0.1
+BUSY_POLL_TIMEOUT = 0.005
+MAX_CONSUME_GAP = 0.1  # consume() at least this often: rebalance and commit callbacks run there
 MAX_BATCH = 500
+STAGE_QUEUE_TARGET = 2 * MAX_BATCH  # records queued for the processing thread: two polls
 LAG_REFRESH_SECONDS = 1.0
 EXIT_OK, EXIT_STOPPED_ON_ERROR, EXIT_FATAL = 0, 1, 3
 OFFSET_STORED = -1000  # librdkafka: start from the committed offset
@@ -75,6 +78,7 @@ class Worker:
         self._last_lag = 0.0
         self._oldest_seen: dict[TopicPartition, int] = {}
         self._cooperative = True
+        self._last_consume = 0.0
         self.processor = processor or make_processor(spec)
         self.sink = sink or make_sink(spec, self.clients, self.metrics)
         self.dlq: DeadLetterQueue | None = None
@@ -160,12 +164,7 @@ class Worker:
             self.tracker.inflight_messages, self.tracker.inflight_bytes
         )
         self._apply_pause(consumer, paused)
-        want = (
-            MAX_BATCH
-            if paused
-            else min(MAX_BATCH, self.backpressure.capacity(self.tracker.inflight_messages))
-        )
-        messages = consumer.consume(num_messages=max(1, want), timeout=POLL_TIMEOUT)
+        messages = self._fetch(consumer, paused)
         self._dispatch(messages)
         self._service()
         assert self.committer is not None
@@ -173,6 +172,28 @@ class Worker:
         self._refresh_gauges(consumer)
         state = "backpressure" if paused else ("busy" if self.tracker.inflight_messages else "idle")
         self.metrics.set_state(state)
+
+    def _fetch(self, consumer: ConsumerLike, paused: bool) -> list[Any]:
+        """Take only what the processing thread can start on soon.
+
+        Records not taken wait in librdkafka's own bounded fetch queue. Pausing is the hard
+        bound for when in-flight work piles up (a stalled sink); it is no steady-state flow
+        control, because librdkafka drops a paused partition's fetched records and refetches
+        them on resume, which costs most of a second each time.
+        """
+        headroom = STAGE_QUEUE_TARGET - self.stage.queued()
+        capacity = self.backpressure.capacity(self.tracker.inflight_messages)
+        want = MAX_BATCH if paused else min(MAX_BATCH, capacity, headroom)
+        now = time.monotonic()
+        if want <= 0 and not paused and now - self._last_consume < MAX_CONSUME_GAP:
+            self.stage.wait_for_progress(BUSY_POLL_TIMEOUT)
+            return []
+        self._last_consume = now
+        # With work in flight, finished records must be applied and committed promptly (that
+        # is what frees capacity); a long wait in consume() would delay them, most of all while
+        # paused, when no record can arrive to end the wait early.
+        timeout = BUSY_POLL_TIMEOUT if self.tracker.inflight_messages else POLL_TIMEOUT
+        return consumer.consume(num_messages=max(1, want), timeout=timeout)
 
     def _service(self) -> None:
         """Let sinks and the DLQ fire callbacks, then apply finished work to the tracker."""
