@@ -107,6 +107,9 @@ async def _ensure_child(
     except ApiError as exc:
         if exc.retriable:
             raise
+        if exc.status == 403 and "being terminated" in exc.message:
+            # The namespace is going away, and the pipeline with it: nothing to repair.
+            raise NamespaceTerminatingError(str(exc)) from exc
         raise ChildRejectedError(_describe_error(res, obj, exc)) from exc
     ctx.note_written(res, applied.obj)
     return applied
@@ -179,6 +182,10 @@ async def _apply_autoscaler(
 
 class ChildRejectedError(Exception):
     """The API server refused a rendered child (e.g. a malformed image reference)."""
+
+
+class NamespaceTerminatingError(Exception):
+    """The pipeline's namespace is being deleted: no child can be (re)created there."""
 
 
 async def _advance_rewind(
@@ -279,6 +286,8 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Outcome:
         outcome.status["autoscaler"] = await _apply_autoscaler(
             ctx, body, pipeline, extras, old_status
         )
+    except NamespaceTerminatingError:
+        return Outcome(gone=True)
     except (ChildRejectedError, NotOursError) as exc:
         failed = str(exc)
         deployment = await ctx.api.get(DEPLOYMENTS, namespace, dep_name)
