@@ -32,6 +32,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -408,85 +409,133 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=50_000, help="Offtake's batch.maxRecords")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="runs of each side, alternating which goes first; medians are reported",
+    )
     args = parser.parse_args()
 
     import pyspark
     from offtake_testbed.kafka import KafkaBroker
 
+    n = args.records
     work = Path(tempfile.mkdtemp(prefix="offtake-bench-spark-"))
+    rounds: list[dict[str, dict[str, Any]]] = []
     try:
         with KafkaBroker() as broker:
             topic = "bench-spark"
             broker.create_topic(topic, PARTITIONS)
             began = time.monotonic()
-            fill(broker.bootstrap, topic, args.records)
-            log(f"produced {args.records:,} records in {time.monotonic() - began:.1f}s")
-            # The anchor first, so the worker does not benefit from anything it warmed.
-            s_path = str(work / "sss")
-            sss = run_anchor_any(broker.bootstrap, topic, s_path, work)
-            log(f"structured streaming ({sss['spark_version']}): {sss['wall_seconds']:.1f}s")
-            o_path = str(work / "offtake")
-            off = run_offtake(broker.bootstrap, topic, o_path, args.batch, work)
-            log(f"offtake worker (pyspark {pyspark.__version__}): {off['wall_seconds']:.1f}s")
-        s_rows, s_ids = read_back(s_path)
-        o_rows, o_ids = read_back(o_path)
-        n = args.records
-        o_rate, s_rate = rate(n, off["wall_seconds"]), rate(n, sss["wall_seconds"])
-        o_net = rate(n, off["after_session_ready_seconds"])
-        s_net = rate(n, sss["processing_seconds"])
-        print(
-            json.dumps(
-                {
-                    "records": n,
-                    "partitions": PARTITIONS,
-                    "master": MASTER,
-                    "cpus": os.cpu_count(),
-                    "load_average_1m": round(os.getloadavg()[0], 2),
-                    "offtake": {
-                        "spark_version": pyspark.__version__,
-                        "batch_max_records": args.batch,
-                        "rows_per_second": o_rate,
-                        "seconds_start_to_committed": round(off["wall_seconds"], 2),
-                        "rows_per_second_after_session_ready": o_net,
-                        "seconds_after_session_ready": _round(off["after_session_ready_seconds"]),
-                        "session_start_seconds": off["session_start_seconds"],
-                        "spark_jobs": off["spark_jobs"],
-                        "spark_job_seconds_total": _round(off["spark_job_seconds_total"]),
-                        "rows_per_batch_mean": _round(off["rows_per_batch_mean"]),
-                        "rows_written": o_rows,
-                        "distinct_ids": o_ids,
-                    },
-                    "structured_streaming": {
-                        "spark_version": sss["spark_version"],
-                        "package": sss["package"],
-                        "trigger": "AvailableNow",
-                        "rows_per_second": s_rate,
-                        "seconds_submit_to_finished": round(sss["wall_seconds"], 2),
-                        "rows_per_second_processing": s_net,
-                        "seconds_processing": round(sss["processing_seconds"], 2),
-                        "session_start_seconds": round(sss["session_start_seconds"], 2),
-                        "input_rows": sss["input_rows"],
-                        "rows_written": s_rows,
-                        "distinct_ids": s_ids,
-                        "candidates_that_failed": sss["tried"],
-                    },
-                    "ratio_offtake_vs_structured_streaming": _ratio(o_rate, s_rate),
-                    "ratio_without_jvm_start": _ratio(o_net, s_net),
-                    "note": (
-                        f"Versions differ: Offtake ran on Spark {pyspark.__version__}, the "
-                        f"anchor on Spark {sss['spark_version']} (the newest whose "
-                        "spark-sql-kafka resolves on Maven Central here). Wall times include "
-                        "each side's JVM start (the anchor's also Ivy resolution from the "
-                        "cache). 'Without JVM start': the anchor's query alone; the worker "
-                        "from 'Spark session ready' on, but it consumed and decoded while "
-                        "its JVM started, which that figure does not charge."
-                    ),
-                },
-                indent=2,
-            )
-        )
+            fill(broker.bootstrap, topic, n)
+            log(f"produced {n:,} records in {time.monotonic() - began:.1f}s")
+            for r in range(args.rounds):
+                # Alternate the order, so that whatever the first run of a round warms (the page
+                # cache, the Ivy cache) favours each side equally often.
+                rdir = work / f"round{r}"
+                rdir.mkdir()
+                got: dict[str, dict[str, Any]] = {}
+                for side in ("sss", "offtake") if r % 2 == 0 else ("offtake", "sss"):
+                    out = str(rdir / side)
+                    if side == "sss":
+                        got[side] = run_anchor_any(broker.bootstrap, topic, out, rdir)
+                    else:
+                        got[side] = run_offtake(broker.bootstrap, topic, out, args.batch, rdir)
+                    got[side]["rows_written"], got[side]["distinct_ids"] = read_back(out)
+                log(
+                    f"round {r + 1}: structured streaming ({got['sss']['spark_version']}) "
+                    f"{got['sss']['wall_seconds']:.1f}s, offtake worker (pyspark "
+                    f"{pyspark.__version__}) {got['offtake']['wall_seconds']:.1f}s"
+                )
+                rounds.append(got)
+        print(json.dumps(summary(n, args.batch, pyspark.__version__, rounds), indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def summary(
+    n: int, batch: int, version: str, rounds: list[dict[str, dict[str, Any]]]
+) -> dict[str, Any]:
+    off = [r["offtake"] for r in rounds]
+    sss = [r["sss"] for r in rounds]
+
+    def each(runs: list[dict[str, Any]], key: str) -> list[Any]:
+        return [_round(r[key]) if isinstance(r[key], float) else r[key] for r in runs]
+
+    def median_rate(runs: list[dict[str, Any]], key: str) -> int | None:
+        rates = [rate(n, r[key]) for r in runs]
+        known = [x for x in rates if x is not None]
+        return round(statistics.median(known)) if known else None
+
+    # Each round's two runs share the machine's conditions: compare within a round.
+    ratios = [
+        _ratio(rate(n, o["wall_seconds"]), rate(n, s["wall_seconds"]))
+        for o, s in zip(off, sss, strict=True)
+    ]
+    net = [
+        _ratio(rate(n, o["after_session_ready_seconds"]), rate(n, s["processing_seconds"]))
+        for o, s in zip(off, sss, strict=True)
+    ]
+    anchor = sss[0]["spark_version"]
+    return {
+        "records": n,
+        "partitions": PARTITIONS,
+        "master": MASTER,
+        "cpus": os.cpu_count(),
+        "rounds": len(rounds),
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+        "offtake": {
+            "spark_version": version,
+            "batch_max_records": batch,
+            "rows_per_second_median": median_rate(off, "wall_seconds"),
+            "rows_per_second_after_session_ready_median": median_rate(
+                off, "after_session_ready_seconds"
+            ),
+            "seconds_start_to_committed": each(off, "wall_seconds"),
+            "seconds_after_session_ready": each(off, "after_session_ready_seconds"),
+            "session_start_seconds": each(off, "session_start_seconds"),
+            "spark_jobs": each(off, "spark_jobs"),
+            "spark_job_seconds_total": each(off, "spark_job_seconds_total"),
+            "rows_written": each(off, "rows_written"),
+            "distinct_ids": each(off, "distinct_ids"),
+        },
+        "structured_streaming": {
+            "spark_version": anchor,
+            "package": sss[0]["package"],
+            "trigger": "AvailableNow",
+            "rows_per_second_median": median_rate(sss, "wall_seconds"),
+            "rows_per_second_processing_median": median_rate(sss, "processing_seconds"),
+            "seconds_submit_to_finished": each(sss, "wall_seconds"),
+            "seconds_processing": each(sss, "processing_seconds"),
+            "session_start_seconds": each(sss, "session_start_seconds"),
+            "input_rows": each(sss, "input_rows"),
+            "rows_written": each(sss, "rows_written"),
+            "distinct_ids": each(sss, "distinct_ids"),
+            "candidates_that_failed": sss[0]["tried"],
+        },
+        "ratio_offtake_vs_structured_streaming": {
+            "per_round": ratios,
+            "median": _median(ratios),
+        },
+        "ratio_without_jvm_start": {"per_round": net, "median": _median(net)},
+        "every_record_once": all(
+            r["rows_written"] == n and r["distinct_ids"] == n for r in off + sss
+        ),
+        "note": (
+            f"Versions differ: Offtake ran on Spark {version}, the anchor on Spark {anchor} "
+            "(the newest whose spark-sql-kafka resolves on Maven Central here). Ratios are "
+            "Offtake's rows/s over the anchor's, within each round. Wall times include each "
+            "side's JVM start (the anchor's also Ivy resolution from the cache). 'Without JVM "
+            "start': the anchor's query alone; the worker from 'Spark session ready' on, but it "
+            "consumed and decoded while its JVM started, which that figure does not charge."
+        ),
+    }
+
+
+def _median(xs: list[float | None]) -> float | None:
+    known = [x for x in xs if x is not None]
+    return round(statistics.median(known), 2) if known else None
 
 
 def _round(x: float | None, digits: int = 2) -> float | None:
