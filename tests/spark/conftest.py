@@ -4,8 +4,11 @@ server started from the pyspark wheel."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +18,27 @@ from .connect_server import ConnectServer
 from .support import pipeline
 
 TIMINGS: dict[str, float] = {}
+
+
+def _tests_package() -> None:
+    """Make ``tests.spark.transforms`` importable in this process, as the worker imports a
+    transform named ``module:callable``.
+
+    pytest imports this folder as the package ``spark`` (its rootdir-relative name), and the
+    repository root is not on sys.path (it must not be: its operator/ folder would shadow the
+    standard library's ``operator``). So ``tests`` becomes a package over the tests folder
+    alone. Worker processes started by the tests run with the repository as their working
+    directory and import it from there.
+    """
+    if "tests" in sys.modules:
+        return
+    spec = importlib.util.spec_from_loader("tests", loader=None, is_package=True)
+    assert spec is not None and spec.submodule_search_locations is not None
+    spec.submodule_search_locations.append(str(Path(__file__).resolve().parents[1]))
+    sys.modules["tests"] = importlib.util.module_from_spec(spec)
+
+
+_tests_package()
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ import os
 import re
 import signal
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -321,7 +322,13 @@ def test_jdbc_sigkill_mid_batch_then_restart_leaves_every_record_once(
     topic = topic_factory(PARTITIONS)
     table = "crash_orders"
     produced = produce(kafka_broker.bootstrap, topic, (value(i) for i in range(RECORDS)))
-    jdbc = {"url": postgres.jdbc_url, "table": table, "user": postgres.user}
+    # A database of its own: the PostgreSQL server is shared with the other JDBC tests, which
+    # check the tables of theirs.
+    database = f"crash_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres.dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {database}")
+    url = postgres.jdbc_url.rsplit("/", 1)[0] + f"/{database}"
+    jdbc = {"url": url, "table": table, "user": postgres.user}
     doc = manifest(
         "spark-crash-jdbc",
         kafka_broker.bootstrap,
@@ -329,7 +336,7 @@ def test_jdbc_sigkill_mid_batch_then_restart_leaves_every_record_once(
         sink=spark_sink(format="jdbc", jdbc=jdbc),
         commit=dict(CRASH_COMMIT),
     )
-    db = Postgres(postgres.dsn, table)
+    db = Postgres(postgres.dsn.replace(f"dbname={postgres.database}", f"dbname={database}"), table)
     try:
         numbers = crash_and_recover(
             bootstrap=kafka_broker.bootstrap,
@@ -345,6 +352,8 @@ def test_jdbc_sigkill_mid_batch_then_restart_leaves_every_record_once(
         leftovers = db.staging()
     finally:
         db.close()
+        with psycopg.connect(postgres.dsn, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
     lost, duplicated = lost_and_duplicated(produced, counts)
     report(
         "spark-crash-jdbc",
