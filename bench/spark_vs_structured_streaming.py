@@ -1,8 +1,9 @@
 """Kafka to Parquet: the Offtake worker's Spark sink against Spark Structured Streaming.
 
-    python bench/spark_vs_structured_streaming.py [--records 200000] [--batch 50000]
+    python bench/spark_vs_structured_streaming.py [--records 200000] [--batch 50000] [--rounds 3]
 
-One run, one broker, one topic, measured back to back:
+One run, one broker, one topic; each round runs both sides back to back (alternating which
+goes first) and the output gives medians and each round's ratio:
 
 - the anchor, what a Spark user would write: a Structured Streaming query reading the topic
   with spark-sql-kafka (from Maven Central), parsing the JSON value and writing Parquet with
