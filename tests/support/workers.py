@@ -196,11 +196,10 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
                 return {tp.partition: tp.offset for tp in got}
             except KafkaException as exc:
                 # Right after the broker starts, the offsets topic may still be loading.
-                if (
-                    time.monotonic() > deadline
-                    or (not exc.args[0].retriable()
+                if time.monotonic() > deadline or (
+                    not exc.args[0].retriable()
                     and exc.args[0].code()
-                    not in (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS))
+                    not in (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
                 ):
                     raise
                 time.sleep(0.5)

@@ -22,6 +22,7 @@ from offtake.engine.dead_letters import DeadLetterQueue
 from offtake.engine.errors import ErrorPolicy
 from offtake.engine.kafka_config import consumer_config, producer_config
 from offtake.engine.offsets import OffsetTracker
+from offtake.engine.oldest_record import OldestRecordProbe
 from offtake.engine.processing_stage import ProcessingStage, Work
 from offtake.health import Health
 from offtake.kafka.protocols import ClientFactory, ConsumerLike, MessageLike
@@ -101,6 +102,9 @@ class Worker:
         )
         self.consumer: ConsumerLike | None = None
         self.committer: Committer | None = None
+        self.oldest_probe = OldestRecordProbe(
+            self._make_probe_consumer, self.clients.topic_partition
+        )
 
     # -- public -------------------------------------------------------------------------
     @property
@@ -276,13 +280,15 @@ class Worker:
                 continue
             lag = max(0, marks[1] - committed)
             oldest = self.tracker.oldest_uncommitted_timestamp(tp)
+            if oldest is None and lag:
+                # Lagging with nothing of the partition in memory (not fetched yet, or paused):
+                # read the record at the committed offset; until the probe answers, the last
+                # oldest record seen is the best bound (its age keeps growing).
+                oldest = self.oldest_probe.timestamp(tp, committed) or self._oldest_seen.get(tp)
             if oldest is not None:
                 self._oldest_seen[tp] = oldest
             elif lag:
-                # Lagging with nothing of the partition in memory (paused, or not fetched yet):
-                # the oldest uncommitted record is at most as old as the last one seen, and
-                # its age keeps growing; falling to 0 here would hide a stuck partition.
-                oldest = self._oldest_seen.get(tp)
+                continue  # no series yet rather than a wrong "0 seconds behind"
             seconds = max(0.0, (wall_ms - oldest) / 1000) if lag and oldest is not None else 0.0
             self.metrics.set_lag(tp, lag, seconds)
 
@@ -331,6 +337,7 @@ class Worker:
             tp = TopicPartition(p.topic, p.partition)
             if p.offset >= 0:
                 self.tracker.committed(tp, p.offset)
+                self.oldest_probe.timestamp(tp, p.offset)  # warm it: lag in seconds needs it
                 continue
             try:
                 low, high = consumer.get_watermark_offsets(p, timeout=5.0, cached=False)
@@ -433,9 +440,17 @@ class Worker:
             except Exception as exc:
                 log.warning("closing the consumer failed: %s", exc)
             self.stage.close(timeout=1.0)
+            self.oldest_probe.close()
             self.sink.close()
             self.processor.close()
             log.info("stopped: exit code %d", self._exit_code)
+
+    def _make_probe_consumer(self) -> ConsumerLike:
+        conf = consumer_config(self.spec)
+        # Its own group id, never committed to, never subscribed: it only reads single records.
+        conf["group.id"] = f"{self.spec.source.group_id}.offtake-lag-probe"
+        conf.pop("group.instance.id", None)
+        return self.clients.consumer(conf)
 
     # -- callbacks from other threads -------------------------------------------------------
     def _on_sink_complete(self, item: SinkItem, error: BaseException | None) -> None:
