@@ -20,18 +20,19 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
 from confluent_kafka import Consumer, Producer
 from offtake.config import load_pipeline
-from offtake_testbed.kube import ControlPlane, KubectlError
+from offtake_testbed.kube import ControlPlane
 from offtake_testbed.pytest_plugin import TopicFactory
 from offtake_testbed.pytest_plugin_kube import Kubectl
+from support.kube import exists, get, wait_for
 
 # Read when the handlers module is first imported: a one-second tick keeps the tests brisk.
 os.environ.setdefault("OFFTAKE_TICK_SECONDS", "1")
@@ -47,34 +48,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "crds" / "consumerpipeline.yaml"
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 COLUMNS = ["NAME", "PHASE", "READY", "REPLICAS", "LAG", "LAG(S)", "AGE"]
-
-T = TypeVar("T")
-
-
-def wait_for(check: Callable[[], T | None], *, timeout: float = 60.0, what: str = "") -> T:
-    """Poll until ``check`` returns something truthy; fail naming what was awaited."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-            last = result
-        except (KeyError, IndexError, AssertionError, KubectlError) as exc:
-            last = exc
-        time.sleep(0.3)
-    pytest.fail(f"timed out after {timeout:g}s waiting for {what or check}; last: {last!r}")
-
-
-def get(kubectl: Kubectl, *args: str) -> Any:
-    return json.loads(kubectl("get", *args, "-o", "json").stdout)
-
-
-def exists(kubectl: Kubectl, *args: str) -> bool:
-    return (
-        kubectl("get", *args, "--ignore-not-found", "-o", "name", check=False).stdout.strip() != ""
-    )
 
 
 def pipeline(name: str, **spec: Any) -> dict[str, Any]:

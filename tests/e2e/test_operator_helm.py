@@ -9,45 +9,23 @@ higher priority works and the other stands by until the first one stops renewing
 from __future__ import annotations
 
 import base64
-import json
 import os
 import signal
 import subprocess
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 import yaml
-from offtake_testbed.kube import ControlPlane, KubectlError
+from offtake_testbed.kube import ControlPlane
 from offtake_testbed.pytest_plugin_kube import Helm, Kubectl
+from support.kube import get, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "offtake"
-T = TypeVar("T")
-
-
-def wait_for(check: Callable[[], T | None], *, timeout: float = 60.0, what: str = "") -> T:
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-            last = result
-        except (KeyError, IndexError, KubectlError) as exc:
-            last = exc
-        time.sleep(0.5)
-    pytest.fail(f"timed out after {timeout:g}s waiting for {what}; last: {last!r}")
-
-
-def get(kubectl: Kubectl, *args: str) -> Any:
-    return json.loads(kubectl("get", *args, "-o", "json").stdout)
 
 
 def test_chart_renders_the_operator_with_least_privilege(

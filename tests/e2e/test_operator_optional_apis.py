@@ -3,18 +3,17 @@ count, and the ServiceMonitor and KEDA ScaledObject once those CRDs exist in the
 
 from __future__ import annotations
 
-import json
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
-from offtake_testbed.kube import ControlPlane, KubectlError
+from offtake_testbed.kube import ControlPlane
 from offtake_testbed.pytest_plugin import TopicFactory
 from offtake_testbed.pytest_plugin_kube import Kubectl
+from support.kube import exists, get, wait_for
 
 os.environ.setdefault("OFFTAKE_TICK_SECONDS", "1")
 
@@ -24,7 +23,6 @@ from offtake_operator.settings import OperatorConfig
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
 
 # Just enough of the Prometheus Operator's and KEDA's CRDs for the API server to serve them.
 OPTIONAL_CRDS = [
@@ -57,31 +55,6 @@ def crd(group: str, plural: str, kind: str, version: str) -> dict[str, Any]:
             ],
         },
     }
-
-
-def wait_for(check: Callable[[], T | None], *, timeout: float = 60.0, what: str = "") -> T:
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-            last = result
-        except (KeyError, IndexError, KubectlError) as exc:
-            last = exc
-        time.sleep(0.3)
-    pytest.fail(f"timed out after {timeout:g}s waiting for {what}; last: {last!r}")
-
-
-def get(kubectl: Kubectl, *args: str) -> Any:
-    return json.loads(kubectl("get", *args, "-o", "json").stdout)
-
-
-def exists(kubectl: Kubectl, *args: str) -> bool:
-    return (
-        kubectl("get", *args, "--ignore-not-found", "-o", "name", check=False).stdout.strip() != ""
-    )
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from typing import Any
 import psycopg
 import pytest
 from offtake_testbed.kafka import KafkaBroker
+from support.reports import lost_and_duplicated, report
 from support.workers import (
     WorkerProcess,
     committed,
@@ -50,15 +51,6 @@ RECORDS = 20_000
 CRASH_COMMIT = {"intervalSeconds": 5.0}
 
 
-def report(name: str, **numbers: Any) -> None:
-    line = json.dumps({"test": name, **numbers})
-    print(f"\nREPORT {line}")
-    target = os.environ.get("OFFTAKE_REPORT")
-    if target:
-        with open(target, "a") as f:
-            f.write(line + "\n")
-
-
 def value(i: int) -> dict[str, Any]:
     return {"id": i, "customer": f"c{i % 7}", "amount": i * 0.5}
 
@@ -71,12 +63,6 @@ def spark_sink(master: str = "local[1]", **fields: Any) -> dict[str, Any]:
             "submit": {"mode": "local", "master": master, "conf": dict(SPARK_CONF)},
         }
     }
-
-
-def lost_and_duplicated(expected: int, counts: Counter[int]) -> tuple[int, int]:
-    lost = sum(1 for i in range(expected) if counts[i] == 0)
-    duplicated = sum(c - 1 for c in counts.values() if c > 1)
-    return lost, duplicated
 
 
 # -- processes -------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ Each test reports the lost and duplicated counts it measured (printed, and appen
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 import pytest
 from offtake_testbed.kafka import KafkaBroker
+from support.reports import lost_and_duplicated, report
 from support.workers import (
     WorkerProcess,
     ids_of,
@@ -24,21 +24,6 @@ from support.workers import (
     wait_caught_up,
     write_manifest,
 )
-
-
-def report(name: str, **numbers: Any) -> None:
-    line = json.dumps({"test": name, **numbers})
-    print(f"\nREPORT {line}")
-    target = os.environ.get("OFFTAKE_REPORT")
-    if target:
-        with open(target, "a") as f:
-            f.write(line + "\n")
-
-
-def lost_and_duplicated(expected: int, counts: Any) -> tuple[int, int]:
-    lost = sum(1 for i in range(expected) if counts[i] == 0)
-    duplicated = sum(c - 1 for c in counts.values() if c > 1)
-    return lost, duplicated
 
 
 @pytest.mark.parametrize("assignor", ["cooperative-sticky", "range"])
