@@ -406,10 +406,10 @@ class KafkaBroker(Service):
         command = [
             *self._jvm_args(java, libs, "kafka.tools.StorageTool", tool=True),
             "format",
-            "-t",
-            cluster_id,
-            "-c",
-            str(self.workdir / "server.properties"),
+            # One argument with "=": a random id may start with "-", and as a separate argument
+            # it would be taken for an option (about one start in 64 failed that way).
+            f"--cluster-id={cluster_id}",
+            f"--config={self.workdir / 'server.properties'}",
         ]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
         if done.returncode != 0:

@@ -8,6 +8,7 @@ import sys
 import time
 import uuid
 
+import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from offtake_testbed.kafka import KAFKA_VERSION, KafkaBroker, install_kafka
 from offtake_testbed.pytest_plugin import TopicFactory
@@ -158,3 +159,16 @@ def _high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, i
         }
     finally:
         consumer.close()
+
+
+def test_a_cluster_id_starting_with_a_dash_is_not_taken_for_an_option(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import base64
+
+    import offtake_testbed.kafka as testbed_kafka
+
+    real = base64.urlsafe_b64encode
+    monkeypatch.setattr(testbed_kafka.base64, "urlsafe_b64encode", lambda raw: b"-" + real(raw)[1:])
+    with KafkaBroker() as broker:
+        assert broker.admin().list_topics(timeout=10).brokers
