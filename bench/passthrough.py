@@ -21,6 +21,7 @@ import uuid
 from confluent_kafka import Consumer, Producer, TopicPartition
 from offtake.config import parse_pipeline
 from offtake.engine.worker import Worker
+from offtake.kafka.produce import produce_waiting
 from offtake_testbed.kafka import KafkaBroker
 
 PARTITIONS = 6
@@ -31,12 +32,7 @@ def fill(bootstrap: str, topic: str, records: int) -> None:
     payload = {"pad": "x" * 150}
     for i in range(records):
         value = json.dumps({"id": i, **payload}).encode()
-        while True:
-            try:
-                producer.produce(topic, value, key=str(i).encode())
-                break
-            except BufferError:  # the local queue is full: let deliveries make room
-                producer.poll(0.1)
+        produce_waiting(producer, topic, value=value, key=str(i).encode())
     assert producer.flush(60) == 0
 
 

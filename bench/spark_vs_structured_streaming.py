@@ -368,17 +368,13 @@ def run_offtake(bootstrap: str, topic: str, path: str, batch: int, work: Path) -
 # -- the run ---------------------------------------------------------------------------------
 def fill(bootstrap: str, topic: str, records: int) -> None:
     from confluent_kafka import Producer
+    from offtake.kafka.produce import produce_waiting
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
     for i in range(records):
         value = {"id": i, "customer": f"c{i % 97}", "amount": i * 0.5, "pad": "x" * 100}
         payload = json.dumps(value).encode()
-        while True:
-            try:
-                producer.produce(topic, payload, key=str(i).encode())
-                break
-            except BufferError:  # the local queue is full: let deliveries make room
-                producer.poll(0.1)
+        produce_waiting(producer, topic, value=payload, key=str(i).encode())
     assert producer.flush(60) == 0
 
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
-from offtake_testbed.kafka import KafkaBroker, install_kafka
+from confluent_kafka import Consumer, Producer, TopicPartition
+from offtake_testbed.kafka import KafkaBroker, install_kafka, read_topic
 from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,25 +58,6 @@ def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
             producer.poll(0)
     if producer.flush(30):
         raise SystemExit("demo: could not produce the sample events")
-
-
-def count_records(bootstrap: str, topic: str) -> int:
-    c = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "demo-count", "enable.partition.eof": True}
-    )
-    parts = list(c.list_topics(topic, timeout=10).topics[topic].partitions)
-    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-    ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
-    todo, n = {p for p in parts if ends[p] > 0}, 0
-    while todo:
-        for m in c.consume(1000, 1.0):
-            err = m.error()
-            if err is None:
-                n += 1
-            elif err.code() == KafkaError._PARTITION_EOF:
-                todo.discard(m.partition())
-    c.close()
-    return n
 
 
 def group_lag(bootstrap: str, group: str, topic: str) -> int:
@@ -168,7 +149,7 @@ def run(count: int) -> int:
             metrics = scrape(port)
             worker.send_signal(signal.SIGTERM)
             code = worker.wait(60)
-        out, dead = count_records(broker.bootstrap, sink), count_records(broker.bootstrap, dlq)
+        out, dead = len(read_topic(broker.bootstrap, sink)), len(read_topic(broker.bootstrap, dlq))
         print("\nsummary")
         print(f"  records consumed      {metrics.get('offtake_messages_consumed_total', 0):.0f}")
         for outcome in ("delivered", "dropped", "dlq", "skipped"):

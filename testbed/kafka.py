@@ -31,7 +31,14 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 # Imported from where they are defined: confluent_kafka.admin re-exports them only implicitly,
@@ -48,6 +55,7 @@ __all__ = [
     "KafkaTestbedError",
     "install_kafka",
     "main",
+    "read_topic",
 ]
 
 # 4.3.x is a patch-released line of Kafka 4 (KRaft only, log4j2, broker on Java 17).
@@ -518,6 +526,47 @@ class KafkaBroker(Service):
 # --------------------------------------------------------------------------------------------
 # Small helpers
 # --------------------------------------------------------------------------------------------
+
+
+def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Message]:
+    """Every record of ``topic`` up to its log end as of this call, in no consumer group.
+
+    Plain assignment from the beginning: no group join to wait for, and nothing committed,
+    so reading a topic never changes what a pipeline under test sees.
+    """
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"offtake-testbed-reader-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "logger": _log,
+        }
+    )
+    try:
+        parts = list(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in parts
+        }
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        todo = {p for p, end in ends.items() if end > 0}
+        out: list[Message] = []
+        deadline = time.monotonic() + timeout
+        while todo and time.monotonic() < deadline:
+            for m in consumer.consume(1000, 0.5):
+                err = m.error()
+                if err is None:
+                    out.append(m)
+                    if (m.offset() or 0) + 1 >= ends[m.partition() or 0]:
+                        todo.discard(m.partition() or 0)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    todo.discard(m.partition() or 0)
+    finally:
+        consumer.close()
+    if todo:
+        raise KafkaTestbedError(f"could not read {topic} to its end (partitions {sorted(todo)})")
+    return out
 
 
 def _remove_stale_workdirs() -> None:

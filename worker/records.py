@@ -16,6 +16,14 @@ class TopicPartition(NamedTuple):
         return f"{self.topic}[{self.partition}]"
 
 
+RECORD_OVERHEAD = 64  # bytes of bookkeeping per record, so empty records still count
+
+
+def footprint(key: bytes | None, value: bytes | None) -> int:
+    """Bytes a record holds in memory, for the in-flight byte bound (limits.maxInFlightBytes)."""
+    return len(key or b"") + len(value or b"") + RECORD_OVERHEAD
+
+
 @dataclass(frozen=True, slots=True)
 class Record:
     """One Kafka record as handed to user code.
@@ -41,7 +49,7 @@ class Record:
     @property
     def size(self) -> int:
         """Bytes this record holds in memory, for the in-flight byte bound."""
-        return len(self.key or b"") + len(self.raw_value or b"") + 64
+        return footprint(self.key, self.raw_value)
 
     def where(self) -> str:
         """Where this record came from, for error messages and logs."""

@@ -17,13 +17,13 @@ from typing import Any
 
 import yaml
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
 )
+from offtake_testbed.kafka import read_topic
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -136,33 +136,9 @@ def produce(
     return n
 
 
-def read_all(bootstrap: str, topic: str, idle: float = 1.0) -> list[Any]:
-    """Every record of ``topic`` up to its current log end (no group: plain assignment)."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    parts = list(c.list_topics(topic, timeout=10).topics[topic].partitions)
-    ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
-    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-    todo = {p for p, end in ends.items() if end > 0}
-    out: list[Any] = []
-    deadline = time.monotonic() + 60 + idle
-    while todo and time.monotonic() < deadline:
-        for m in c.consume(1000, 0.5):
-            if m.error() is None:
-                out.append(m)
-                if m.offset() + 1 >= ends[m.partition()]:
-                    todo.discard(m.partition())
-            elif m.error().code() == KafkaError._PARTITION_EOF:
-                todo.discard(m.partition())
-    c.close()
-    assert not todo, f"could not read {topic} to its end (partitions {sorted(todo)})"
-    return out
+def read_all(bootstrap: str, topic: str) -> list[Any]:
+    """Every record of ``topic`` up to its current log end (the test bed's reader)."""
+    return read_topic(bootstrap, topic)
 
 
 def ids_of(messages: list[Any]) -> Counter[int]:

@@ -6,6 +6,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from offtake.kafka.produce import produce_waiting
 from offtake.kafka.protocols import ProducerLike
 from offtake.records import Record
 
@@ -64,18 +65,14 @@ class DeadLetterQueue:
         with self._lock:
             self._pending += 1
         headers = dlq_headers(record, error, attempts, stage)
-        while True:
-            try:
-                self.producer.produce(
-                    self.topic,
-                    value=record.raw_value,
-                    key=record.key,
-                    headers=headers,
-                    on_delivery=delivered,
-                )
-                return
-            except BufferError:
-                self.producer.poll(0.05)
+        produce_waiting(
+            self.producer,
+            self.topic,
+            value=record.raw_value,
+            key=record.key,
+            headers=headers,
+            on_delivery=delivered,
+        )
 
     def poll(self) -> None:
         self.producer.poll(0)

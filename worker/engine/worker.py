@@ -28,7 +28,7 @@ from offtake.health import Health
 from offtake.kafka.protocols import ClientFactory, ConsumerLike, MessageLike
 from offtake.metrics import Metrics
 from offtake.processing.base import Processor
-from offtake.records import TopicPartition
+from offtake.records import TopicPartition, footprint
 from offtake.sinks.base import Sink, SinkItem
 
 log = logging.getLogger("offtake.worker")
@@ -79,6 +79,8 @@ class Worker:
         self._last_lag = 0.0
         self._oldest_seen: dict[TopicPartition, int] = {}
         self._cooperative = True
+        # Partitions being revoked right now: records of them fetched meanwhile are not taken.
+        self._revoking: frozenset[TopicPartition] = frozenset()
         self._last_consume = 0.0
         self.processor = processor or make_processor(spec)
         self.sink = sink or make_sink(spec, self.clients, self.metrics)
@@ -225,9 +227,8 @@ class Worker:
             epoch = self.tracker.epoch(tp)
             if epoch is None or tp in self._revoking:
                 continue  # fetched before a revoke: the new owner will consume it
-            value, key = msg.value(), msg.key()
-            size = len(value or b"") + len(key or b"") + 64
             ts_type, ts = msg.timestamp()
+            size = footprint(msg.key(), msg.value())
             self.tracker.register(tp, msg.offset(), size, ts if ts_type and ts >= 0 else None)
             consumed[tp.topic] += 1
             batch.append((msg, epoch))
@@ -235,8 +236,6 @@ class Worker:
             self.stage.submit(Work(batch))
         for topic, n in consumed.items():
             self.metrics.consumed.labels(topic).inc(n)
-
-    _revoking: frozenset[TopicPartition] = frozenset()
 
     def _apply_pause(self, consumer: ConsumerLike, paused: bool) -> None:
         assigned = set(self.tracker.partitions())

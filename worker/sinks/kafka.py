@@ -6,6 +6,7 @@ import threading
 from collections.abc import Collection
 from typing import Any
 
+from offtake.kafka.produce import produce_waiting
 from offtake.kafka.protocols import ProducerLike
 from offtake.records import TopicPartition
 from offtake.sinks.base import Sink, SinkError, SinkItem
@@ -58,20 +59,14 @@ class KafkaSink(Sink):
         headers: list[tuple[str, bytes | None]],
         on_delivery: Any,
     ) -> None:
-        while True:
-            try:
-                self.producer.produce(
-                    self.topic,
-                    value=payload,
-                    key=item.record.key,
-                    headers=headers or None,
-                    on_delivery=on_delivery,
-                )
-                return
-            except BufferError:
-                # The producer's local queue is full: serve delivery reports to make room.
-                # This blocks only the processing thread; the poll loop keeps the group alive.
-                self.producer.poll(0.05)
+        produce_waiting(
+            self.producer,
+            self.topic,
+            value=payload,
+            key=item.record.key,
+            headers=headers or None,
+            on_delivery=on_delivery,
+        )
 
     def poll(self) -> None:
         self.producer.poll(0)

@@ -1,0 +1,24 @@
+"""Producing when librdkafka's local queue may be full."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from offtake.kafka.protocols import ProducerLike
+
+QUEUE_FULL_WAIT = 0.05
+
+
+def produce_waiting(producer: ProducerLike, topic: str, **kwargs: Any) -> None:
+    """``producer.produce``, waiting while the local queue is full instead of failing.
+
+    A full queue (BufferError) means deliveries are behind: serving delivery reports makes
+    room. This blocks only the calling thread, never the poll loop that keeps a worker in its
+    group, and it is what turns a slow broker into backpressure rather than an error.
+    """
+    while True:
+        try:
+            producer.produce(topic, **kwargs)
+            return
+        except BufferError:
+            producer.poll(QUEUE_FULL_WAIT)
