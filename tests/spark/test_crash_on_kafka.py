@@ -46,9 +46,12 @@ SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
 BATCH = {"maxRecords": 2000, "maxIntervalSeconds": 2}
 PARTITIONS = 4
 RECORDS = 20_000
-# Longer than one batch job, so that a batch written just before the kill is not yet
-# committed: the restarted worker then has to write it again (the effectively-once case).
-CRASH_COMMIT = {"intervalSeconds": 5.0}
+# The first run never reaches a commit tick (an hour), so every batch it wrote before the
+# kill is written but not committed: the restarted worker has to write each one again (the
+# effectively-once case). A shorter interval raced on a slow machine: the tick could commit the
+# written batch before the next one started staging. The restart commits every second.
+FIRST_RUN_COMMIT = {"intervalSeconds": 3600.0}
+RESTART_COMMIT = {"intervalSeconds": 1.0}
 
 
 def value(i: int) -> dict[str, Any]:
@@ -164,10 +167,13 @@ def crash_and_recover(
     Returns the numbers observed at the kill. ``rows_written()`` counts the rows the sink
     holds now (only swapped-in batches, never staged ones).
     """
+    first_doc = json.loads(json.dumps(doc))
+    first_doc["spec"]["commit"] = dict(FIRST_RUN_COMMIT)
+    first_path = write_manifest(tmp_path / "first-run.yaml", first_doc)
     path = write_manifest(tmp_path / "pipeline.yaml", doc)
     group = doc["spec"]["source"]["groupId"]
     began = time.monotonic()
-    first = start(workers, path, tmp_path / "first.log")
+    first = start(workers, first_path, tmp_path / "first.log")
     wait_for(first, mid_batch, "batch in the middle of its write after an earlier batch")
     kill_tree(first)
     at_kill = time.monotonic() - began
@@ -230,7 +236,7 @@ def test_parquet_sigkill_mid_batch_then_restart_leaves_every_record_once(
         kafka_broker.bootstrap,
         [topic],
         sink=spark_sink(format="parquet", path=str(table)),
-        commit=dict(CRASH_COMMIT),
+        commit=dict(RESTART_COMMIT),
     )
     numbers = crash_and_recover(
         bootstrap=kafka_broker.bootstrap,
@@ -320,7 +326,7 @@ def test_jdbc_sigkill_mid_batch_then_restart_leaves_every_record_once(
         kafka_broker.bootstrap,
         [topic],
         sink=spark_sink(format="jdbc", jdbc=jdbc),
-        commit=dict(CRASH_COMMIT),
+        commit=dict(RESTART_COMMIT),
     )
     db = Postgres(postgres.dsn.replace(f"dbname={postgres.database}", f"dbname={database}"), table)
     try:
