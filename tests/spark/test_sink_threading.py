@@ -59,7 +59,9 @@ def test_submit_and_poll_do_not_wait_for_a_running_job() -> None:
     for it in items(range(10, 1000)):
         sink.submit(it)
     sink.poll()
-    assert time.monotonic() - began < 0.5
+    # The job stays blocked until the gate opens, so returning at all shows nothing waited on
+    # it; the bound only keeps a regression from hanging the suite.
+    assert time.monotonic() - began < 5.0
     assert done.count == 0 and sink.pending() == 1000
     writer.gate.set()
     assert sink.drain(None, 10)
