@@ -6,6 +6,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from offtake.sinks.spark.batching import BatchId
+from offtake.sinks.spark.writers import JdbcWriter
 
 from .support import items, pipeline, run_sink
 
@@ -52,6 +54,35 @@ def test_jdbc_batches_rewritten_after_a_crash_leave_each_record_once(
     assert row[:5] == ("orders", b"k7", 7, 10.5, "c0")
     assert row[5] <= 7 <= row[6]
     assert _tables(postgres) == ["orders_sink"]  # every staging table dropped
+
+
+def test_jdbc_drops_staging_tables_that_a_crashed_attempt_cut_differently(
+    spark: Any, postgres: Any
+) -> None:
+    jdbc = {"url": postgres.jdbc_url, "table": "recut_sink", "user": postgres.user}
+    spec = pipeline({"format": "jdbc", "jdbc": jdbc, "batch": {"maxRecords": 300}})
+    assert spec.sink.spark is not None
+    names = JdbcWriter(spec.sink.spark, statements=None)  # type: ignore[arg-type]
+    # What a worker killed mid-job leaves: staging tables of batches the restart cuts at
+    # other end offsets (maxRecords 500 then, 300 now), for the partition it resumes and for
+    # a partition it does not own.
+    crashed = names.staging_table(BatchId("orders", 0, 0, 499))
+    other = names.staging_table(BatchId("orders", 3, 0, 499))
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        for table in (crashed, other):
+            conn.execute(f'CREATE TABLE {table} ("offset" bigint)')
+            conn.execute(f"INSERT INTO {table} VALUES (1), (2)")
+
+    done, _ = run_sink(spec, spark, [items(range(600))])
+
+    assert len(done.ok) == 600 and not done.failed
+    assert _offsets(postgres, "recut_sink") == [(0, o) for o in range(600)]
+    # The resumed partition's leftover is gone; partition 3's waits for that partition's owner.
+    assert [t for t in _tables(postgres) if t.startswith("recut_sink")] == sorted(
+        ["recut_sink", other]
+    )
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE {other}")  # the other tests count the schema's tables
 
 
 def test_jdbc_nested_json_is_stored_as_text(spark: Any, postgres: Any) -> None:

@@ -56,6 +56,10 @@ class Statements(Protocol):
     def execute(self, sql: str) -> None:
         """One statement outside any transaction (auto-commit)."""
 
+    def tables(self, schema: str | None, prefix: str) -> list[str]:
+        """Names of the tables in ``schema`` (the connection's own when None) whose name
+        starts with ``prefix``, compared case-insensitively (databases fold unquoted names)."""
+
 
 def credentials(spec: JdbcSpec) -> dict[str, str]:
     """Connection properties: user and password from the spec, else from the environment the
@@ -136,6 +140,22 @@ class JvmStatements:
         finally:
             conn.close()
 
+    def tables(self, schema: str | None, prefix: str) -> list[str]:
+        conn = self._connect()
+        try:
+            # Any JDBC database answers DatabaseMetaData; filtering here, not with a LIKE
+            # pattern, because '_' is a wildcard there and name case differs by database.
+            found = conn.getMetaData().getTables(None, schema or conn.getSchema(), "%", None)
+            names: list[str] = []
+            while found.next():
+                name = str(found.getString("TABLE_NAME"))
+                if name.lower().startswith(prefix.lower()):
+                    names.append(name)
+            found.close()
+            return names
+        finally:
+            conn.close()
+
 
 class PsycopgStatements:
     """psycopg for jdbc:postgresql URLs, where the worker has no JVM (Spark Connect)."""
@@ -178,6 +198,15 @@ class PsycopgStatements:
         with self._connect() as conn:
             conn.autocommit = True
             conn.execute(sql)
+
+    def tables(self, schema: str | None, prefix: str) -> list[str]:
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = COALESCE(%s, current_schema())",
+                (schema,),
+            ).fetchall()
+        return [str(r[0]) for r in rows if str(r[0]).lower().startswith(prefix.lower())]
 
 
 def _redact(url: str) -> str:

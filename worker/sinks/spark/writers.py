@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from offtake.config.spec import SparkSinkSpec
+from offtake.records import TopicPartition
 from offtake.sinks.spark.batching import BatchId
 from offtake.sinks.spark.fileops import ArrowFileOps, FileOps, HadoopFileOps, join
 from offtake.sinks.spark.jdbc import (
@@ -176,12 +177,47 @@ class JdbcWriter(Writer):
         self.statements = statements
         self.quote = "`" if spec.jdbc.url.startswith(("jdbc:mysql:", "jdbc:mariadb:")) else '"'
         self._target_ready = False
+        self._swept: set[TopicPartition] = set()
 
     def staging_table(self, batch: BatchId) -> str:
-        # Deterministic per batch, so a rewrite reuses (overwrites) a crashed attempt's table;
+        # Deterministic per batch, so a rewrite reuses (overwrites) a crashed attempt's table,
+        # and prefixed per partition, so leftovers of attempts cut differently can be found;
         # short, because databases cap identifier length (PostgreSQL: 63).
-        digest = hashlib.sha1(str(batch).encode()).hexdigest()[:12]
-        return f"{self.table}__offtake_{digest}"
+        digest = hashlib.sha1(str(batch).encode()).hexdigest()[:10]
+        return f"{self._staging_prefix(batch)}{digest}"
+
+    def _staging_prefix(self, batch: BatchId) -> str:
+        tp = hashlib.sha1(f"{batch.topic}-{batch.partition}".encode()).hexdigest()[:6]
+        return f"{self.table}__offtake_{tp}_"
+
+    def _sweep_leftovers(self, batch: BatchId, stage: str) -> None:
+        """Drop staging tables of this partition left by earlier attempts.
+
+        A crashed worker leaves its batch's staging table; the restart usually cuts the same
+        batch and overwrites it, but a batch cut at another end offset has another name. Once
+        per partition and writer (leftovers predate this worker's ownership) after a swap:
+        whatever else is staged for the partition is either such a leftover or a zombie
+        owner's batch, which must not land anyway (its swap then fails, and it commits nothing).
+        """
+        if batch.tp in self._swept:
+            return
+        self._swept.add(batch.tp)
+        schema = self.table.rpartition(".")[0]
+        prefix = self._staging_prefix(batch).rpartition(".")[2]
+        try:
+            leftovers = self.statements.tables(schema or None, prefix)
+        except Exception as exc:
+            log.warning("batch %s: could not list staging tables to sweep: %s", batch, exc)
+            return
+        for table in leftovers:
+            if table.lower() == stage.rpartition(".")[2].lower():
+                continue
+            qualified = f"{schema}.{table}" if schema else table
+            try:
+                self.statements.execute(f"DROP TABLE {qualified}")
+                log.info("batch %s: dropped staging table %s of an earlier attempt", batch, table)
+            except Exception as exc:
+                log.warning("batch %s: could not drop staging table %s: %s", batch, table, exc)
 
     def _props(self) -> dict[str, str]:
         return credentials(self.jdbc)
@@ -216,6 +252,7 @@ class JdbcWriter(Writer):
             self.statements.execute(f"DROP TABLE {stage}")
         except Exception as exc:  # the rows are in; a leftover staging table is only clutter
             log.warning("batch %s: could not drop staging table %s: %s", batch, stage, exc)
+        self._sweep_leftovers(batch, stage)
 
 
 def _flatten_for_jdbc(df: Any) -> Any:
