@@ -17,6 +17,7 @@ from offtake_testbed.kafka import KafkaBroker
 from support.reports import lost_and_duplicated, report
 from support.workers import (
     WorkerProcess,
+    committed,
     ids_of,
     manifest,
     produce,
@@ -87,7 +88,17 @@ def test_sigkill_mid_stream_loses_nothing_and_duplicates_at_most_the_in_flight_l
     path = write_manifest(tmp_path / "pipeline.yaml", doc)
     total = produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(8_000)))
     first = WorkerProcess(path, tmp_path / "first.log").start()
-    time.sleep(6)  # mid-stream: some records committed, some in flight, most not yet read
+    # Mid-stream: the first commit landed (some records committed), the rest is in flight or
+    # not yet read (the slow function needs 16 s for all of them; a commit comes every 5 s).
+    # Waiting for the commit, not for a fixed time, keeps a slow machine from killing it before
+    # it started consuming.
+    group = doc["spec"]["source"]["groupId"]
+    deadline = time.monotonic() + 120
+    while sum(max(0, o) for o in committed(kafka_broker.bootstrap, group, src, 4).values()) == 0:
+        assert first.proc is not None and first.proc.poll() is None, first.output()[-2000:]
+        assert time.monotonic() < deadline, "the first worker never committed"
+        time.sleep(0.2)
+    time.sleep(2.5)  # half a commit interval on: records done but not committed, as in a crash
     first.kill()
     delivered_before_restart = len(read_all(kafka_broker.bootstrap, out))
     assert 0 < delivered_before_restart < total, "the kill must land mid-stream"
