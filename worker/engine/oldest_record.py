@@ -83,10 +83,13 @@ class OldestRecordProbe:
                 self._consumer = self._make_consumer()
             consumer = self._consumer
             consumer.assign([self._make_tp(tp.topic, tp.partition, offset)])
-            for msg in consumer.consume(num_messages=1, timeout=PEEK_TIMEOUT):
-                if msg.error() is None:
-                    ts_type, ts = msg.timestamp()
-                    return int(ts) if ts_type and ts >= 0 else None
+            try:
+                for msg in consumer.consume(num_messages=1, timeout=PEEK_TIMEOUT):
+                    if msg.error() is None:
+                        ts_type, ts = msg.timestamp()
+                        return int(ts) if ts_type and ts >= 0 else None
+            finally:
+                consumer.assign([])  # stop fetching the partition until the next peek
         except Exception as exc:  # lag in seconds is best effort; consuming must go on
             log.debug("could not read the record at %s@%d: %s", tp, offset, exc)
         return None
