@@ -107,3 +107,30 @@ def test_consumer_config_forces_manual_commits_and_takes_static_membership() -> 
     prod = producer_config(spec, spec.sink.kafka.config if spec.sink.kafka else None)
     assert prod["enable.idempotence"] == "true" and prod["acks"] == "all"
     assert prod["linger.ms"] == "20" and "session.timeout.ms" not in prod
+
+
+def test_consumer_prefetch_follows_the_in_flight_byte_bound_unless_configured() -> None:
+    from offtake.config import parse_pipeline
+    from offtake.engine.kafka_config import consumer_config
+
+    def conf(limits: dict[str, int], config: dict[str, str] | None = None) -> dict[str, str]:
+        spec = parse_pipeline(
+            {
+                "apiVersion": "offtake.dev/v1alpha1",
+                "kind": "ConsumerPipeline",
+                "metadata": {"name": "p", "namespace": "ns"},
+                "spec": {
+                    "kafka": {"bootstrapServers": "k:9092", "config": config or {}},
+                    "source": {"topics": ["a"]},
+                    "sink": {"log": {}},
+                    "limits": limits,
+                },
+            }
+        )
+        return consumer_config(spec)
+
+    assert conf({})["queued.max.messages.kbytes"] == "16384"  # 64 MiB in flight: 16 MiB
+    assert conf({"maxInFlightBytes": 1 << 20})["queued.max.messages.kbytes"] == "1024"
+    assert conf({"maxInFlightBytes": 1 << 30})["queued.max.messages.kbytes"] == "65536"
+    own = conf({}, {"queued.max.messages.kbytes": "4096"})
+    assert own["queued.max.messages.kbytes"] == "4096"

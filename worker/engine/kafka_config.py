@@ -53,6 +53,11 @@ def _common(spec: PipelineSpec) -> dict[str, Any]:
     return conf
 
 
+def prefetch_kbytes(spec: PipelineSpec) -> int:
+    """The consumer's prefetch bound: a quarter of maxInFlightBytes, within 1 MiB..64 MiB."""
+    return max(1024, min(65536, spec.limits.max_in_flight_bytes // 4 // 1024))
+
+
 def consumer_config(spec: PipelineSpec, instance_id: str | None = None) -> dict[str, Any]:
     conf = {
         "group.id": spec.source.group_id,
@@ -70,6 +75,9 @@ def consumer_config(spec: PipelineSpec, instance_id: str | None = None) -> dict[
                 conf[key],
             )
         conf[key] = value
+    # librdkafka prefetches up to 64 MiB by default, on top of the in-flight work: size it from
+    # the spec's byte bound, so that a pod's memory follows from its limits.
+    conf.setdefault("queued.max.messages.kbytes", str(prefetch_kbytes(spec)))
     if instance_id and "group.instance.id" not in conf:
         conf["group.instance.id"] = instance_id  # static membership: restarts do not rebalance
     return conf
