@@ -7,6 +7,7 @@ from typing import Any
 import psycopg
 import pytest
 from offtake.sinks.spark.batching import BatchId
+from offtake.sinks.spark.jdbc import PsycopgStatements
 from offtake.sinks.spark.writers import JdbcWriter
 
 from .support import items, pipeline, run_sink
@@ -83,6 +84,32 @@ def test_jdbc_drops_staging_tables_that_a_crashed_attempt_cut_differently(
     )
     with psycopg.connect(postgres.dsn, autocommit=True) as conn:
         conn.execute(f"DROP TABLE {other}")  # the other tests count the schema's tables
+
+
+def test_without_a_jvm_staging_tables_are_found_through_psycopg(postgres: Any) -> None:
+    # Spark Connect mode: the worker has no JVM, so listing (for the sweep) goes via psycopg.
+    jdbc = {"url": postgres.jdbc_url, "table": "listed_sink", "user": postgres.user}
+    spec = pipeline({"format": "jdbc", "jdbc": jdbc})
+    assert spec.sink.spark is not None and spec.sink.spark.jdbc is not None
+    statements = PsycopgStatements(spec.sink.spark.jdbc)
+    tables = ("listed_sink", "listed_sink__offtake_aaaaaa_1", "listed_sink__offtake_bbbbbb_2")
+    for table in tables:
+        statements.execute(f"CREATE TABLE {table} (x int)")
+    try:
+        assert statements.tables(None, "LISTED_SINK__offtake_aaaaaa_") == [
+            "listed_sink__offtake_aaaaaa_1"
+        ]
+        assert statements.tables("public", "listed_sink__offtake_bbbbbb_") == [
+            "listed_sink__offtake_bbbbbb_2"
+        ]
+        assert statements.tables("elsewhere", "listed_sink") == []
+    finally:
+        for table in (
+            "listed_sink",
+            "listed_sink__offtake_aaaaaa_1",
+            "listed_sink__offtake_bbbbbb_2",
+        ):
+            statements.execute(f"DROP TABLE {table}")
 
 
 def test_jdbc_nested_json_is_stored_as_text(spark: Any, postgres: Any) -> None:
