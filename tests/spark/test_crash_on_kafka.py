@@ -29,6 +29,7 @@ from support.reports import lost_and_duplicated, report
 from support.workers import (
     WorkerProcess,
     committed,
+    committed_records,
     end_offsets,
     manifest,
     produce,
@@ -138,19 +139,6 @@ def start(workers: list[WorkerProcess], path: Path, log: Path, **env: str) -> Wo
     return w
 
 
-def wait_for(
-    worker: WorkerProcess, condition: Callable[[], bool], what: str, timeout: float = 180
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert worker.proc is not None
-        if worker.proc.poll() is not None:
-            pytest.fail(f"the worker exited before {what}:\n{worker.output()[-4000:]}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"no {what} within {timeout}s:\n{worker.output()[-4000:]}")
-        time.sleep(0.02)
-
-
 # -- the crash, for any sink ----------------------------------------------------------------
 def crash_and_recover(
     *,
@@ -170,23 +158,23 @@ def crash_and_recover(
     first_doc = json.loads(json.dumps(doc))
     first_doc["spec"]["commit"] = dict(FIRST_RUN_COMMIT)
     first_path = write_manifest(tmp_path / "first-run.yaml", first_doc)
+    doc["spec"]["commit"] = dict(RESTART_COMMIT)
     path = write_manifest(tmp_path / "pipeline.yaml", doc)
     group = doc["spec"]["source"]["groupId"]
     began = time.monotonic()
     first = start(workers, first_path, tmp_path / "first.log")
-    wait_for(first, mid_batch, "batch in the middle of its write after an earlier batch")
+    first.wait_until(mid_batch, "batch in the middle of its write after an earlier batch")
     kill_tree(first)
     at_kill = time.monotonic() - began
-    committed_at_kill = committed(bootstrap, group, topic, PARTITIONS)
-    committed_records = sum(max(0, o) for o in committed_at_kill.values())
+    committed_at_kill = committed_records(bootstrap, group, topic, PARTITIONS)
     written_before_restart = rows_written()
     ends = end_offsets(bootstrap, topic, PARTITIONS)
-    assert committed_records < sum(ends.values()), "the kill must land before the group caught up"
+    assert committed_at_kill < sum(ends.values()), "the kill must land before the group caught up"
     # A batch written but not committed: the restarted worker reads its records again, and
     # writing them again must not leave a second copy.
-    assert written_before_restart > committed_records, (
+    assert written_before_restart > committed_at_kill, (
         f"the kill must land after a batch was written and before it was committed "
-        f"(written {written_before_restart}, committed {committed_records})"
+        f"(written {written_before_restart}, committed {committed_at_kill})"
     )
     second = start(workers, path, tmp_path / "second.log")
     wait_caught_up(bootstrap, group, topic, PARTITIONS, timeout=240)
@@ -195,7 +183,7 @@ def crash_and_recover(
     return {
         "killed_after_seconds": round(at_kill, 1),
         "rows_written_before_kill": written_before_restart,
-        "committed_at_kill": committed_records,
+        "committed_at_kill": committed_at_kill,
         "caught_up_after_seconds": round(caught_up, 1),
     }
 
@@ -236,7 +224,6 @@ def test_parquet_sigkill_mid_batch_then_restart_leaves_every_record_once(
         kafka_broker.bootstrap,
         [topic],
         sink=spark_sink(format="parquet", path=str(table)),
-        commit=dict(RESTART_COMMIT),
     )
     numbers = crash_and_recover(
         bootstrap=kafka_broker.bootstrap,
@@ -326,7 +313,6 @@ def test_jdbc_sigkill_mid_batch_then_restart_leaves_every_record_once(
         kafka_broker.bootstrap,
         [topic],
         sink=spark_sink(format="jdbc", jdbc=jdbc),
-        commit=dict(RESTART_COMMIT),
     )
     db = Postgres(postgres.dsn.replace(f"dbname={postgres.database}", f"dbname={database}"), table)
     try:
@@ -405,7 +391,7 @@ def test_failing_transform_commits_nothing_retries_then_applies_the_policy(
 
     # While the job fails and is retried (backoff 1 s, then 2 s), nothing is committed past
     # the start position.
-    wait_for(worker, lambda: attempts() >= 1, "first failed attempt")
+    worker.wait_until(lambda: attempts() >= 1, "first failed attempt")
     samples: list[int] = []
     while "giving up" not in worker.output() and worker.proc is not None:
         samples.append(committed(kafka_broker.bootstrap, group, topic, 1)[0])

@@ -10,11 +10,12 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from confluent_kafka import (
     Consumer,
@@ -118,6 +119,20 @@ class WorkerProcess:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def wait_until(
+        self, condition: Callable[[], bool], what: str, timeout: float = 180, every: float = 0.02
+    ) -> None:
+        """Poll ``condition`` every ``every`` seconds; fail (with the worker's log) if the
+        worker exits or time runs out."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                pytest.fail(f"the worker exited before {what}:\n{self.output()[-4000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"no {what} within {timeout}s:\n{self.output()[-4000:]}")
+            time.sleep(every)
+
 
 def produce(
     bootstrap: str, topic: str, values: Iterable[dict[str, Any] | bytes], key_of: str = "id"
@@ -181,6 +196,11 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
                 time.sleep(0.5)
     finally:
         c.close()
+
+
+def committed_records(bootstrap: str, group: str, topic: str, partitions: int) -> int:
+    """How many records the group has committed over all partitions (0 where none)."""
+    return sum(max(0, o) for o in committed(bootstrap, group, topic, partitions).values())
 
 
 def wait_caught_up(
