@@ -190,7 +190,7 @@ class JdbcWriter(Writer):
         tp = hashlib.sha1(f"{batch.topic}-{batch.partition}".encode()).hexdigest()[:6]
         return f"{self.table}__offtake_{tp}_"
 
-    def _sweep_leftovers(self, batch: BatchId, stage: str) -> None:
+    def _sweep_leftovers(self, batch: BatchId) -> None:
         """Drop staging tables of this partition left by earlier attempts.
 
         A crashed worker leaves its batch's staging table; the restart usually cuts the same
@@ -209,9 +209,8 @@ class JdbcWriter(Writer):
         except Exception as exc:
             log.warning("batch %s: could not list staging tables to sweep: %s", batch, exc)
             return
+        # The batch's own staging table is gone already (or its drop failed: then try again).
         for table in leftovers:
-            if table.lower() == stage.rpartition(".")[2].lower():
-                continue
             qualified = f"{schema}.{table}" if schema else table
             try:
                 self.statements.execute(f"DROP TABLE {qualified}")
@@ -252,7 +251,7 @@ class JdbcWriter(Writer):
             self.statements.execute(f"DROP TABLE {stage}")
         except Exception as exc:  # the rows are in; a leftover staging table is only clutter
             log.warning("batch %s: could not drop staging table %s: %s", batch, stage, exc)
-        self._sweep_leftovers(batch, stage)
+        self._sweep_leftovers(batch)
 
 
 def _flatten_for_jdbc(df: Any) -> Any:
