@@ -5,8 +5,8 @@
 #   docker build -t offtake:0.1.0 .
 #   docker build --build-arg WITH_JAVA=0 -t offtake:0.1.0-nojvm .   # no local Spark: ~1 GB smaller
 #
-# Your processing functions: build FROM this image and pip install your package (or COPY it
-# onto PYTHONPATH), then point spec.image at the result.
+# Your processing functions: build FROM this image and pip install your package (as below for
+# the examples), then point spec.image at the result.
 FROM python:3.11-slim
 
 # Spark's local mode (sink.spark.submit.mode: local) runs a JVM inside the worker.
@@ -26,14 +26,18 @@ WORKDIR /opt/offtake/src
 COPY pyproject.toml README.md ./
 COPY worker ./worker
 COPY operator ./operator
-# pyproject maps every package folder, the test bed included, so it must be present to build.
+# pyproject finds packages in all three folders, the test bed included, so it must be present.
 COPY testbed ./testbed
+# worker/offtake/config/consumerpipeline.yaml links to the CRD, which `offtake validate` reads.
+COPY crds ./crds
 RUN pip install ".[operator,spark]" \
     && cd / && rm -rf /opt/offtake/src
 
-# The example functions (offtake_examples.enrich:handle) for the examples/ manifests and demos.
+# The example functions (offtake_examples.enrich:handle) for the examples/ manifests and demos,
+# installed as their own package (examples/pyproject.toml), the way you would install yours.
+COPY examples/pyproject.toml /opt/offtake/examples/pyproject.toml
 COPY examples/offtake_examples /opt/offtake/examples/offtake_examples
-ENV PYTHONPATH=/opt/offtake/examples
+RUN pip install --no-deps /opt/offtake/examples && rm -rf /opt/offtake/examples
 
 RUN useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin offtake
 USER 10001:10001

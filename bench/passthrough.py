@@ -1,140 +1,901 @@
-"""Kafka-to-Kafka passthrough: the worker against a hand-written confluent-kafka loop.
+"""Kafka to Kafka, at least once: Offtake against the libraries a user would choose instead.
 
-    python bench/passthrough.py [--records 200000] [--rounds 2]
+    python bench/passthrough.py [--quick] [--records N] [--rounds N] [--only C,C] [--json PATH]
 
-The anchor is the loop people write by hand: consume a poll batch, produce each record, flush
-the producer, commit synchronously. It is measured in the same run, on the same broker and
-data, and the worker's throughput is reported as a ratio against it (machine speed cancels
-out). Both are timed from start until the group's committed offsets reach the log end, so
-both pay the same group join.
+One command, one real Apache Kafka broker (offtake_testbed.kafka), the same input data for
+every contender, each run as its own process:
+
+- ``c``: a librdkafka forwarder in C (bench/forwarder.c), the ceiling: the hand-written
+  loop's algorithm without Python. Built at run time into the cache from Debian's
+  librdkafka-dev (installed with apt-get when missing and allowed); skipped with a printed
+  reason when that fails. Pass-through only;
+- ``loop``: the confluent-kafka loop people write by hand (consume a batch of 500, produce
+  each, flush, commit synchronously);
+- ``quix``: Quix Streams, ``app.dataframe(topic).to_topic(out)``, at-least-once;
+- ``arroyo``: Sentry's Arroyo, Produce then CommitOffsets (RunTask, or
+  RunTaskWithMultiprocessing for parallelism 2, in front);
+- ``offtake``: ``offtake worker --pipeline X.yaml`` (``format: bytes`` and a Kafka sink, or the
+  workload's ``processor.function``), driven only through its CLI, so the bench measures
+  whatever engine the checkout holds.
+
+Quix Streams and Arroyo are pinned and installed once into virtualenvs outside the repository
+(``$OFFTAKE_CACHE/bench-venvs``, default ~/.cache/offtake); the loop and Offtake use this
+environment's confluent-kafka. The contenders' Python code is bench/bench_contenders.py; the
+per-record functions, shared by all of them, bench/bench_workloads.py.
+
+Workloads: ``bytes`` (pass-through), ``json`` (parse, change and re-serialise each record),
+``cpu-p1`` and ``cpu-p2`` (a fixed amount of hashing per record in 1 or 2 processes: Offtake's
+``processor.parallelism``, Arroyo's RunTaskWithMultiprocessing; the loop and Quix Streams run
+one process only and show "n/a"). Input: ~80-byte JSON records with unique keys, 4 partitions.
+
+What is measured:
+
+- throughput is steady state: the output topic stamps each record with its log-append time,
+  and a run's rate is its distinct output records divided by the time from its FIRST to its
+  LAST output record, so process start-up and group join are not charged. Best of ``--rounds``
+  rounds; each round runs the contenders in the opposite order of the previous one;
+- every run's output is read back and checked: every input key present (at-least-once, so
+  duplicates are allowed and reported), and the group's committed offsets at the input's end
+  after the contender stopped gracefully (SIGTERM);
+- latency: a fresh topic, the contender started and warmed up (its first records forwarded),
+  then records offered at a fixed 10,000/s; latency is the output record's log-append time
+  minus the wall-clock time the bench produced it (same host, same clock), p50/p99/max.
+
+This machine is shared (2 cores, other jobs running): absolute records/s move from run to run
+by tens of percent. Read the ratios against the anchors measured in the same run (the loop,
+Quix Streams, Arroyo), not the absolute figures. The figures go to
+bench/results/passthrough-<date>.json (or ``--json``).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import math
 import os
-import threading
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 import time
 import uuid
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
-from offtake.config import parse_pipeline
-from offtake.engine.worker import Worker
-from offtake.kafka.produce import produce_waiting
-from offtake_testbed.kafka import KafkaBroker
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
-PARTITIONS = 6
+BENCH = Path(__file__).resolve().parent
+PARTITIONS = 4
+VALUE_BYTES = 80
+CONTENDERS = ("c", "loop", "quix", "arroyo", "offtake")
+ANCHORS = ("loop", "quix", "arroyo")
+# Pinned, so that a figure names what it measured; the versions of the issue's first table.
+VENV_PACKAGES = {"quix": "quixstreams==3.28.1", "arroyo": "sentry-arroyo==2.48.0"}
+LATENCY_RATE = 10_000
+WARMUP_RECORDS = 100
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    kind: str  # bytes | json | cpu: which function bench_workloads applies
+    parallelism: int
+    share: float  # records of this workload per pass-through record (--records)
+
+
+WORKLOADS = (
+    Workload("bytes", "bytes", 1, 1.0),
+    Workload("json", "json", 1, 0.5),
+    Workload("cpu-p1", "cpu", 1, 0.1),
+    Workload("cpu-p2", "cpu", 2, 0.1),
+)
+
+
+# -- the check every run's output gets --------------------------------------------------------
+@dataclass(frozen=True)
+class OutputCheck:
+    """What a contender wrote, against the input's keys ``b"0"`` .. ``b"<expected-1>"``."""
+
+    records: int  # output records, duplicates included
+    unique: int  # distinct input keys found in the output
+    duplicates: int  # output records beyond the first of their key
+    missing: int  # input keys never written
+    unexpected: int  # distinct keys that are not input keys
+
+    @property
+    def complete(self) -> bool:
+        """At least once: every input record written, nothing else (duplicates allowed)."""
+        return self.missing == 0 and self.unexpected == 0
+
+
+def verify_output(expected: int, keys: Iterable[bytes | None]) -> OutputCheck:
+    counts = Counter(keys)
+    want = {b"%d" % i for i in range(expected)}
+    seen = set(counts)
+    found = len(seen & want)
+    return OutputCheck(
+        records=sum(counts.values()),
+        unique=found,
+        duplicates=sum(counts.values()) - len(seen),
+        missing=expected - found,
+        unexpected=len(seen - want),
+    )
+
+
+def steady_rate(unique: int, times_ms: Sequence[int]) -> float | None:
+    """Records per second from the first output record's log-append time to the last's."""
+    if unique < 2 or not times_ms:
+        return None
+    span = (max(times_ms) - min(times_ms)) / 1000
+    return unique / span if span > 0 else None
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending sequence."""
+    rank = max(1, min(len(sorted_values), math.ceil(q / 100 * len(sorted_values))))
+    return sorted_values[rank - 1]
+
+
+# -- environments ---------------------------------------------------------------------------
+def cache_root() -> Path:
+    return Path(os.environ.get("OFFTAKE_CACHE", Path.home() / ".cache" / "offtake"))
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+class Unavailable(Exception):
+    """A contender cannot run here; the message says why (printed, and kept in the JSON)."""
+
+
+def venv_python(requirement: str) -> Path:
+    """A virtualenv with ``requirement`` outside the repository, created once and reused."""
+    venv = cache_root() / "bench-venvs" / requirement.replace("==", "-")
+    python = venv / "bin" / "python"
+    marker = venv / ".offtake-bench-ready"
+    if marker.exists():
+        return python
+    log(f"creating {venv} with {requirement} (once)")
+    shutil.rmtree(venv, ignore_errors=True)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", requirement],
+            check=True,
+            timeout=900,
+        )
+    except (subprocess.SubprocessError, OSError) as exc:
+        raise Unavailable(f"could not install {requirement} into {venv}: {exc}") from exc
+    marker.write_text(requirement + "\n")
+    return python
+
+
+def forwarder_binary() -> tuple[Path, str]:
+    """bench/forwarder.c built against the system's librdkafka; (binary, librdkafka version)."""
+    if shutil.which("gcc") is None:
+        raise Unavailable("no gcc on PATH")
+    if not _pkg_config_has_rdkafka():
+        if shutil.which("apt-get") is None or os.geteuid() != 0:
+            raise Unavailable("librdkafka-dev missing (apt-get install librdkafka-dev)")
+        log("installing librdkafka-dev with apt-get for the C forwarder (once)")
+        done = subprocess.run(
+            ["apt-get", "install", "-y", "-q", "librdkafka-dev"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        if done.returncode != 0 or not _pkg_config_has_rdkafka():
+            raise Unavailable(f"apt-get install librdkafka-dev failed: {done.stderr[-300:]}")
+    version = _pkg_config("--modversion", "rdkafka").strip()
+    source = BENCH / "forwarder.c"
+    import hashlib
+
+    digest = hashlib.sha256(source.read_bytes() + version.encode()).hexdigest()[:12]
+    binary = cache_root() / "bench-build" / f"forwarder-{digest}"
+    if not binary.exists():
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        flags = _pkg_config("--cflags", "--libs", "rdkafka").split()
+        tmp = binary.with_suffix(".tmp")
+        done = subprocess.run(
+            ["gcc", "-O2", "-o", str(tmp), str(source), *flags],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise Unavailable(f"gcc failed: {done.stderr[-500:]}")
+        tmp.rename(binary)
+    return binary, version
+
+
+def _pkg_config_has_rdkafka() -> bool:
+    if shutil.which("pkg-config") is None:
+        return False
+    return subprocess.run(["pkg-config", "--exists", "rdkafka"], check=False).returncode == 0
+
+
+def _pkg_config(*args: str) -> str:
+    return subprocess.run(["pkg-config", *args], capture_output=True, text=True, check=True).stdout
+
+
+@dataclass
+class Contenders:
+    """How to start each contender that can run here, and why the others cannot."""
+
+    pythons: dict[str, Path] = field(default_factory=dict)
+    forwarder: Path | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+
+def prepare(wanted: Sequence[str]) -> Contenders:
+    import importlib.metadata
+
+    import confluent_kafka
+
+    out = Contenders()
+    out.versions["confluent-kafka (loop, offtake)"] = importlib.metadata.version("confluent-kafka")
+    out.versions["librdkafka (loop, offtake)"] = confluent_kafka.libversion()[0]
+    for name in wanted:
+        try:
+            if name == "c":
+                out.forwarder, version = forwarder_binary()
+                out.versions["librdkafka (c, system)"] = version
+            elif name in VENV_PACKAGES:
+                requirement = VENV_PACKAGES[name]
+                python = venv_python(requirement)
+                out.pythons[name] = python
+                out.versions[requirement.split("==")[0]] = requirement.split("==")[1]
+                out.versions[f"confluent-kafka ({name})"] = _venv_version(python, "confluent-kafka")
+        except Unavailable as exc:
+            out.unavailable[name] = str(exc)
+            log(f"skipping {name}: {exc}")
+    return out
+
+
+def _venv_version(python: Path, package: str) -> str:
+    return subprocess.run(
+        [str(python), "-c", f"import importlib.metadata as m; print(m.version({package!r}))"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+
+
+# -- starting a contender ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Job:
+    bootstrap: str
+    input: str
+    output: str
+    group: str
+    workload: Workload
+
+
+def command(
+    name: str, job: Job, contenders: Contenders, work: Path
+) -> tuple[list[str], dict[str, str]]:
+    """argv and environment of contender ``name`` for ``job``."""
+    env = dict(os.environ)
+    if name == "c":
+        assert contenders.forwarder is not None
+        return [str(contenders.forwarder), job.bootstrap, job.input, job.output, job.group], env
+    if name == "offtake":
+        manifest = work / f"{job.group}.yaml"
+        # JSON is YAML: no YAML library needed to write the manifest.
+        manifest.write_text(json.dumps(offtake_manifest(job), indent=2))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), str(BENCH)) if p)
+        argv = [sys.executable, "-m", "offtake.cli", "worker", "--pipeline", str(manifest)]
+        return [*argv, "--metrics-port", "0", "--log-level", "WARNING"], env
+    python = contenders.pythons.get(name, Path(sys.executable))
+    if name in VENV_PACKAGES:
+        env.pop("PYTHONPATH", None)  # the venv's own packages only
+    argv = [str(python), str(BENCH / "bench_contenders.py"), name]
+    argv += ["--bootstrap", job.bootstrap, "--input", job.input, "--output", job.output]
+    argv += ["--group", job.group, "--workload", job.workload.kind]
+    return [*argv, "--parallelism", str(job.workload.parallelism)], env
+
+
+def offtake_manifest(job: Job) -> dict[str, Any]:
+    kind = job.workload.kind
+    spec: dict[str, Any] = {
+        "kafka": {"bootstrapServers": job.bootstrap},
+        "source": {
+            "topics": [job.input],
+            "groupId": job.group,
+            "format": "json" if kind == "json" else "bytes",
+        },
+        "sink": {"kafka": {"topic": job.output}},
+    }
+    if kind != "bytes":
+        function = "offtake_enrich" if kind == "json" else "offtake_burn"
+        spec["processor"] = {"function": f"bench_workloads:{function}"}
+        if job.workload.parallelism > 1:
+            spec["processor"]["parallelism"] = job.workload.parallelism
+    return {
+        "apiVersion": "offtake.dev/v1alpha1",
+        "kind": "ConsumerPipeline",
+        "metadata": {"name": "bench", "namespace": "bench"},
+        "spec": spec,
+    }
+
+
+def supports(name: str, workload: Workload) -> str | None:
+    """None when ``name`` runs ``workload``; else why not (shown as n/a)."""
+    if name == "c" and workload.kind != "bytes":
+        return "the C forwarder is the pass-through ceiling only"
+    if name in ("loop", "quix") and workload.parallelism > 1:
+        return "runs its function in one process only"
+    return None
+
+
+class Process:
+    """A contender's process, its output in a log file; stopped with SIGTERM, then SIGKILL."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], work: Path, label: str) -> None:
+        self.log_path = work / f"{label}.log"
+        self._out = self.log_path.open("wb")
+        # cwd outside the repository: its operator/ folder must not shadow anything, and Quix
+        # Streams writes a state folder into its cwd.
+        self.proc = subprocess.Popen(
+            argv, stdout=self._out, stderr=subprocess.STDOUT, env=env, cwd=work
+        )
+
+    def exited(self) -> int | None:
+        return self.proc.poll()
+
+    def stop(self, timeout: float = 30.0) -> tuple[int, bool]:
+        """(exit code, whether it had to be killed)."""
+        killed = False
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(30)
+                killed = True
+        self._out.close()
+        return self.proc.returncode, killed
+
+    def tail(self, lines: int = 15) -> str:
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+
+# -- Kafka helpers ----------------------------------------------------------------------------
+def record_value(i: int) -> bytes:
+    head = b'{"id":%d,"customer":"c%d","amount":%.2f,"pad":"' % (i, i % 97, (i % 5000) * 0.5)
+    return head + b"x" * max(0, VALUE_BYTES - len(head) - 2) + b'"}'
 
 
 def fill(bootstrap: str, topic: str, records: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-    payload = {"pad": "x" * 150}
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 50, "queue.buffering.max.messages": 500_000}
+    )
     for i in range(records):
-        value = json.dumps({"id": i, **payload}).encode()
-        produce_waiting(producer, topic, value=value, key=str(i).encode())
-    assert producer.flush(60) == 0
+        while True:
+            try:
+                producer.produce(topic, record_value(i), key=b"%d" % i)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120) != 0:
+        raise RuntimeError(f"could not fill {topic}")
 
 
-def hand_written_loop(bootstrap: str, src: str, out: str, records: int) -> float:
+class Watcher:
+    """Offsets of topics and groups, for deciding when a run is done."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": f"bench-watch-{uuid.uuid4().hex[:8]}"}
+        )
+
+    def end(self, topic: str) -> int:
+        """Records in ``topic`` (the sum of its partitions' high watermarks)."""
+        for attempt in range(50):
+            try:
+                return sum(
+                    self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                    for p in range(PARTITIONS)
+                )
+            except KafkaException:
+                # Just after a topic was created this client's metadata may not know the
+                # leaders yet (NOT_LEADER_FOR_PARTITION); it refreshes within moments.
+                if attempt == 49:
+                    raise
+                time.sleep(0.1)
+        raise AssertionError("unreachable")
+
+    def committed(self, group: str, topic: str) -> int:
+        probe = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group})
+        try:
+            tps = probe.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], 10)
+            return sum(max(0, tp.offset) for tp in tps)
+        finally:
+            probe.close()
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def read_keys_and_times(bootstrap: str, topic: str) -> tuple[list[bytes | None], list[int]]:
+    """Every record's key and log-append time (ms) in ``topic``, up to its current end."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": f"anchor-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
+            "group.id": f"bench-read-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
         }
     )
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True, "acks": "all"}
+    try:
+        left = {}
+        for p in range(PARTITIONS):
+            high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            if high > 0:
+                left[p] = high
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in left])
+        keys: list[bytes | None] = []
+        times: list[int] = []
+        deadline = time.monotonic() + 120
+        while left and time.monotonic() < deadline:
+            for m in consumer.consume(10_000, 0.5):
+                if m.error() is not None:
+                    continue
+                kind, stamp = m.timestamp()
+                if kind != TIMESTAMP_LOG_APPEND_TIME:
+                    raise RuntimeError(f"{topic}: expected log-append timestamps, got {kind}")
+                keys.append(m.key())
+                times.append(stamp)
+                partition, offset = m.partition(), m.offset()
+                if partition in left and (offset or 0) + 1 >= left[partition]:
+                    del left[partition]
+        if left:
+            raise RuntimeError(f"{topic}: could not read partitions {sorted(left)} to the end")
+        return keys, times
+    finally:
+        consumer.close()
+
+
+def create_output(broker: Any, topic: str) -> None:
+    # The broker stamps each output record when it appends it: one clock for every contender,
+    # whatever timestamp the contender copies from its input.
+    broker.create_topic(topic, PARTITIONS, config={"message.timestamp.type": "LogAppendTime"})
+
+
+# -- one throughput run -----------------------------------------------------------------------
+def throughput_run(
+    broker: Any,
+    watcher: Watcher,
+    contenders: Contenders,
+    name: str,
+    workload: Workload,
+    source: str,
+    records: int,
+    tag: str,
+    work: Path,
+) -> dict[str, Any]:
+    output = f"out-{tag}"
+    create_output(broker, output)
+    job = Job(broker.bootstrap, source, output, f"bench-{tag}-{uuid.uuid4().hex[:6]}", workload)
+    argv, env = command(name, job, contenders, work)
+    began = time.monotonic()
+    process = Process(argv, env, work, tag)
+    status = "ok"
+    written, progress_at = 0, began
+    limit = max(180.0, records / 1000)
+    try:
+        while written < records:
+            code = process.exited()
+            if code is not None:
+                status = f"exited {code}"
+                break
+            now = time.monotonic()
+            count = watcher.end(output)
+            if count > written:
+                written, progress_at = count, now
+            elif now - progress_at > 60 or now - began > limit:
+                status = "stalled"
+                break
+            time.sleep(0.1)
+        wall = time.monotonic() - began
+    finally:
+        code, killed = process.stop()
+    result: dict[str, Any] = {"status": status, "wall_seconds": round(wall, 2)}
+    if status.startswith("exited"):
+        text = process.log_path.read_text(errors="replace")
+        if name == "offtake" and code == 2 and "parallelism" in text:
+            # The worker validates its manifest; an engine without processor.parallelism says so.
+            result["status"] = "not supported"
+            result["reason"] = process.tail(2)
+            broker.delete_topic(output, missing_ok=True)
+            return result
+        result["log_tail"] = process.tail()
+    if killed:
+        result["status"] = status if status != "ok" else "ok, killed on stop"
+    keys, times = read_keys_and_times(broker.bootstrap, output)
+    check = verify_output(records, keys)
+    committed = watcher.committed(job.group, source)
+    rate = steady_rate(check.unique, times)
+    result.update(
+        records_per_second=None if rate is None else round(rate),
+        output=asdict(check),
+        complete=check.complete,
+        committed_to_end=committed >= records,
+        exit_code=code,
     )
+    if result["status"] == "ok" and not check.complete:
+        result["status"] = "incomplete"
+    broker.delete_topic(output, missing_ok=True)
+    return result
+
+
+# -- one latency run --------------------------------------------------------------------------
+def latency_run(
+    broker: Any,
+    watcher: Watcher,
+    contenders: Contenders,
+    name: str,
+    seconds: float,
+    work: Path,
+) -> dict[str, Any]:
+    source, output = f"lat-in-{name}", f"lat-out-{name}"
+    broker.create_topic(source, PARTITIONS)
+    create_output(broker, output)
+    job = Job(
+        broker.bootstrap, source, output, f"bench-lat-{name}-{uuid.uuid4().hex[:6]}", WORKLOADS[0]
+    )
+    argv, env = command(name, job, contenders, work)
+    process = Process(argv, env, work, f"latency-{name}")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1})
+    total = int(LATENCY_RATE * seconds)
+    sent_ms = [0.0] * total
+    result: dict[str, Any] = {"offered_per_second": LATENCY_RATE, "offered_records": total}
+    try:
+        # Warm-up: the contender has joined its group and forwarded records before the clock.
+        for i in range(WARMUP_RECORDS):
+            producer.produce(source, record_value(i), key=b"w%d" % i)
+        producer.flush(30)
+        if not _wait_for(watcher, output, WARMUP_RECORDS, process, 120):
+            result["status"] = "no output during warm-up"
+            result["log_tail"] = process.tail()
+            return result
+        began = time.monotonic()
+        i = 0
+        while i < total:
+            due = min(total, int((time.monotonic() - began) * LATENCY_RATE) + 1)
+            while i < due:
+                sent_ms[i] = time.time() * 1000
+                producer.produce(source, record_value(i), key=b"%d" % i)
+                i += 1
+            producer.poll(0)
+            time.sleep(0.001)
+        producer.flush(30)
+        offered_seconds = time.monotonic() - began
+        done = _wait_for(watcher, output, WARMUP_RECORDS + total, process, 60)
+    finally:
+        process.stop()
+    keys, times = read_keys_and_times(broker.bootstrap, output)
+    first: dict[int, int] = {}
+    for key, stamp in zip(keys, times, strict=True):
+        if key is not None and not key.startswith(b"w"):
+            i = int(key)
+            first[i] = min(stamp, first.get(i, stamp))
+    latencies = sorted(stamp - sent_ms[i] for i, stamp in first.items())
+    result.update(
+        status="ok" if done and len(first) == total else "incomplete",
+        offered_seconds=round(offered_seconds, 2),
+        delivered=len(first),
+    )
+    if latencies:
+        result.update(
+            p50_ms=round(percentile(latencies, 50), 1),
+            p99_ms=round(percentile(latencies, 99), 1),
+            max_ms=round(latencies[-1], 1),
+            output_per_second=round(steady_rate(len(first), list(first.values())) or 0),
+        )
+        if offered_seconds > 1.1 * seconds:
+            # The bench's own producer could not keep the rate while this contender ran (the
+            # broker or the CPUs were saturated): the latency includes that queue.
+            result["status"] += f", offered only {total / offered_seconds:,.0f}/s"
+        elif result["output_per_second"] < 0.9 * LATENCY_RATE:
+            # It fell behind the offered rate: its latency is queueing, growing with the run.
+            result["status"] += ", saturated"
+    broker.delete_topic(source, missing_ok=True)
+    broker.delete_topic(output, missing_ok=True)
+    return result
+
+
+def _wait_for(watcher: Watcher, topic: str, count: int, process: Process, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if watcher.end(topic) >= count:
+            return True
+        if process.exited() is not None:
+            return False
+        time.sleep(0.1)
+    return False
+
+
+# -- the run ----------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--records",
+        type=int,
+        help="pass-through records (default 200,000; --quick 50,000); json gets half as many, "
+        "each cpu workload a tenth",
+    )
+    parser.add_argument("--rounds", type=int, help="rounds, best kept (default 2; --quick 1)")
+    parser.add_argument(
+        "--only", help=f"comma-separated contenders to run (of {','.join(CONTENDERS)})"
+    )
+    parser.add_argument(
+        "--workloads", help=f"comma-separated workloads (of {','.join(w.name for w in WORKLOADS)})"
+    )
+    parser.add_argument(
+        "--latency-seconds",
+        type=float,
+        help=f"seconds at {LATENCY_RATE:,} records/s per contender (default 8; --quick 3; 0: skip)",
+    )
+    parser.add_argument("--quick", action="store_true", help="a ~2 minute run, smaller counts")
+    parser.add_argument("--json", type=Path, help="where to write the figures")
+    args = parser.parse_args(argv)
+    records = args.records or (50_000 if args.quick else 200_000)
+    rounds = args.rounds or (1 if args.quick else 2)
+    latency_seconds = (
+        args.latency_seconds if args.latency_seconds is not None else (3 if args.quick else 8)
+    )
+    names = [c for c in CONTENDERS if not args.only or c in args.only.split(",")]
+    unknown = set((args.only or "").split(",")) - set(CONTENDERS) - {""}
+    if unknown:
+        parser.error(f"--only: unknown contender(s) {sorted(unknown)}")
+    workloads = [w for w in WORKLOADS if not args.workloads or w.name in args.workloads.split(",")]
     started = time.monotonic()
-    consumer.subscribe([src])
-    seen = 0
-    while seen < records:
-        batch = [m for m in consumer.consume(500, 1.0) if m.error() is None]
-        for m in batch:
-            producer.produce(out, m.value(), key=m.key(), headers=m.headers())
-        if batch:
-            producer.flush()
-            consumer.commit(asynchronous=False)
-            seen += len(batch)
-    elapsed = time.monotonic() - started
-    consumer.close()
-    return elapsed
+    stamp = datetime.datetime.now(datetime.UTC)
+    out_path = args.json or BENCH / "results" / f"passthrough-{stamp:%Y-%m-%d}.json"
 
+    contenders = prepare(names)
+    names = [n for n in names if n not in contenders.unavailable]
+    from offtake_testbed.kafka import KAFKA_VERSION, KafkaBroker
 
-def worker_run(bootstrap: str, src: str, out: str, records: int, fmt: str) -> float:
-    group = f"worker-{uuid.uuid4().hex}"
-    doc = {
-        "apiVersion": "offtake.dev/v1alpha1",
-        "kind": "ConsumerPipeline",
-        "metadata": {"name": "bench"},
-        "spec": {
-            "kafka": {"bootstrapServers": bootstrap},
-            "source": {"topics": [src], "groupId": group, "format": fmt},
-            "sink": {"kafka": {"topic": out}},
-        },
-    }
-    worker = Worker(parse_pipeline(doc))
-    started = time.monotonic()
-    runner = threading.Thread(target=worker.run)
-    runner.start()
-    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    parts = [TopicPartition(src, p) for p in range(PARTITIONS)]
-    ends = {p.partition: probe.get_watermark_offsets(p, timeout=10)[1] for p in parts}
-    while True:
-        # The worker's own tracker knows its commits the moment the broker acknowledges them.
-        done = {
-            tp.partition: worker.tracker.last_committed(tp) or 0
-            for tp in worker.tracker.partitions()
-        }
-        if sum(done.values()) >= sum(ends.values()):
-            break
-        time.sleep(0.05)
-    elapsed = time.monotonic() - started
-    worker.stop()
-    runner.join()
-    probe.close()
-    return elapsed
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--records", type=int, default=200_000)
-    parser.add_argument("--rounds", type=int, default=2)
-    args = parser.parse_args()
-    with KafkaBroker(extra_config={"num.io.threads": "4"}) as broker:
-        src = "bench-src"
-        broker.create_topic(src, PARTITIONS)
-        fill(broker.bootstrap, src, args.records)
-        results: dict[str, list[float]] = {"anchor": [], "worker-bytes": [], "worker-json": []}
-        for r in range(args.rounds):
-            for name in results:
-                out = f"bench-out-{name}-{r}"
-                broker.create_topic(out, PARTITIONS)
-                if name == "anchor":
-                    seconds = hand_written_loop(broker.bootstrap, src, out, args.records)
-                else:
-                    seconds = worker_run(
-                        broker.bootstrap, src, out, args.records, name.split("-")[1]
-                    )
-                results[name].append(args.records / seconds)
-                print(
-                    f"round {r}: {name:<13} {args.records / seconds:>10,.0f} records/s", flush=True
+    work = Path(tempfile.mkdtemp(prefix="offtake-bench-passthrough-"))
+    load_at_start = os.getloadavg()[0]
+    throughput: dict[str, dict[str, Any]] = {w.name: {} for w in workloads}
+    latency: dict[str, Any] = {}
+    counts = {w.name: max(2, int(records * w.share)) for w in workloads}
+    try:
+        with KafkaBroker() as broker:
+            watcher = Watcher(broker.bootstrap)
+            try:
+                measure(
+                    broker,
+                    watcher,
+                    contenders,
+                    names,
+                    workloads,
+                    counts,
+                    rounds,
+                    latency_seconds,
+                    work,
+                    throughput,
+                    latency,
                 )
-        best = {name: max(values) for name, values in results.items()}
-        summary = {
-            "records": args.records,
-            "rounds": args.rounds,
-            "cpus": os.cpu_count(),
-            "records_per_second": {k: round(v) for k, v in best.items()},
-            "ratio_vs_anchor": {
-                k: round(v / best["anchor"], 2) for k, v in best.items() if k != "anchor"
-            },
-        }
-        print(json.dumps(summary, indent=2))
+            finally:
+                watcher.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    summary = summarize(throughput)
+    report = {
+        "date": stamp.isoformat(timespec="seconds"),
+        "kafka_version": KAFKA_VERSION,
+        "cpus": os.cpu_count(),
+        "load_average_1m": {"start": round(load_at_start, 2), "end": round(os.getloadavg()[0], 2)},
+        "seconds": round(time.monotonic() - started),
+        "records": counts,
+        "value_bytes": VALUE_BYTES,
+        "partitions": PARTITIONS,
+        "rounds": rounds,
+        "versions": contenders.versions,
+        "unavailable": contenders.unavailable,
+        "throughput_measure": (
+            "distinct output records / (last - first output record log-append time); "
+            "best of rounds, order alternating"
+        ),
+        "latency_measure": (
+            f"output log-append time - bench produce time, {LATENCY_RATE}/s offered "
+            "after a warm-up, pass-through workload"
+        ),
+        "summary": summary,
+        "throughput": throughput,
+        "latency": latency,
+    }
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(report, indent=2) + "\n")
+    print(render(report))
+    print(f"\nfigures: {out_path}  ({report['seconds']}s)")
+    return 0
+
+
+def measure(
+    broker: Any,
+    watcher: Watcher,
+    contenders: Contenders,
+    names: Sequence[str],
+    workloads: Sequence[Workload],
+    counts: dict[str, int],
+    rounds: int,
+    latency_seconds: float,
+    work: Path,
+    throughput: dict[str, dict[str, Any]],
+    latency: dict[str, Any],
+) -> None:
+    """Fill the inputs, run every round, then the latency runs; results go into the dicts."""
+    sources: dict[str, str] = {}
+    for w in workloads:
+        sources[w.name] = f"in-{w.name}"
+        broker.create_topic(sources[w.name], PARTITIONS)
+        began = time.monotonic()
+        fill(broker.bootstrap, sources[w.name], counts[w.name])
+        log(
+            f"filled {sources[w.name]}: {counts[w.name]:,} records "
+            f"in {time.monotonic() - began:.1f}s"
+        )
+    for r in range(rounds):
+        order = names if r % 2 == 0 else names[::-1]
+        for w in workloads:
+            for name in order:
+                runs = throughput[w.name].setdefault(name, {"rounds": []})
+                reason = supports(name, w)
+                if reason is not None:
+                    runs.update(status="n/a", reason=reason)
+                    continue
+                if runs.get("status") == "not supported":
+                    continue  # the same engine will not accept it in the next round
+                tag = f"{w.name}-{name}-{r}"
+                got = throughput_run(
+                    broker,
+                    watcher,
+                    contenders,
+                    name,
+                    w,
+                    sources[w.name],
+                    counts[w.name],
+                    tag,
+                    work,
+                )
+                runs["rounds"].append(got)
+                if got["status"] == "not supported":
+                    runs.update(status="not supported", reason=got.get("reason"))
+                log(f"round {r + 1} {w.name:<7} {name:<8} {_describe(got)}")
+    if latency_seconds > 0:
+        for name in names:
+            latency[name] = latency_run(broker, watcher, contenders, name, latency_seconds, work)
+            log(f"latency {name:<8} {_describe_latency(latency[name])}")
+
+
+def summarize(throughput: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per workload and contender: best steady rate and its ratios against each anchor."""
+    out: dict[str, dict[str, Any]] = {}
+    for workload, by_name in throughput.items():
+        best: dict[str, int | None] = {}
+        for name, runs in by_name.items():
+            rates = [
+                g["records_per_second"]
+                for g in runs["rounds"]
+                if g.get("complete") and g.get("records_per_second")
+            ]
+            best[name] = max(rates) if rates else None
+        row: dict[str, Any] = {}
+        for name, rate in best.items():
+            entry: dict[str, Any] = {"records_per_second": rate}
+            runs = by_name[name]
+            if rate is None:
+                entry["status"] = runs.get("status") or _statuses(runs["rounds"])
+                if runs.get("reason"):
+                    entry["reason"] = runs["reason"]
+            for anchor in ANCHORS:
+                base = best.get(anchor)
+                entry[f"x_{anchor}"] = round(rate / base, 2) if rate and base else None
+            entry["duplicates"] = max(
+                (g["output"]["duplicates"] for g in runs["rounds"] if "output" in g), default=None
+            )
+            row[name] = entry
+        out[workload] = row
+    return out
+
+
+def _statuses(rounds: list[dict[str, Any]]) -> str:
+    return ", ".join(sorted({g["status"] for g in rounds})) or "not run"
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [
+        f"Kafka {report['kafka_version']}, {report['partitions']} partitions, "
+        f"{report['value_bytes']}-byte values, best of {report['rounds']} round(s); "
+        f"load average {report['load_average_1m']['start']} -> "
+        f"{report['load_average_1m']['end']} on {report['cpus']} CPUs (shared: read ratios)",
+        "",
+        f"{'workload':<8} {'contender':<9} {'records/s':>10} {'x loop':>7} {'x quix':>7} "
+        f"{'x arroyo':>8} {'dups':>6}  note",
+    ]
+    for workload, row in report["summary"].items():
+        n = report["records"][workload]
+        for name, e in row.items():
+            rate = e["records_per_second"]
+            cells = [
+                f"{workload:<8} {name:<9}",
+                f"{rate:>10,}" if rate else f"{'-':>10}",
+                *(
+                    f"{e[f'x_{a}']:>{w}.2f}" if e[f"x_{a}"] else f"{'-':>{w}}"
+                    for a, w in (("loop", 7), ("quix", 7), ("arroyo", 8))
+                ),
+                f"{e['duplicates']:>6}" if e["duplicates"] is not None else f"{'-':>6}",
+            ]
+            note = "" if rate else e.get("status", "")
+            if e.get("reason") and not rate:
+                note += f": {e['reason'].splitlines()[-1][:80]}"
+            lines.append(" ".join(cells) + f"  {note}".rstrip())
+        lines.append(f"{'':<8} ({n:,} records)")
+    if report["latency"]:
+        lines += [
+            "",
+            f"latency at {LATENCY_RATE:,} records/s offered (pass-through), ms:",
+            f"{'contender':<9} {'p50':>8} {'p99':>8} {'max':>8} {'out/s':>8}  status",
+        ]
+        for name, e in report["latency"].items():
+            lines.append(
+                f"{name:<9} {e.get('p50_ms', '-'):>8} {e.get('p99_ms', '-'):>8} "
+                f"{e.get('max_ms', '-'):>8} {e.get('output_per_second', '-'):>8}  {e['status']}"
+            )
+    if report["unavailable"]:
+        lines.append("")
+        lines += [f"skipped {name}: {why}" for name, why in report["unavailable"].items()]
+    lines.append("")
+    lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()))
+    return "\n".join(lines)
+
+
+def _describe(got: dict[str, Any]) -> str:
+    if got.get("records_per_second") is None:
+        return f"{got['status']} {got.get('reason') or got.get('log_tail', '')[-300:]}"
+    out = got["output"]
+    return (
+        f"{got['records_per_second']:>9,} records/s  wall {got['wall_seconds']:.1f}s  "
+        f"dups {out['duplicates']}  missing {out['missing']}  "
+        f"committed {'yes' if got['committed_to_end'] else 'NO'}  {got['status']}"
+    )
+
+
+def _describe_latency(got: dict[str, Any]) -> str:
+    if "p99_ms" not in got:
+        return f"{got['status']} {got.get('log_tail', '')[-300:]}"
+    return (
+        f"p50 {got['p50_ms']} ms  p99 {got['p99_ms']} ms  max {got['max_ms']} ms  "
+        f"delivered {got['delivered']:,}/{got['offered_records']:,}  {got['status']}"
+    )
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

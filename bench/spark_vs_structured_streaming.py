@@ -368,6 +368,7 @@ def run_offtake(bootstrap: str, topic: str, path: str, batch: int, work: Path) -
 # -- the run ---------------------------------------------------------------------------------
 def fill(bootstrap: str, topic: str, records: int) -> None:
     from confluent_kafka import Producer
+
     from offtake.kafka.produce import produce_waiting
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
@@ -415,6 +416,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import pyspark
+
     from offtake_testbed.kafka import KafkaBroker
 
     n = args.records

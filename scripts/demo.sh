@@ -5,4 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec "${PYTHON:-python3}" -m offtake_testbed.demo "$@"
+VENV=${OFFTAKE_VENV:-.venv}
+export VIRTUAL_ENV="$PWD/$VENV"
+export PATH="$VIRTUAL_ENV/bin:$PATH"
+printf '\n== demo\n'
+exec "$VIRTUAL_ENV/bin/python" -m offtake_testbed.demo "$@"

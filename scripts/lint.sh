@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Static checks: ruff, mypy --strict, and the import layering (import-linter).
+# Static checks: ruff, mypy --strict, and the import layering (import-linter), with the tools of
+# the project's environment .venv (scripts/setup.sh makes it). Without a .venv it falls back
+# to the tools on PATH, saying so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
+VENV=${OFFTAKE_VENV:-.venv}
+if [[ -x $VENV/bin/python ]]; then
+  export PATH="$PWD/$VENV/bin:$PATH"
+else
+  echo "lint: no $VENV (run scripts/setup.sh); using the tools on PATH" >&2
+fi
+PY=${PYTHON:-python}
+command -v "$PY" >/dev/null || PY=python3
 "$PY" -m ruff check worker operator testbed tests bench
-# mypy resolves packages by folder name; ours are mapped (worker/ -> offtake), so give it a
-# tree of links with the import names. Nothing is copied and nothing lands in the repo.
-ROOT=$(mktemp -d)
-trap 'rm -rf "$ROOT"' EXIT
-ln -s "$PWD/worker" "$ROOT/offtake"
-ln -s "$PWD/operator" "$ROOT/offtake_operator"
-ln -s "$PWD/testbed" "$ROOT/offtake_testbed"
-MYPYPATH="$ROOT" "$PY" -m mypy --strict -p offtake -p offtake_operator -p offtake_testbed
-(cd "$ROOT" && PYTHONPATH="$ROOT" lint-imports --config "$OLDPWD/pyproject.toml")
+# Each top-level folder holds its package (worker/offtake, ...), so mypy finds them by path.
+MYPYPATH=worker:operator:testbed "$PY" -m mypy --strict -p offtake -p offtake_operator -p offtake_testbed
+lint-imports --config pyproject.toml

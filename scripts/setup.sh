@@ -1,27 +1,97 @@
 #!/usr/bin/env bash
-# Set up a machine for Offtake: the Python packages (editable), then the real components the
-# demo and the tests use, installed from package registries and cached in ~/.cache/offtake
-# ($OFFTAKE_CACHE). Idempotent: a second run takes seconds.
+# Set up a machine for Offtake: check the prerequisites, create the project's own virtual
+# environment .venv with the Python packages (editable, never into the system interpreter),
+# then the real components the demo and the tests use, installed from package registries and
+# cached in ~/.cache/offtake ($OFFTAKE_CACHE). Idempotent: a second run takes seconds.
 #
 #   scripts/setup.sh          Python packages + Kafka (enough for the demo)
 #   scripts/setup.sh --all    also Prometheus and PostgreSQL (Debian), and the Kubernetes
 #                             control plane and helm built from the Go module proxy
+#
+# Afterwards `source .venv/bin/activate` puts `offtake`, `python` and `pytest` of .venv first
+# on PATH. $OFFTAKE_VENV chooses another folder for the environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-step() { printf '\n== %s\n' "$*"; }
+MODE=${1:-}
+VENV=${OFFTAKE_VENV:-.venv}
+setup_started=$EPOCHREALTIME
 
-step "Python packages"
-"$PY" -m pip install -q --disable-pip-version-check -e '.[operator,spark,test]'
+step_started=""
+step() {
+  step_done
+  printf '\n== %s\n' "$*"
+  step_started=$EPOCHREALTIME
+}
+step_done() {
+  if [[ -n $step_started ]]; then
+    printf '   (%.1fs)\n' "$(bc_sub "$EPOCHREALTIME" "$step_started")"
+  fi
+  step_started=""
+}
+# Seconds between two $EPOCHREALTIME values, without bc (not on every machine).
+bc_sub() {
+  local a=${1/[.,]/} b=${2/[.,]/}
+  local us=$((10#$a - 10#$b))
+  printf '%d.%06d' $((us / 1000000)) $((us % 1000000))
+}
 
+# shellcheck source=scripts/prereqs.sh
+source scripts/prereqs.sh
+check_prereqs "$MODE" || exit 1
+
+# -- Python packages into .venv -------------------------------------------------------------
+# What is installed is a function of the two pyproject files and the interpreter: a stamp of
+# them in the environment lets a rerun skip the installer entirely.
+stamp() {
+  cat pyproject.toml examples/pyproject.toml
+  "$VENV/bin/python" -c 'import sys; print(sys.version)'
+}
+stamp_file="$VENV/.offtake-installed"
+
+step "Python environment $VENV"
+if [[ -x $VENV/bin/python ]] && "$VENV/bin/python" -c '' 2>/dev/null; then
+  echo "found $VENV ($("$VENV/bin/python" -V))"
+else
+  rm -rf "$VENV"
+  echo "creating $VENV with $BOOT_PYTHON (python $BOOT_PYTHON_VERSION)"
+  "$BOOT_PYTHON" -m venv "$VENV"
+fi
+
+step "Python packages: offtake[operator,spark,test] and examples/ (editable) into $VENV"
+if [[ -f $stamp_file ]] && [[ "$(cat "$stamp_file")" == "$(stamp)" ]]; then
+  echo "found them installed for this pyproject.toml (cached; delete $stamp_file to reinstall)"
+else
+  # uv (from PyPI, into .venv only) resolves and downloads in parallel: a cold install takes
+  # about a minute instead of several with pip. pip is the fallback if uv cannot be had.
+  if [[ ! -x $VENV/bin/uv ]]; then
+    echo "fetching the installer uv from PyPI"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check uv ||
+      echo "could not install uv; falling back to pip (slower)"
+  fi
+  packages=(-e '.[operator,spark,test]' -e ./examples)
+  if [[ -x $VENV/bin/uv ]]; then
+    # Without a terminal uv prints no progress bars: its summary lines say what it fetched,
+    # built and installed, and how long each took.
+    "$VENV/bin/uv" pip install --python "$VENV/bin/python" "${packages[@]}"
+  else
+    "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar on \
+      "${packages[@]}"
+  fi
+  stamp >"$stamp_file"
+fi
+
+PY="$VENV/bin/python"
 step "Apache Kafka (Maven Central jars)"
 "$PY" -m offtake_testbed.kafka install
 
-if [ "${1:-}" = "--all" ]; then
+if [[ $MODE == --all ]]; then
   step "Prometheus and promtool (Debian)"
   "$PY" -m offtake_testbed.prometheus install
   step "PostgreSQL (Debian)"
-  "$PY" -c "from offtake_testbed.postgres import install_postgres; print(install_postgres())"
+  "$PY" -m offtake_testbed.postgres install
   step "kube-apiserver, etcd, kube-controller-manager, kubectl, helm (Go module proxy)"
   "$PY" -m offtake_testbed.kube install
 fi
+step_done
+printf '\nset-up done in %.0fs; to use offtake from this shell: source %s/bin/activate\n' \
+  "$(bc_sub "$EPOCHREALTIME" "$setup_started")" "$VENV"

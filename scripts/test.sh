@@ -4,11 +4,15 @@
 # to pytest (e.g. -k rebalance).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
 bash scripts/setup.sh --all
+# The project's own environment first on PATH: the tests start `offtake`, `python` and the
+# operator as subprocesses, and those must be .venv's, not whatever else is installed.
+VENV=${OFFTAKE_VENV:-.venv}
+export VIRTUAL_ENV="$PWD/$VENV"
+export PATH="$VIRTUAL_ENV/bin:$PATH"
 printf '\n== static checks\n'
 bash scripts/lint.sh
 printf '\n== tests\n'
 # `pytest`, not `python -m pytest`: the latter puts the repository root on sys.path, where
 # the folder operator/ would shadow the standard library's operator module.
-exec pytest -p no:cacheprovider "$@"
+exec "$VIRTUAL_ENV/bin/pytest" -p no:cacheprovider "$@"

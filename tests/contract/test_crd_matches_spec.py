@@ -19,6 +19,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+
 from offtake.config import ConfigError, PipelineSpec, load_pipeline, parse_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,8 +34,17 @@ OPERATOR_ONLY = {
     ("spec", "template"),
     ("spec", "resources"),
     ("spec", "image"),
+    ("spec", "serviceMonitor"),
 }
-CONTAINER_EXTRAS = {"resources", "env", "envFrom", "command", "args", "imagePullPolicy"}
+CONTAINER_EXTRAS = {
+    "resources",
+    "env",
+    "envFrom",
+    "command",
+    "args",
+    "imagePullPolicy",
+    "securityContext",
+}
 SUBMIT_EXTRAS = {"image", "serviceAccount", "sparkApplication"}
 
 FieldPath = tuple[str, ...]
@@ -122,7 +132,14 @@ def _has(d: Mapping[str, Any], key: str) -> bool:
     return key in d
 
 
+_SECRET_KEYS = ("sasl.jaas.config", "ssl.key.pem", "ssl_key.pem", "sasl.oauthbearer.config")
+
 CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
+    "self.all(k, !(k.lowerAscii().endsWith('password') || k.lowerAscii().endsWith('secret') "
+    "|| k.lowerAscii() in ['sasl.jaas.config', 'ssl.key.pem', 'ssl_key.pem', "
+    "'sasl.oauthbearer.config']))": lambda s: not any(
+        k.lower().endswith(("password", "secret")) or k.lower() in _SECRET_KEYS for k in s
+    ),
     "self.metadata.name.size() <= 55": lambda s: len(s["metadata"]["name"]) <= 55,
     "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')": lambda s: (
         re.search(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", s["metadata"]["name"]) is not None
@@ -323,8 +340,10 @@ def test_crd_names_subresources_and_columns() -> None:
         "statusReplicasPath": ".status.replicas",
         "labelSelectorPath": ".status.selector",
     }
-    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+    columns = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
     assert columns == ["Phase", "Ready", "Replicas", "Lag", "Lag(s)", "Age"]
+    wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority") == 1]
+    assert wide == ["Partitions", "Up-to-date", "Autoscaler", "Message"]
     schema = _schema()
     for column in version["additionalPrinterColumns"]:
         path = column["jsonPath"].strip(".").split(".")
@@ -535,6 +554,8 @@ def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
     elif "matches(" in rule:
         m["metadata"]["name"] = "9lives"
         loader_rejects = False
+    elif "lowerAscii" in rule:
+        spec["kafka"]["config"] = {"sasl.password": "hunter2"}
     elif "has(self.function)" in rule:
         spec["processor"] = {"function": "a:b", "container": {"image": "img"}}
     elif "has(self.kafka)" in rule:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+
 from offtake_testbed.kube import KUBE_VERSION, ControlPlane, install_control_plane
 from offtake_testbed.pytest_plugin_kube import Helm, Kubectl
 

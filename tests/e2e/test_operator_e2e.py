@@ -28,11 +28,12 @@ from typing import Any
 import pytest
 import yaml
 from confluent_kafka import Consumer, Producer
+from support.kube import exists, get, wait_for
+
 from offtake.config import load_pipeline
 from offtake_testbed.kube import ControlPlane
 from offtake_testbed.pytest_plugin import TopicFactory
 from offtake_testbed.pytest_plugin_kube import Kubectl
-from support.kube import exists, get, wait_for
 
 # Read when the handlers module is first imported: a one-second tick keeps the tests brisk.
 os.environ.setdefault("OFFTAKE_TICK_SECONDS", "1")
@@ -102,6 +103,23 @@ def operator(control_plane: ControlPlane, pipelines_crd: None) -> Iterator[Opera
             yield ctx
 
 
+def example_secrets(kubectl: Kubectl, ns: str) -> None:
+    """The Secrets the examples name (examples/sidecar.yaml: kafka-credentials)."""
+    kubectl(
+        "create",
+        "secret",
+        "generic",
+        "kafka-credentials",
+        "-n",
+        ns,
+        "--from-literal=sasl.username=orders",
+        f"--from-literal=sasl.password={EXAMPLE_PASSWORD}",
+    )
+
+
+EXAMPLE_PASSWORD = "example-pw-6f1c"
+
+
 # ------------------------------------------------------------------------- the resource itself
 
 
@@ -109,6 +127,7 @@ def test_every_example_applies_and_gets_its_children(
     kubectl: Kubectl, kube_namespace: str, operator: OperatorContext, tmp_path: Path
 ) -> None:
     ns = kube_namespace
+    example_secrets(kubectl, ns)
     names_ = []
     for example in EXAMPLES:
         kubectl("apply", "-n", ns, "-f", str(example))
@@ -137,6 +156,8 @@ def test_every_example_applies_and_gets_its_children(
 
     table = kubectl("get", "cpl", "-n", ns).stdout.splitlines()
     assert table[0].split() == COLUMNS
+    wide = kubectl("get", "cpl", "-n", ns, "-o", "wide").stdout.splitlines()
+    assert wide[0].split() == [*COLUMNS, "PARTITIONS", "UP-TO-DATE", "AUTOSCALER", "MESSAGE"]
     rows = {line.split()[0]: line.split() for line in table[1:]}
     assert set(rows) == set(names_)
     assert all(row[1] == "Pending" for row in rows.values())
@@ -154,6 +175,7 @@ def test_sidecar_pods_carry_the_processor_as_a_native_sidecar(
     kubectl: Kubectl, kube_namespace: str, operator: OperatorContext
 ) -> None:
     ns = kube_namespace
+    example_secrets(kubectl, ns)
     kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / "sidecar.yaml"))
     pods = wait_for(
         lambda: get(kubectl, "pods", "-n", ns, "-l", "offtake.dev/pipeline=orders-score")["items"],
@@ -217,6 +239,11 @@ BAD_MANIFESTS = [
         "misspelt field",
         {"limits": {"maxInFlightMesages": 5}},
         'unknown field "spec.limits.maxInFlightMesages"',
+    ),
+    (
+        "inline password",
+        {"kafka": {"bootstrapServers": "k:9092", "config": {"sasl.password": "hunter2"}}},
+        "kafka.config must not hold secrets",
     ),
 ]
 
@@ -776,3 +803,142 @@ def read_values(bootstrap: str, topic: str, *, quiet: float = 3.0) -> list[dict[
     finally:
         consumer.close()
     return out
+
+
+# ------------------------------------------------------------------- production settings (#12)
+
+
+def test_every_example_is_admitted_in_a_restricted_namespace(
+    kubectl: Kubectl, kube_namespace: str, operator: OperatorContext
+) -> None:
+    """Pod Security admission (built into kube-apiserver) refuses a ReplicaSet's pods that do not
+    meet ``restricted``: the pods exist only if every rendered container passes."""
+    ns = kube_namespace
+    kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
+    example_secrets(kubectl, ns)
+    wanted = {}
+    for example in EXAMPLES:
+        kubectl("apply", "-n", ns, "-f", str(example))
+        doc = yaml.safe_load(example.read_text())
+        wanted[doc["metadata"]["name"]] = int(doc["spec"].get("replicas", 1))
+    for name, replicas in wanted.items():
+        pods = wait_for(
+            lambda n=name, r=replicas: (
+                len(
+                    items := get(kubectl, "pods", "-n", ns, "-l", f"offtake.dev/pipeline={n}")[
+                        "items"
+                    ]
+                )
+                == r
+                and items
+            ),
+            what=f"{replicas} pod(s) of {name} admitted",
+        )
+        for pod in pods:
+            for c in pod["spec"]["containers"] + pod["spec"].get("initContainers", []):
+                assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}, c["name"]
+    rs_events = kubectl(
+        "get", "events", "-n", ns, "--field-selector", "reason=FailedCreate", "-o", "name"
+    ).stdout
+    assert rs_events.strip() == "", "a ReplicaSet failed to create a pod"
+
+
+def test_an_override_restricted_would_refuse_is_refused_by_name(
+    kubectl: Kubectl, kube_namespace: str, operator: OperatorContext
+) -> None:
+    ns = kube_namespace
+    body = pipeline(
+        "rooty", template={"spec": {"containerSecurityContext": {"allowPrivilegeEscalation": True}}}
+    )
+    apply(kubectl, ns, body)
+    wait_for(lambda: status(kubectl, ns, "rooty").get("phase") == "Degraded", what="Degraded")
+    message = condition(kubectl, ns, "rooty", "Degraded")["message"]
+    assert "spec.template.spec.containerSecurityContext.allowPrivilegeEscalation" in message
+    assert not exists(kubectl, "deployment", "rooty", "-n", ns)
+
+
+def test_a_field_removed_from_the_pipeline_disappears_from_the_deployment(
+    kubectl: Kubectl, kube_namespace: str, operator: OperatorContext
+) -> None:
+    ns = kube_namespace
+    template = {
+        "metadata": {"annotations": {"team": "shop"}},
+        "spec": {"nodeSelector": {"pool": "kafka"}, "env": [{"name": "X", "value": "1"}]},
+    }
+    apply(kubectl, ns, pipeline("slim", template=template))
+
+    def pod_template() -> dict[str, Any]:
+        return dict(get(kubectl, "deployment", "slim", "-n", ns)["spec"]["template"])
+
+    wait_for(lambda: pod_template()["spec"].get("nodeSelector"), what="the node selector")
+    apply(kubectl, ns, pipeline("slim"))  # kubectl apply drops spec.template from the pipeline
+    wait_for(
+        lambda: (
+            "nodeSelector" not in pod_template()["spec"]
+            and "team" not in pod_template()["metadata"].get("annotations", {})
+            and all(e["name"] != "X" for e in pod_template()["spec"]["containers"][0]["env"])
+        ),
+        what="node selector, annotation and env var gone",
+    )
+    managers = {
+        m["manager"]
+        for m in get(kubectl, "deployment", "slim", "-n", ns, "--show-managed-fields")["metadata"][
+            "managedFields"
+        ]
+        if m["operation"] == "Apply"
+    }
+    assert managers == {"offtake"}
+
+
+def test_a_strimzi_kafkauser_secret_works_and_its_values_stay_secret(
+    kubectl: Kubectl, kube_namespace: str, operator: OperatorContext
+) -> None:
+    ns = kube_namespace
+    password = "scram-pw-93be1a"
+    jaas = (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="orders-user" password="{password}";'
+    )
+    # What Strimzi's User Operator writes for a KafkaUser with SCRAM-SHA-512 authentication.
+    kubectl(
+        "create",
+        "secret",
+        "generic",
+        "orders-user",
+        "-n",
+        ns,
+        f"--from-literal=password={password}",
+        f"--from-literal=sasl.jaas.config={jaas}",
+    )
+    # ... and, beside it, the cluster CA Secret Strimzi makes for the brokers' certificates.
+    kubectl(
+        "create", "secret", "generic", "my-cluster-cluster-ca-cert", "-n", ns,
+        "--from-literal=ca.crt=-----BEGIN CERTIFICATE-----", "--from-literal=ca.password=x",
+    )  # fmt: skip
+    kafka = {
+        "bootstrapServers": "kafka:9093",
+        "secretRef": {"name": "orders-user"},
+        "caSecretRef": {"name": "my-cluster-cluster-ca-cert"},
+        "config": {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"},
+    }
+    apply(kubectl, ns, pipeline("strimzi", kafka=kafka))
+    dep = wait_for(lambda: get(kubectl, "deployment", "strimzi", "-n", ns), what="Deployment")
+    (volume,) = [
+        v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "kafka-secret"
+    ]
+    assert [s["secret"] for s in volume["projected"]["sources"]] == [
+        {"name": "orders-user", "items": [{"key": "password", "path": "sasl.password"}]},
+        {"name": "my-cluster-cluster-ca-cert", "items": [{"key": "ca.crt", "path": "ssl.ca.pem"}]},
+    ]
+    # The ReplicaSet's pods are created with that volume.
+    wait_for(
+        lambda: get(kubectl, "pods", "-n", ns, "-l", "offtake.dev/pipeline=strimzi")["items"],
+        what="a pod",
+    )
+    cm = get(kubectl, "configmap", "strimzi-pipeline", "-n", ns)
+    assert "sasl.username: orders-user" in cm["data"]["pipeline.yaml"]
+    wait_for(lambda: status(kubectl, ns, "strimzi").get("phase") == "Pending", what="Pending")
+    # The password appears in no object Offtake writes (nor in the Events it posts).
+    for kind in ("deployments", "replicasets", "pods", "configmaps", "services", "events", "cpl"):
+        text = kubectl("get", kind, "-n", ns, "-o", "json").stdout
+        assert password not in text, kind

@@ -18,21 +18,32 @@ from pathlib import Path
 
 import pytest
 import yaml
-from offtake_testbed.kube import ControlPlane
+from support.kube import exists, get, wait_for
+
+from offtake_testbed.kube import KUBE_VERSION, ControlPlane
 from offtake_testbed.pytest_plugin_kube import Helm, Kubectl
-from support.kube import get, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "offtake"
+# helm template checks the chart's kubeVersion against a built-in version when offline (v1.20
+# for a helm built with `go install`): name the control plane's.
+OFFLINE = ("--kube-version", KUBE_VERSION)
 
 
 def test_chart_renders_the_operator_with_least_privilege(
     control_plane: ControlPlane, helm: Helm
 ) -> None:
     out = helm(
-        "template", "offtake", str(CHART), "-n", "offtake-system", "--set", "operator.replicas=2"
+        "template",
+        "offtake",
+        str(CHART),
+        "-n",
+        "offtake-system",
+        "--set",
+        "operator.replicas=2",
+        *OFFLINE,
     ).stdout
     docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out) if d}
     dep = docs["Deployment", "offtake-offtake-operator"]
@@ -56,7 +67,7 @@ def test_chart_renders_the_operator_with_least_privilege(
     assert "delete" not in granted["offtake.dev", "consumerpipelines"]
     # Namespaced mode: Roles in the served namespaces instead of cluster-wide grants.
     out = helm(
-        "template", "offtake", str(CHART), "--set", "operator.namespaces={shop,billing}"
+        "template", "offtake", str(CHART), "--set", "operator.namespaces={shop,billing}", *OFFLINE
     ).stdout
     kinds = [(d["kind"], d["metadata"].get("namespace")) for d in yaml.safe_load_all(out) if d]
     assert ("Role", "shop") in kinds and ("RoleBinding", "billing") in kinds
@@ -180,6 +191,18 @@ def test_two_peered_operators_with_the_charts_rbac(
 
     kubeconfig = sa_kubeconfig(control_plane, kubectl, release, sa, tmp_path / "sa-kubeconfig")
     high = OperatorProcess(kubeconfig, 20, tmp_path / "high.log")
+    # The standby must find the active replica in the peering record when it starts: started
+    # together, the low one could read an empty record first and go active itself (a race of
+    # the test, not of the product: a standby that sees no peer is right to act).
+    wait_for(
+        lambda: any(
+            (peer or {}).get("priority") == 20
+            for peer in (
+                get(kubectl, "clusterkopfpeering", "offtake").get("status") or {}
+            ).values()
+        ),
+        what="the high-priority replica in the peering record",
+    )
     low = OperatorProcess(kubeconfig, 10, tmp_path / "low.log")
     try:
         # The standby starts paused: its watches wait behind the peering blocker.
@@ -228,3 +251,67 @@ def test_two_peered_operators_with_the_charts_rbac(
     finally:
         high.stop()
         low.stop()
+
+
+BAD_VALUES = [
+    (["--set", "operator.replicas=abc"], "/operator/replicas", "want integer"),
+    (["--set", "operator.namespaces=shop"], "/operator/namespaces", "want array"),
+    (["--set", "operator.lagSource=prometheus"], "/operator/lagSource", "must be one of"),
+    (["--set", "operatr.replicas=2"], "'operatr'", "not allowed"),
+    (
+        ["--set", "monitoring.serviceMonitor.labels.release=1"],
+        "/monitoring/serviceMonitor/labels/release",
+        "want string",
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "field", "problem"), BAD_VALUES, ids=[a[1] for a in BAD_VALUES])
+def test_bad_values_fail_at_template_and_lint_naming_the_value(
+    helm: Helm, args: list[str], field: str, problem: str
+) -> None:
+    for command in (["template", "offtake", str(CHART), *OFFLINE], ["lint", str(CHART)]):
+        result = helm(*command, *args, check=False)
+        assert result.returncode != 0, f"helm {command[0]} {args} succeeded"
+        out = result.stderr + result.stdout
+        assert "values don't meet the specifications of the schema" in out, out
+        assert field in out and problem in out, out
+
+
+def test_chart_installs_upgrades_and_uninstalls_with_non_default_values(
+    helm: Helm, kubectl: Kubectl, kube_namespace: str
+) -> None:
+    ns = kube_namespace
+    helm("lint", str(CHART))
+    helm(
+        "install", "prod", str(CHART), "-n", ns,
+        "--set", "fullnameOverride=ot",
+        "--set", f"operator.namespaces={{{ns}}}",
+        "--set", "monitoring.release=kube-prometheus-stack",
+        "--set", "monitoring.serviceMonitor.labels.team=data",
+        "--wait=false",
+    )  # fmt: skip
+    dep = get(kubectl, "deployment", "ot-operator", "-n", ns)
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert yaml.safe_load(env["OFFTAKE_SERVICE_MONITOR_LABELS"]) == {
+        "release": "kube-prometheus-stack",
+        "team": "data",
+    }
+    assert env["OFFTAKE_NAMESPACES"] == ns
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert exists(kubectl, "role", "ot-operator", "-n", ns)
+    helm(
+        "upgrade", "prod", str(CHART), "-n", ns, "--reuse-values",
+        "--set", "operator.replicas=2", "--wait=false",
+    )  # fmt: skip
+    wait_for(
+        lambda: get(kubectl, "deployment", "ot-operator", "-n", ns)["spec"]["replicas"] == 2,
+        what="2 replicas after the upgrade",
+    )
+    notes = helm("get", "notes", "prod", "-n", ns).stdout
+    assert "kind: ConsumerPipeline" in notes and "kubectl apply --server-side" in notes
+    helm("uninstall", "prod", "-n", ns)
+    wait_for(lambda: not exists(kubectl, "deployment", "ot-operator", "-n", ns), what="gone")
+    # Helm keeps what it installed from crds/: the pipelines survive an uninstall.
+    assert exists(kubectl, "crd", "consumerpipelines.offtake.dev")

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 import yaml
+from support.kube import exists, get, wait_for
+
 from offtake_testbed.kube import ControlPlane
 from offtake_testbed.pytest_plugin import TopicFactory
 from offtake_testbed.pytest_plugin_kube import Kubectl
-from support.kube import exists, get, wait_for
 
 os.environ.setdefault("OFFTAKE_TICK_SECONDS", "1")
 
@@ -28,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OPTIONAL_CRDS = [
     ("monitoring.coreos.com", "servicemonitors", "ServiceMonitor", "v1"),
     ("keda.sh", "scaledobjects", "ScaledObject", "v1alpha1"),
+    ("keda.sh", "triggerauthentications", "TriggerAuthentication", "v1alpha1"),
 ]
 
 
@@ -64,7 +66,13 @@ def operator(control_plane: ControlPlane) -> Iterator[None]:
     control_plane.kubectl(
         "wait", "--for=condition=Established", "crd/consumerpipelines.offtake.dev"
     )
-    config = OperatorConfig(resync_seconds=2, lag_interval_seconds=1, kafka_timeout_seconds=5)
+    config = OperatorConfig(
+        resync_seconds=2,
+        lag_interval_seconds=1,
+        kafka_timeout_seconds=5,
+        # What the chart's monitoring.release sets: kube-prometheus-stack selects by it.
+        service_monitor_labels={"release": "kube-prometheus-stack"},
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KUBECONFIG", str(control_plane.kubeconfig))
         with OperatorThread(config):
@@ -148,6 +156,21 @@ def test_servicemonitor_and_keda_scaledobject_when_their_crds_exist(
         what="the ServiceMonitor",
     )
     assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    # A pipeline adds its own labels; a later change reaches the ServiceMonitor.
+    kubectl(
+        "patch", "cpl/kedaed", "-n", ns, "--type=merge",
+        "-p", '{"spec":{"serviceMonitor":{"labels":{"team":"shop"}}}}',
+    )  # fmt: skip
+    wait_for(
+        lambda: (
+            get(kubectl, "servicemonitors.monitoring.coreos.com", "kedaed", "-n", ns)["metadata"][
+                "labels"
+            ].get("team")
+            == "shop"
+        ),
+        what="the pipeline's ServiceMonitor label",
+    )
     so = wait_for(
         lambda: (
             (s := get(kubectl, "scaledobjects.keda.sh", "kedaed", "-n", ns))["spec"][
@@ -179,4 +202,42 @@ def test_servicemonitor_and_keda_scaledobject_when_their_crds_exist(
     wait_for(
         lambda: not exists(kubectl, "scaledobjects.keda.sh", "kedaed", "-n", ns),
         what="the ScaledObject removed",
+    )
+
+
+def test_keda_authenticates_with_the_pipelines_kafka_secret(
+    kubectl: Kubectl, kube_namespace: str, optional_crds: None, operator: None
+) -> None:
+    ns = kube_namespace
+    kubectl(
+        "create", "secret", "generic", "kafka-user", "-n", ns,
+        "--from-literal=sasl.username=orders", "--from-literal=sasl.password=keda-pw-1",
+        "--from-literal=ca.crt=-----BEGIN CERTIFICATE-----",
+    )  # fmt: skip
+    body = yaml.safe_load(autoscaled("secured", "kafka:9093", "orders"))
+    body["spec"]["kafka"].update(
+        secretRef={"name": "kafka-user"},
+        config={"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"},
+    )
+    kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(body))
+    auth = wait_for(
+        lambda: get(kubectl, "triggerauthentications.keda.sh", "secured", "-n", ns),
+        what="the TriggerAuthentication",
+    )
+    assert sorted(auth["spec"]["secretTargetRef"], key=lambda r: r["parameter"]) == [
+        {"parameter": "ca", "name": "kafka-user", "key": "ca.crt"},
+        {"parameter": "password", "name": "kafka-user", "key": "sasl.password"},
+        {"parameter": "username", "name": "kafka-user", "key": "sasl.username"},
+    ]
+    so = wait_for(
+        lambda: get(kubectl, "scaledobjects.keda.sh", "secured", "-n", ns), what="ScaledObject"
+    )
+    (trigger,) = so["spec"]["triggers"]
+    assert trigger["authenticationRef"] == {"name": "secured"}
+    assert trigger["metadata"]["sasl"] == "scram_sha512" and trigger["metadata"]["tls"] == "enable"
+    assert (
+        "keda-pw-1"
+        not in kubectl(
+            "get", "scaledobjects.keda.sh,triggerauthentications.keda.sh", "-n", ns, "-o", "json"
+        ).stdout
     )

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client, config, watch
+
 from offtake_testbed.kube import ControlPlane
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 import pytest
+
 from offtake.health import Health, MetricsServer
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition

@@ -18,13 +18,14 @@ from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from prometheus_client.parser import text_string_to_metric_families
+
 from offtake.config.loader import parse_pipeline
-from offtake.engine.worker import Worker
+from offtake.engine.assembly import build_worker
 from offtake.health import Health, MetricsServer
 from offtake.metrics import Metrics
 from offtake.processing.function import FunctionProcessor
 from offtake.records import Record
-from prometheus_client.parser import text_string_to_metric_families
 
 
 class SlowProcessor:
@@ -81,7 +82,7 @@ class RealWorker:
         self.metrics.init_topics(topics)
         self.health = Health(max_poll_interval_s=300)
         self.server = MetricsServer(self.metrics, self.health, port=0, host="127.0.0.1")
-        self.worker = Worker(
+        self.worker = build_worker(
             self.spec,
             processor=FunctionProcessor(SlowProcessor(seconds_per_record)),
             metrics=self.metrics,

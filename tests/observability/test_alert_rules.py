@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from offtake_testbed.prometheus import promtool
 
 from .conftest import ALERTS, ROOT
@@ -20,6 +21,7 @@ REQUIRED = {
     "OfftakeNoCommitWhileLagging",
     "OfftakeRebalanceStorm",
     "OfftakeWorkerDown",
+    "OfftakeOperatorReconcileErrors",
 }
 
 

@@ -6,10 +6,11 @@ import json
 import re
 from typing import Any
 
-from offtake.metrics import Metrics
-from offtake.records import TopicPartition
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+
+from offtake.metrics import Metrics
+from offtake.records import TopicPartition
 
 from .conftest import ROOT
 

@@ -9,9 +9,10 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client import CONTENT_TYPE_LATEST
+
 from offtake.health import Health, MetricsServer
 from offtake.metrics import Metrics
-from prometheus_client import CONTENT_TYPE_LATEST
 
 
 class FakeClock:

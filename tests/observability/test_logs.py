@@ -8,6 +8,7 @@ import logging
 from collections.abc import Iterator
 
 import pytest
+
 from offtake.logs import ENV_LEVEL, configure_logging, record_fields
 from offtake.records import Record
 
@@ -81,3 +82,55 @@ def test_reconfiguring_replaces_the_handler_and_keeps_exceptions() -> None:
     assert first.getvalue() == ""
     (line,) = lines(second)
     assert "RuntimeError: boom" in str(line["exception"]) and str(line["odd"]).startswith("<object")
+
+
+def test_librdkafka_lines_are_collapsed_per_window_and_say_how_many_were_left_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from offtake import logs
+
+    out = io.StringIO()
+    configure_logging("info", "p", stream=out)
+    clock = [1000.0]
+    monkeypatch.setattr(logs.time, "monotonic", lambda: clock[0])
+    kafka = logging.getLogger("offtake.test-librdkafka")
+    kafka.addFilter(logs.RepeatFilter(window_seconds=30.0))
+    fail = "FAIL [rdkafka#consumer-%d]: Connect to ipv4#127.0.0.1:1 failed (after %dms)"
+    for attempt in range(200):  # librdkafka's reconnect backoff: many failures a second
+        kafka.error(fail, 1, attempt % 7)
+        clock[0] += 0.1
+    kafka.warning("another message")
+    clock[0] += 15.0  # 35 s after the first line: the window is over
+    kafka.error(fail, 1, 3)
+    first, other, again = lines(out)
+    assert (
+        first["message"] == "FAIL [rdkafka#consumer-1]: Connect to ipv4#127.0.0.1:1 failed "
+        "(after 0ms)"
+    )
+    assert other["message"] == "another message"
+    assert again["message"].startswith("FAIL [rdkafka#consumer-1]")  # type: ignore[union-attr]
+    assert "199 similar line(s) left out in the last 35 s" in str(again["message"])
+    assert again["repeated"] == 199
+
+
+def test_every_kafka_client_logs_through_the_collapsing_json_logger() -> None:
+    from offtake.config import parse_pipeline
+    from offtake.kafka.config import consumer_config, producer_config
+    from offtake.logs import LIBRDKAFKA_LOGGER, RepeatFilter
+
+    spec = parse_pipeline(
+        {
+            "apiVersion": "offtake.dev/v1alpha1",
+            "kind": "ConsumerPipeline",
+            "metadata": {"name": "p"},
+            "spec": {
+                "kafka": {"bootstrapServers": "k:9092"},
+                "source": {"topics": ["a"]},
+                "sink": {"log": {}},
+            },
+        }
+    )
+    for conf in (consumer_config(spec), producer_config(spec)):
+        logger = conf["logger"]
+        assert logger.name == LIBRDKAFKA_LOGGER
+        assert [f for f in logger.filters if isinstance(f, RepeatFilter)]

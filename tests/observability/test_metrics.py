@@ -1,19 +1,20 @@
-"""The Metrics registry: DESIGN.md's names, bounded labels, time in state, and promtool's lint."""
+"""The Metrics registry: docs/metrics.md's names, bounded labels, time in state, promtool's lint."""
 
 from __future__ import annotations
 
 import time
 import urllib.request
 
-from offtake.metrics import STATES, Metrics
-from offtake.records import TopicPartition
-from offtake_testbed.prometheus import promtool
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from offtake.metrics import STATES, Metrics
+from offtake.records import TopicPartition
+from offtake_testbed.prometheus import promtool
+
 from .conftest import MetricsTarget
 
-# shared/DESIGN.md, "Metrics": these exact exported names (counters end in _total).
+# docs/metrics.md: these exact exported names (counters end in _total).
 DESIGN_SERIES = {
     "offtake_messages_consumed_total",
     "offtake_messages_processed_total",

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from offtake_testbed.prometheus import Prometheus
 
 from .conftest import ALERTS, SCRAPE_JOB, STATIC_LABELS, MetricsTarget

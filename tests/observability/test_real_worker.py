@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from offtake.engine.worker import LAG_REFRESH_SECONDS
+
+from offtake.engine.lag import LAG_REFRESH_SECONDS
 from offtake_testbed.kafka import KafkaBroker
 
 from .real_worker import RealWorker, admin_client, ground_truth_lag, produce

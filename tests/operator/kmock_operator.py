@@ -12,6 +12,7 @@ from typing import Any
 
 import kmock
 import yaml
+
 from offtake.config import PipelineSpec
 from offtake_operator.context import OperatorContext
 from offtake_operator.embedded import OperatorThread

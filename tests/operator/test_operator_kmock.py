@@ -7,6 +7,7 @@ namespace so the tests stay independent.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from kmock_operator import (
     HPAS,
     PDBS,
     PIPELINES,
+    SECRETS,
     SERVICES,
     FakeKafka,
     emulator,
@@ -28,11 +30,12 @@ from kmock_operator import (
     running_operator,
     write_kubeconfig,
 )
-from offtake_operator import names
+from operator_testkit import pipeline_body
+
+from offtake_operator import metrics, names
 from offtake_operator.context import OperatorContext
 from offtake_operator.lag import LagReport
 from offtake_operator.settings import OperatorConfig
-from operator_testkit import pipeline_body
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -349,3 +352,47 @@ async def test_rewind_stops_workers_waits_for_an_empty_group_and_runs_once(
     # Resyncs (every 0.5 s here) do not repeat it.
     await asyncio.sleep(2)
     assert len(KAFKA.resets) == 1
+
+
+async def test_a_strimzi_kafkauser_secret_is_mounted_as_properties(
+    cluster: Cluster, ns: str
+) -> None:
+    spec = {"kafka": {"bootstrapServers": "k:9093", "secretRef": {"name": "orders-user"}}}
+    await cluster.create(pipeline_body("orders", namespace=ns, **spec))
+    # The Secret does not exist yet: Degraded, naming it, and no workers.
+    await eventually(lambda: cluster.status(ns, "orders").get("phase") == "Degraded")
+    degraded = cluster.condition(ns, "orders", "Degraded")
+    assert f"Secret {ns}/orders-user not found" in degraded["message"]
+    assert not cluster.exists(DEPLOYMENTS, ns, "orders")
+    jaas = (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="orders-user" password="pw-123";'
+    )
+    data = {"password": "pw-123", "sasl.jaas.config": jaas}
+    await cluster.request(
+        "POST",
+        f"/api/v1/namespaces/{ns}/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "orders-user", "namespace": ns},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+        },
+    )
+    assert cluster.exists(SECRETS, ns, "orders-user")
+    dep = await eventually(lambda: cluster.obj(DEPLOYMENTS, ns, "orders"), what="deployment")
+    volume = next(
+        v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "kafka-secret"
+    )
+    assert volume["secret"]["items"] == [{"key": "password", "path": "sasl.password"}]
+    config = cluster.obj(CONFIGMAPS, ns, "orders-pipeline")["data"]["pipeline.yaml"]
+    assert "sasl.username: orders-user" in config and "pw-123" not in config
+    await eventually(lambda: cluster.status(ns, "orders")["phase"] == "Pending", what="healed")
+    assert "pw-123" not in json.dumps(cluster.status(ns, "orders"))
+    # The operator's own series counted both kinds of pass.
+    for result in ("invalid", "ok"):
+        count = metrics.REGISTRY.get_sample_value(
+            "offtake_operator_reconciles_total", {"result": result}
+        )
+        assert count is not None and count > 0, result
+    assert metrics.REGISTRY.get_sample_value("offtake_operator_reconcile_duration_seconds_count")

@@ -6,12 +6,13 @@ from typing import Any
 
 import pytest
 import yaml
+from operator_testkit import example, pipeline_body
+
 from offtake.config import load_pipeline, parse_pipeline
 from offtake_operator import names, render
 from offtake_operator.operator_spec import Autoscaling
 from offtake_operator.reconcile import worker_manifest
 from offtake_operator.settings import OperatorConfig
-from operator_testkit import example, pipeline_body
 
 CONFIG = OperatorConfig(worker_image="registry.test/offtake:1.2.3")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 
 import pytest
+
 from offtake.config import ConfigError
 from offtake_operator.apply import covers
 from offtake_operator.kubeapi import DEPLOYMENTS, PIPELINES, SERVICES
@@ -74,7 +75,7 @@ def test_operator_spec() -> None:
             {"rewind": {"to": "timestamp", "id": "x", "timestamp": "2024-05-01T12:00:00"}},
             "spec.rewind.timestamp",
         ),
-        ({"autoscaling": {"minReplicas": 0}}, "spec.autoscaling.minReplicas"),
+        ({"autoscaling": {"minReplicas": -1}}, "spec.autoscaling.minReplicas"),
         ({"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}, "spec.autoscaling.minReplicas"),
         ({"autoscaling": "yes"}, "spec.autoscaling"),
     ],

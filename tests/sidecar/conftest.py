@@ -6,8 +6,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from offtake.processing.sidecar import SidecarProcessor
 from sidecar_helpers import FakeSidecar, References, Script, spec
+
+from offtake.processing.sidecar import SidecarProcessor
 
 
 @pytest.fixture(params=["python", "go"])

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from offtake.config.spec import ContainerSpec
 from offtake_testbed._cache import cache_dir
 

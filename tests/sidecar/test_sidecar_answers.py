@@ -10,6 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from sidecar_helpers import Answer, FakeSidecar, Script, ok
+
 from offtake.processing.base import ProcessorUnavailable
 from offtake.processing.sidecar import (
     MAX_RETRY_AFTER,
@@ -22,7 +24,6 @@ from offtake.processing.sidecar import (
     record_to_wire,
 )
 from offtake.records import Record
-from sidecar_helpers import Answer, FakeSidecar, Script, ok
 
 Make = Callable[..., SidecarProcessor]
 Fake = Callable[[Script], FakeSidecar]

@@ -7,8 +7,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from offtake.testing import MemoryBroker, headers_of, run_pipeline
 from sidecar_helpers import References, free_port
+
+from offtake.testing import MemoryBroker, headers_of, run_pipeline
 
 
 def manifest(port: int, *, batch: int = 16) -> dict[str, Any]:

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from sidecar_helpers import References, free_port
+
 from offtake.processing.base import ProcessorUnavailable
 from offtake.processing.sidecar import (
     SidecarProcessor,
@@ -17,7 +19,6 @@ from offtake.processing.sidecar import (
     SidecarUnavailable,
 )
 from offtake.records import Record
-from sidecar_helpers import References, free_port
 
 Make = Callable[..., SidecarProcessor]
 

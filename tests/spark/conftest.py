@@ -1,21 +1,18 @@
-"""Fixtures for the Spark sink tests: one local SparkSession for the whole test session
-(a JVM start costs seconds and this machine has two cores), PostgreSQL, and a Spark Connect
-server started from the pyspark wheel."""
+"""Fixtures for the Spark sink tests: PostgreSQL and a Spark Connect server started from the
+pyspark wheel. The local SparkSession (``spark``) is tests/conftest.py's, shared with the sink
+contract suite."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from offtake.sinks.spark.session import POSTGRES_JDBC, create_session, session_config
 
 from .connect_server import ConnectServer
-from .support import pipeline
 
 TIMINGS: dict[str, float] = {}
 
@@ -39,29 +36,6 @@ def _tests_package() -> None:
 
 
 _tests_package()
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """The shared in-process session, with the PostgreSQL JDBC driver from Maven Central."""
-    spec = pipeline(
-        {
-            "format": "parquet",
-            "path": "/unused",
-            "packages": [POSTGRES_JDBC],
-            "submit": {
-                "master": "local[2]",
-                "conf": {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"},
-            },
-        }
-    )
-    assert spec.sink.spark is not None
-    began = time.monotonic()
-    session = create_session(session_config(spec.sink.spark, "tests"))
-    TIMINGS["jvm_start_seconds"] = time.monotonic() - began
-    print(f"\nlocal SparkSession ready in {TIMINGS['jvm_start_seconds']:.1f}s")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="session")

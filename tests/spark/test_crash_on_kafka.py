@@ -24,7 +24,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from offtake_testbed.kafka import KafkaBroker
 from support.reports import lost_and_duplicated, report
 from support.workers import (
     WorkerProcess,
@@ -37,6 +36,8 @@ from support.workers import (
     wait_caught_up,
     write_manifest,
 )
+
+from offtake_testbed.kafka import KafkaBroker
 
 from .connect_server import ConnectServer
 

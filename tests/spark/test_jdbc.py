@@ -6,6 +6,7 @@ from typing import Any
 
 import psycopg
 import pytest
+
 from offtake.sinks.spark.batching import BatchId
 from offtake.sinks.spark.jdbc import PsycopgStatements
 from offtake.sinks.spark.writers import JdbcWriter
@@ -123,3 +124,30 @@ def test_jdbc_nested_json_is_stored_as_text(spark: Any, postgres: Any) -> None:
     with psycopg.connect(postgres.dsn) as conn:
         row = conn.execute("SELECT addr, tags FROM nested_sink WHERE id = 1").fetchone()
     assert row == ('{"city":"x"}', '["a","b"]')
+
+
+def test_credentials_from_the_mounted_jdbc_secret_reach_the_database(
+    postgres: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sink.spark.jdbc.secretRef: the operator mounts the Secret; the worker connects as its
+    user (the files as Kubernetes writes them, a trailing newline included)."""
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS secret_writer")
+        conn.execute("CREATE ROLE secret_writer LOGIN PASSWORD 'from-the-secret'")
+        conn.execute("GRANT CREATE ON SCHEMA public TO secret_writer")
+    (tmp_path / "username").write_text("secret_writer\n")
+    (tmp_path / "password").write_text("from-the-secret\n")
+    monkeypatch.setenv("OFFTAKE_JDBC_SECRET_DIR", str(tmp_path))
+    jdbc = {"url": postgres.jdbc_url, "table": "owned_sink", "secretRef": {"name": "db"}}
+    spec = pipeline({"format": "jdbc", "jdbc": jdbc})
+    assert spec.sink.spark is not None and spec.sink.spark.jdbc is not None
+    statements = PsycopgStatements(spec.sink.spark.jdbc)
+    statements.execute("CREATE TABLE owned_sink (x int)")
+    try:
+        with psycopg.connect(postgres.dsn) as conn:
+            row = conn.execute(
+                "SELECT tableowner FROM pg_tables WHERE tablename = 'owned_sink'"
+            ).fetchone()
+        assert row == ("secret_writer",)
+    finally:
+        statements.execute("DROP TABLE owned_sink")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from offtake.sinks.spark.kubernetes import (
     CONNECT_CLASS,
     KubernetesRenderError,

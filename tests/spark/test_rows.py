@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+
 from offtake.config.spec import SparkBatchSpec
 from offtake.sinks.spark.batching import Batcher
 from offtake.sinks.spark.rows import META_COLUMNS, batch_table

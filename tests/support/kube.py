@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
+
 from offtake_testbed.kube import KubectlError
 from offtake_testbed.pytest_plugin_kube import Kubectl
 

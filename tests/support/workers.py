@@ -24,6 +24,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+
 from offtake_testbed.kafka import read_topic
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+
 from offtake_testbed.kafka import KAFKA_VERSION, KafkaBroker, install_kafka
 from offtake_testbed.pytest_plugin import TopicFactory
 

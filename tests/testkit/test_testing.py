@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from confluent_kafka import TopicPartition
+
 from offtake.records import Record
 from offtake.testing import (
     MemoryBroker,
@@ -152,6 +153,21 @@ def test_poison_records_go_to_the_dead_letter_topic() -> None:
         assert h["offtake.original.offset"] == str(original.offset())
         assert "poison record" in (h["offtake.error.message"] or "")
         assert h["offtake.attempts"] == "2"
+
+
+def test_a_user_exception_reaches_the_dlq_and_the_log_with_its_type(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broker = MemoryBroker()
+    fill(broker, 3, partitions=1)
+    doc = manifest(processor={"function": "testkit_processors:needs_amount"}, errors=errors("dlq"))
+    with caplog.at_level("WARNING", logger="offtake.errors"):
+        run = run_pipeline(doc, broker, workers=1)
+    assert run.ok, run
+    assert len(run.dlq) == 3
+    for m in run.dlq:
+        assert headers_of(m)["offtake.error.message"] == "KeyError: 'amount'"
+    assert any("KeyError: 'amount'" in r.getMessage() for r in caplog.records)
 
 
 def test_poison_records_are_skipped_under_skip() -> None:

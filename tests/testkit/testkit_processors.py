@@ -19,3 +19,8 @@ def poison(record: Record) -> Any:
 
 def fan_out(record: Record) -> Any:
     return [record.value, record.value]
+
+
+def needs_amount(record: Record) -> Any:
+    """Fails like ordinary user code does: a KeyError whose str() is only the key."""
+    return {**record.value, "gross": record.value["amount"] * 1.19}

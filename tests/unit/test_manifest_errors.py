@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from offtake.config import ConfigError, parse_pipeline
 
 GOOD: dict[str, Any] = {

@@ -82,7 +82,7 @@ def test_backpressure_engages_at_the_bound_and_releases_below_low_water() -> Non
 
 def test_consumer_config_forces_manual_commits_and_takes_static_membership() -> None:
     from offtake.config import parse_pipeline
-    from offtake.engine.kafka_config import consumer_config, producer_config
+    from offtake.kafka.config import consumer_config, producer_config
 
     doc = {
         "apiVersion": "offtake.dev/v1alpha1",
@@ -111,7 +111,7 @@ def test_consumer_config_forces_manual_commits_and_takes_static_membership() -> 
 
 def test_consumer_prefetch_follows_the_in_flight_byte_bound_unless_configured() -> None:
     from offtake.config import parse_pipeline
-    from offtake.engine.kafka_config import consumer_config
+    from offtake.kafka.config import consumer_config
 
     def conf(limits: dict[str, int], config: dict[str, str] | None = None) -> dict[str, str]:
         spec = parse_pipeline(

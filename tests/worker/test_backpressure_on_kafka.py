@@ -9,12 +9,13 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from support.workers import manifest, produce
+
 from offtake.config import parse_pipeline
-from offtake.engine.worker import Worker
+from offtake.engine.assembly import build_worker
 from offtake.records import TopicPartition
 from offtake.sinks.base import Sink, SinkItem
 from offtake_testbed.kafka import KafkaBroker
-from support.workers import manifest, produce
 
 STALL_SECONDS = 30.0
 
@@ -82,7 +83,7 @@ def test_stalled_sink_pauses_partitions_without_rebalance_and_resumes(
         kafka_broker.bootstrap, src, ({"id": i, "pad": "x" * 200} for i in range(60_000))
     )
     sink = StallingSink()
-    worker = Worker(parse_pipeline(doc), sink=sink)
+    worker = build_worker(parse_pipeline(doc), sink=sink)
     runner = threading.Thread(target=worker.run)
     runner.start()
     try:
@@ -161,7 +162,7 @@ def test_partitions_gained_during_backpressure_are_paused_before_their_first_fet
     sinks = [StallingSink(), StallingSink()]
     for sink in sinks:
         sink.stall(3600)  # both hang from the start: each fills up to its bound and pauses
-    workers = [Worker(parse_pipeline(doc), sink=sink) for sink in sinks]
+    workers = [build_worker(parse_pipeline(doc), sink=sink) for sink in sinks]
     runners = [threading.Thread(target=w.run) for w in workers]
     runners[0].start()
     deadline = time.monotonic() + 60

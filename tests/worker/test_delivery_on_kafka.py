@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from offtake_testbed.kafka import KafkaBroker
 from support.reports import lost_and_duplicated, report
 from support.workers import (
     WorkerProcess,
@@ -25,6 +24,8 @@ from support.workers import (
     wait_caught_up,
     write_manifest,
 )
+
+from offtake_testbed.kafka import KafkaBroker
 
 
 @pytest.mark.parametrize("assignor", ["cooperative-sticky", "range"])

@@ -1,5 +1,26 @@
+{{- define "offtake.name" -}}
+{{- default "offtake" .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- /* <release>-<name> (<release>-offtake) unless fullnameOverride. Room is left for the
+longest suffix (-operator-cluster) within 63 characters. */ -}}
+{{- define "offtake.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 46 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "offtake.name" .) | trunc 46 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "offtake.operatorName" -}}
-{{- printf "%s-offtake-operator" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-operator" (include "offtake.fullname" .) -}}
+{{- end -}}
+
+{{- /* Labels of every pipeline's ServiceMonitor: monitoring.serviceMonitor.labels and release. */ -}}
+{{- define "offtake.serviceMonitorLabels" -}}
+{{- $labels := deepCopy (.Values.monitoring.serviceMonitor.labels | default dict) -}}
+{{- with .Values.monitoring.release -}}{{- $_ := set $labels "release" . -}}{{- end -}}
+{{- toJson $labels -}}
 {{- end -}}
 
 {{- define "offtake.serviceAccountName" -}}
@@ -21,7 +42,7 @@
 {{- end -}}
 
 {{- define "offtake.labels" -}}
-app.kubernetes.io/name: offtake
+app.kubernetes.io/name: {{ include "offtake.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -29,7 +50,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "offtake.selectorLabels" -}}
-app.kubernetes.io/name: offtake
+app.kubernetes.io/name: {{ include "offtake.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: operator
 {{- end -}}
@@ -59,7 +80,7 @@ app.kubernetes.io/component: operator
   resources: [servicemonitors]
   verbs: [get, list, watch, create, patch, update, delete]
 - apiGroups: [keda.sh]
-  resources: [scaledobjects]
+  resources: [scaledobjects, triggerauthentications]
   verbs: [get, list, watch, create, patch, update, delete]
 # Read-only: spec.kafka.secretRef, for the admin client that measures lag and rewinds.
 - apiGroups: [""]

@@ -1,0 +1,207 @@
+"""The Python contenders of bench/passthrough.py, each run as its own process.
+
+    python bench/bench_contenders.py {loop,quix,arroyo} --bootstrap B --input T --output O \
+        --group G --workload {bytes,json,cpu} [--parallelism N]
+
+Each consumes ``--input`` from the earliest offset in group ``--group``, applies the workload's
+function from bench_workloads.py and produces to ``--output`` at least once (an input offset is
+committed only after its output was acknowledged), until SIGTERM; then it stops the way its
+library stops gracefully (committing what it finished). The harness decides when a run is done
+by watching the output topic, so nothing here counts or times anything.
+
+Only the standard library is imported at the top: Quix Streams and Arroyo run this file from
+their own virtualenvs (outside the repository), which have neither offtake nor each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_workloads as workloads
+
+
+def hand_written_loop(args: argparse.Namespace) -> None:
+    """What people write by hand: consume a batch, produce each record, flush, commit."""
+    from confluent_kafka import Consumer, Producer
+
+    transform: Callable[[bytes], bytes] | None = {
+        "bytes": None,
+        "json": workloads.enrich_bytes,
+        "cpu": workloads.burn,
+    }[args.workload]
+    consumer = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "group.id": args.group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    producer = Producer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "linger.ms": 5,
+            "enable.idempotence": True,
+            "acks": "all",
+        }
+    )
+    stopping = _stop_flag()
+    consumer.subscribe([args.input])
+    while not stopping:
+        batch = [m for m in consumer.consume(500, 1.0) if m.error() is None]
+        for m in batch:
+            value = m.value() if transform is None else transform(m.value() or b"")
+            producer.produce(args.output, value, key=m.key(), headers=m.headers())
+        if batch:
+            producer.flush()
+            consumer.commit(asynchronous=False)
+    consumer.close()
+
+
+def quix(args: argparse.Namespace) -> None:
+    """Quix Streams: ``app.dataframe(topic).to_topic(out)``, at-least-once (its default)."""
+    from quixstreams import Application
+
+    app = Application(
+        broker_address=args.bootstrap,
+        consumer_group=args.group,
+        auto_offset_reset="earliest",
+        processing_guarantee="at-least-once",
+        loglevel="WARNING",
+    )
+    serial = "json" if args.workload == "json" else "bytes"
+    source = app.topic(args.input, key_deserializer="bytes", value_deserializer=serial)
+    sink = app.topic(args.output, key_serializer="bytes", value_serializer=serial)
+    sdf = app.dataframe(source)
+    if args.workload == "json":
+        sdf = sdf.apply(workloads.enrich)
+    elif args.workload == "cpu":
+        sdf = sdf.apply(workloads.burn)
+    sdf.to_topic(sink)
+    app.run()  # stops gracefully (and commits) on SIGTERM
+
+
+def arroyo(args: argparse.Namespace) -> None:
+    """Sentry's Arroyo: [RunTask or RunTaskWithMultiprocessing ->] Produce -> CommitOffsets."""
+    from arroyo.backends.kafka import KafkaConsumer, KafkaPayload, KafkaProducer
+    from arroyo.backends.kafka.configuration import (
+        build_kafka_configuration,
+        build_kafka_consumer_configuration,
+    )
+    from arroyo.commit import ONCE_PER_SECOND
+    from arroyo.processing import StreamProcessor
+    from arroyo.processing.strategies import (
+        CommitOffsets,
+        ProcessingStrategy,
+        ProcessingStrategyFactory,
+        Produce,
+        RunTask,
+        RunTaskWithMultiprocessing,
+    )
+    from arroyo.processing.strategies.run_task_with_multiprocessing import MultiprocessingPool
+    from arroyo.types import Commit, Partition, Topic
+
+    consumer = KafkaConsumer(
+        build_kafka_consumer_configuration(
+            {},
+            group_id=args.group,
+            auto_offset_reset="earliest",
+            bootstrap_servers=[args.bootstrap],
+        )
+    )
+    producer = KafkaProducer(build_kafka_configuration({}, bootstrap_servers=[args.bootstrap]))
+    pool = MultiprocessingPool(args.parallelism) if args.parallelism > 1 else None
+    function = {"json": transform_json, "cpu": transform_cpu}.get(args.workload)
+
+    class Factory(ProcessingStrategyFactory[KafkaPayload]):  # type: ignore[misc]
+        def create_with_partitions(
+            self, commit: Commit, partitions: dict[Partition, int]
+        ) -> ProcessingStrategy[KafkaPayload]:
+            step: Any = Produce(producer, Topic(args.output), CommitOffsets(commit))
+            if function is not None and pool is not None:
+                step = RunTaskWithMultiprocessing(
+                    function,
+                    step,
+                    # Arroyo's usual batch bounds (Sentry's consumers use 1000 records / 1 s).
+                    max_batch_size=1000,
+                    max_batch_time=1.0,
+                    pool=pool,
+                    input_block_size=16 << 20,
+                    output_block_size=16 << 20,
+                )
+            elif function is not None:
+                step = RunTask(function, step)
+            return step  # type: ignore[no-any-return,unused-ignore]
+
+    processor = StreamProcessor(consumer, Topic(args.input), Factory(), ONCE_PER_SECOND)
+    signal.signal(signal.SIGTERM, lambda *_: processor.signal_shutdown())
+    signal.signal(signal.SIGINT, lambda *_: processor.signal_shutdown())
+    try:
+        processor.run()
+    finally:
+        producer.close().result()
+        if pool is not None:
+            pool.close()
+
+
+# Arroyo's transforms: top-level, so that RunTaskWithMultiprocessing can pickle them.
+def transform_json(message: Any) -> Any:
+    payload = message.payload
+    return type(payload)(payload.key, workloads.enrich_bytes(payload.value), payload.headers)
+
+
+def transform_cpu(message: Any) -> Any:
+    payload = message.payload
+    return type(payload)(payload.key, workloads.burn(payload.value), payload.headers)
+
+
+class _StopFlag:
+    """False until SIGTERM or SIGINT arrives."""
+
+    def __init__(self) -> None:
+        self.set = False
+
+    def __bool__(self) -> bool:
+        return self.set
+
+
+def _stop_flag() -> _StopFlag:
+    flag = _StopFlag()
+
+    def handler(*_: object) -> None:
+        flag.set = True
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return flag
+
+
+CONTENDERS: dict[str, Callable[[argparse.Namespace], None]] = {
+    "loop": hand_written_loop,
+    "quix": quix,
+    "arroyo": arroyo,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("contender", choices=sorted(CONTENDERS))
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--input", required=True)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--workload", choices=("bytes", "json", "cpu"), default="bytes")
+    parser.add_argument("--parallelism", type=int, default=1)
+    args = parser.parse_args()
+    CONTENDERS[args.contender](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""kopf handlers: when to reconcile. What a reconcile does lives in :mod:`.reconcile`.
+
+Triggers, all funnelled into the same per-pipeline, serialised, coalesced reconcile:
+
+- create / update / resume of a ConsumerPipeline (kopf retries these on errors);
+- any change to a child (Deployment, ConfigMap, Service, PDB) carrying the pipeline label,
+  so a deleted or edited child is repaired at once and readiness shows up in status quickly;
+- a periodic tick per pipeline that reconciles every ``OFFTAKE_RESYNC_SECONDS`` (drift the
+  watches missed) and measures lag every ``OFFTAKE_LAG_INTERVAL_SECONDS``.
+
+Run with ``offtake-operator`` (see :mod:`.main`) or ``kopf run -m offtake_operator.handlers``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+import kopf
+
+from . import metrics, names, reconcile
+from .context import OperatorContext, context_of
+from .names import GROUP, PLURAL, VERSION
+
+#: How often each pipeline's timer wakes to see whether a resync or a lag measurement is due.
+TICK_SECONDS = float(os.environ.get("OFFTAKE_TICK_SECONDS", "5"))
+
+CHILD_RESOURCES = (
+    ("apps", "v1", "deployments"),
+    ("", "v1", "configmaps"),
+    ("", "v1", "services"),
+    ("policy", "v1", "poddisruptionbudgets"),
+)
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+    ctx = context_of(memo)  # created here, in the root memo that every handler's memo copies
+    # Progress and diff-base in annotations: the CRD's status schema is structural, so kopf's
+    # own status.kopf field would be pruned by the API server.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    # kopf puts a finalizer on every object with a timer, to stop the timer before the object
+    # goes. A tick in flight at deletion is waited for: check back soon, not after 60 s.
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.background.cancellation_polling = 1.0
+    settings.posting.reporting_component = names.MANAGED_BY
+    settings.posting.level = logging.INFO
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    # Watch only our children, server-side: never every ConfigMap in the cluster.
+    for group, version, plural in CHILD_RESOURCES:
+        key = f"{group}/{version}" if group else version
+        settings.watching.label_selectors[key, plural] = names.PIPELINE_LABEL
+    if ctx.config.peering:
+        settings.peering.name = ctx.config.peering
+        settings.peering.mandatory = True
+        settings.peering.clusterwide = not ctx.config.namespaces
+        settings.peering.stealth = True
+        settings.peering.lifetime = ctx.config.peering_lifetime_seconds
+
+
+@kopf.on.login()
+def login(memo: Any, **kwargs: Any) -> kopf.ConnectionInfo | None:
+    """kopf's own credentials, shared with the client that manages the children."""
+    info = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+    context_of(memo).connection = info
+    return info
+
+
+@kopf.on.cleanup()
+async def close(memo: Any, **_: Any) -> None:
+    ctx = context_of(memo)
+    ctx.closed = True
+    await ctx.api.close()
+
+
+async def run_reconcile(
+    ctx: OperatorContext, namespace: str, name: str, *, coalesce: bool
+) -> reconcile.ReconcileResult | None:
+    """Reconcile under the pipeline's lock. With ``coalesce``, a trigger that arrives while
+    another pass is already waiting is dropped: that pass reads the object afresh anyway."""
+    state = ctx.state(namespace, name)
+    if coalesce and state.queued:
+        return None
+    state.queued = True
+    async with state.lock:
+        state.queued = False
+        began = time.monotonic()
+        try:
+            outcome = await reconcile.reconcile(ctx, namespace, name)
+        except Exception:
+            metrics.RECONCILES.labels("error").inc()
+            raise
+        finally:
+            metrics.RECONCILE_SECONDS.observe(time.monotonic() - began)
+        metrics.RECONCILES.labels(_result(outcome)).inc()
+        state.last_reconcile = time.monotonic()
+    if outcome.gone:
+        ctx.forget(namespace, name)
+    return outcome
+
+
+def _result(outcome: reconcile.ReconcileResult) -> str:
+    phase = outcome.status.get("phase")
+    if phase == "Failed":
+        return "rejected"
+    reasons = [
+        c.get("reason")
+        for c in outcome.status.get("conditions") or []
+        if c.get("type") == "Degraded" and c.get("status") == "True"
+    ]
+    return "invalid" if "InvalidSpec" in reasons else "ok"
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL, backoff=5)
+@kopf.on.create(GROUP, VERSION, PLURAL, backoff=5)
+@kopf.on.update(GROUP, VERSION, PLURAL, backoff=5)
+async def pipeline_changed(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
+    outcome = await run_reconcile(context_of(memo), namespace or "default", name, coalesce=False)
+    if outcome is not None and outcome.retry_after is not None:
+        # kopf calls this handler again after the delay: the next step of a rewind.
+        raise kopf.TemporaryError(outcome.message or "waiting", delay=outcome.retry_after)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def pipeline_event(type: str, name: str, namespace: str | None, memo: Any, **_: Any) -> None:
+    if type == "DELETED":
+        context_of(memo).forget(namespace or "default", name)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=TICK_SECONDS, initial_delay=TICK_SECONDS)
+async def tick(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
+    ctx = context_of(memo)
+    if ctx.closed:
+        return
+    namespace = namespace or "default"
+    state = ctx.state(namespace, name)
+    now = time.monotonic()
+    if now - state.last_reconcile >= ctx.config.resync_seconds:
+        await run_reconcile(ctx, namespace, name, coalesce=True)
+    if ctx.config.lag_source == "kafka" and now - state.last_lag >= ctx.config.lag_interval_seconds:
+        state.last_lag = now
+        partitions_changed = await reconcile.refresh_lag(ctx, namespace, name)
+        if partitions_changed:  # the autoscaler's ceiling follows the partition count
+            await run_reconcile(ctx, namespace, name, coalesce=True)
+
+
+def _owner(body: kopf.Body) -> str | None:
+    for ref in body.get("metadata", {}).get("ownerReferences") or []:
+        if ref.get("kind") == names.KIND and ref.get("controller"):
+            return str(ref.get("name"))
+    return None
+
+
+async def _child_changed(
+    type: str | None,
+    body: kopf.Body,
+    resource: kopf.Resource,
+    namespace: str | None,
+    memo: Any,
+    **_: Any,
+) -> None:
+    owner = _owner(body)
+    if owner is None or namespace is None:
+        return
+    ctx = context_of(memo)
+    if type != "DELETED" and ctx.wrote(resource.plural, body):
+        return  # the echo of our own write: nothing new to reconcile
+    await run_reconcile(ctx, namespace, owner, coalesce=True)
+
+
+for _group, _version, _plural in CHILD_RESOURCES:
+    kopf.on.event(
+        *((_group, _version, _plural) if _group else (_version, _plural)),
+        labels={names.PIPELINE_LABEL: kopf.PRESENT},
+        id=f"child-{_plural}",
+    )(_child_changed)

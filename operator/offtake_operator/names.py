@@ -1,0 +1,66 @@
+"""Names shared by the operator's modules: the resource, labels, annotations, child names."""
+
+from __future__ import annotations
+
+GROUP = "offtake.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "ConsumerPipeline"
+PLURAL = "consumerpipelines"
+
+#: The label every child and every worker pod carries; the Deployment's selector.
+PIPELINE_LABEL = f"{GROUP}/pipeline"
+#: Which part of a pipeline a child object is (worker, metrics, config, ...).
+COMPONENT_LABEL = f"{GROUP}/component"
+MANAGED_BY = "offtake-operator"
+
+#: Pod annotation with the sha256 of the rendered pipeline.yaml: a new value rolls the pods.
+CHECKSUM_ANNOTATION = f"{GROUP}/config-checksum"
+
+#: Child annotation: checksum of the rendering last applied (see offtake_operator.apply).
+APPLIED_ANNOTATION = f"{GROUP}/applied"
+
+#: Where the worker finds its manifest, and the key in the ConfigMap.
+CONFIG_DIR = "/etc/offtake"
+CONFIG_KEY = "pipeline.yaml"
+PIPELINE_PATH = f"{CONFIG_DIR}/{CONFIG_KEY}"
+#: The worker reads one librdkafka property per file here (offtake.kafka.config).
+KAFKA_SECRET_DIR = f"{CONFIG_DIR}/kafka-secret"
+#: The Spark JDBC sink's credentials (keys user and password), when sink.spark.jdbc.secretRef.
+JDBC_SECRET_DIR = f"{CONFIG_DIR}/jdbc-secret"
+
+WORKER_CONTAINER = "worker"
+PROCESSOR_CONTAINER = "processor"
+METRICS_PORT_NAME = "metrics"
+PROCESSOR_PORT_NAME = "processor"
+
+#: Grace on top of spec.shutdown.drainTimeoutSeconds: flushing, the final commit, leaving the group.
+GRACE_EXTRA_SECONDS = 15
+
+
+def deployment_name(pipeline: str) -> str:
+    return pipeline
+
+
+def configmap_name(pipeline: str) -> str:
+    return f"{pipeline}-pipeline"
+
+
+def service_name(pipeline: str) -> str:
+    return f"{pipeline}-metrics"
+
+
+def pdb_name(pipeline: str) -> str:
+    return pipeline
+
+
+def autoscaler_name(pipeline: str) -> str:
+    return pipeline
+
+
+def selector(pipeline: str) -> dict[str, str]:
+    return {PIPELINE_LABEL: pipeline}
+
+
+def selector_string(pipeline: str) -> str:
+    return f"{PIPELINE_LABEL}={pipeline}"

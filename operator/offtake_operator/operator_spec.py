@@ -1,0 +1,128 @@
+"""The spec fields only the operator reads: rewind, autoscaling, serviceMonitor (the worker
+ignores them).
+
+The API server has already checked these against the CRD; this module checks them again
+because an object can reach the operator without that check (an older CRD, a test server),
+and a bad one must become a Degraded condition naming the field, never a crash.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from offtake.config import ConfigError
+
+RewindTarget = Literal["earliest", "latest", "timestamp"]
+
+
+@dataclass(frozen=True)
+class Rewind:
+    id: str
+    to: RewindTarget
+    timestamp: datetime.datetime | None = None
+
+    @property
+    def timestamp_ms(self) -> int | None:
+        return None if self.timestamp is None else int(self.timestamp.timestamp() * 1000)
+
+
+@dataclass(frozen=True)
+class Autoscaling:
+    enabled: bool = False
+    min_replicas: int = 1
+    max_replicas: int = 10
+    target_lag_per_replica: int = 1000
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    rewind: Rewind | None
+    autoscaling: Autoscaling
+    #: Extra labels of the pipeline's ServiceMonitor (spec.serviceMonitor.labels), e.g. the
+    #: ``release`` label kube-prometheus-stack selects ServiceMonitors by.
+    service_monitor_labels: dict[str, str] = field(default_factory=dict)
+
+
+def parse_operator_spec(spec: Mapping[str, Any]) -> OperatorSpec:
+    """Read spec.rewind and spec.autoscaling; raise ConfigError naming the field."""
+    return OperatorSpec(
+        rewind=_rewind(spec.get("rewind")),
+        autoscaling=_autoscaling(spec.get("autoscaling")),
+        service_monitor_labels=_service_monitor_labels(spec.get("serviceMonitor")),
+    )
+
+
+def _service_monitor_labels(raw: Any) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError("spec.serviceMonitor", "expected a mapping with labels")
+    labels = raw.get("labels") or {}
+    if not isinstance(labels, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise ConfigError("spec.serviceMonitor.labels", "expected a map of strings to strings")
+    return dict(labels)
+
+
+def _rewind(raw: Any) -> Rewind | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ConfigError("spec.rewind", "expected a mapping with to and id")
+    rid = raw.get("id")
+    if not isinstance(rid, str) or not rid:
+        raise ConfigError("spec.rewind.id", "is required: a new id requests a new rewind")
+    to = raw.get("to")
+    if to not in ("earliest", "latest", "timestamp"):
+        raise ConfigError(
+            "spec.rewind.to", f"expected one of earliest, latest, timestamp, got {to!r}"
+        )
+    stamp = None
+    if to == "timestamp":
+        text = raw.get("timestamp")
+        if not isinstance(text, str):
+            raise ConfigError("spec.rewind.timestamp", "is required when rewind.to is timestamp")
+        try:
+            stamp = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise ConfigError("spec.rewind.timestamp", f"expected RFC 3339, got {text!r}") from None
+        if stamp.tzinfo is None:
+            raise ConfigError("spec.rewind.timestamp", f"needs a time zone (e.g. Z), got {text!r}")
+    return Rewind(id=rid, to=to, timestamp=stamp)
+
+
+def _autoscaling(raw: Any) -> Autoscaling:
+    if raw is None:
+        return Autoscaling()
+    if not isinstance(raw, Mapping):
+        raise ConfigError("spec.autoscaling", "expected a mapping")
+    defaults = Autoscaling()
+    enabled = raw.get("enabled", False)
+    if not isinstance(enabled, bool):
+        raise ConfigError("spec.autoscaling.enabled", f"expected true or false, got {enabled!r}")
+
+    def count(key: str, default: int, least: int = 1) -> int:
+        value = raw.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(
+                f"spec.autoscaling.{key}", f"expected an integer >= {least}, got {value!r}"
+            )
+        return value
+
+    out = Autoscaling(
+        enabled=enabled,
+        # 0: KEDA scales to zero; an HPA keeps one (see render.render_hpa).
+        min_replicas=count("minReplicas", defaults.min_replicas, least=0),
+        max_replicas=count("maxReplicas", defaults.max_replicas),
+        target_lag_per_replica=count("targetLagPerReplica", defaults.target_lag_per_replica),
+    )
+    if out.min_replicas > out.max_replicas:
+        raise ConfigError(
+            "spec.autoscaling.minReplicas",
+            f"must not exceed maxReplicas ({out.min_replicas} > {out.max_replicas})",
+        )
+    return out

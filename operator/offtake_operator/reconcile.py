@@ -1,0 +1,332 @@
+"""One reconcile pass of a ConsumerPipeline: read, validate, render, apply, report.
+
+Level-based: every pass starts from the object as the API server has it now (never from an
+event's possibly stale copy), renders every child from scratch and patches what differs. The
+same pass runs on create, update, resume, child changes and a periodic resync, so drift,
+missed events and operator restarts all end in the same place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import kopf
+
+from offtake.config import ConfigError, PipelineSpec, parse_pipeline
+
+from . import names, render, rewind, security
+from .apply import Applied, NotOursError, ensure, remove_owned
+from .context import OperatorContext
+from .kafka_secret import KafkaSecret, KafkaSecretError, kafka_properties, read_kafka_secret
+from .kubeapi import (
+    CONFIGMAPS,
+    DEPLOYMENTS,
+    HPAS,
+    JSON,
+    PDBS,
+    PIPELINES,
+    SCALEDOBJECTS,
+    SERVICEMONITORS,
+    SERVICES,
+    TRIGGERAUTHS,
+    ApiError,
+    Resource,
+)
+from .lag import KafkaAccessError
+from .operator_spec import OperatorSpec, parse_operator_spec
+from .status import Event, Observed, changed, compute_status
+
+log = logging.getLogger("offtake.operator")
+
+
+@dataclass
+class ReconcileResult:
+    """What one reconcile did: the status to write, Events to post, when to come back."""
+
+    status: JSON = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    #: Come back in this many seconds (a rewind is waiting for the group to empty).
+    retry_after: float | None = None
+    message: str = ""
+    #: The object is gone: nothing was done.
+    gone: bool = False
+
+
+def worker_manifest(body: Mapping[str, Any]) -> JSON:
+    """The resource as the loader expects it (metadata trimmed to what it reads)."""
+    name, namespace = render.meta(body)
+    return {
+        "apiVersion": body.get("apiVersion", names.API_VERSION),
+        "kind": body.get("kind", names.KIND),
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": body.get("spec"),
+    }
+
+
+def validate(body: Mapping[str, Any]) -> tuple[PipelineSpec, OperatorSpec]:
+    """Parse with the worker's own loader (the same verdict the worker would reach)."""
+    try:
+        pipeline = parse_pipeline(worker_manifest(body))
+        extras = parse_operator_spec(body.get("spec") or {})
+        check_security(body, pipeline)
+        return pipeline, extras
+    except ConfigError:
+        raise
+    except Exception as exc:  # a loader bug must become a condition, not a crashed handler
+        raise ConfigError("spec", f"cannot be read: {exc!r}") from exc
+
+
+def check_security(body: Mapping[str, Any], pipeline: PipelineSpec) -> None:
+    """Refuse overrides that Pod Security ``restricted`` would refuse (see :mod:`.security`)."""
+    pod, worker, processor = render.security_contexts(body)
+    security.check_pod(pod, "spec.template.spec.securityContext")
+    security.check_container(worker, pod, "spec.template.spec.containerSecurityContext")
+    if pipeline.processor.container is not None:
+        security.check_container(processor, pod, "spec.processor.container.securityContext")
+
+
+def _describe_error(res: Resource, obj: Mapping[str, Any], exc: ApiError) -> str:
+    return f"{res.kind} {obj['metadata']['name']} was rejected: {exc.reason}: {exc.message}"
+
+
+async def _ensure_child(ctx: OperatorContext, res: Resource, obj: Mapping[str, Any]) -> Applied:
+    try:
+        applied = await ensure(ctx.api, res, obj)
+    except ApiError as exc:
+        if exc.retriable:
+            raise
+        if exc.status == 403 and "being terminated" in exc.message:
+            # The namespace is going away, and the pipeline with it: nothing to repair.
+            raise NamespaceTerminatingError(str(exc)) from exc
+        raise ChildRejectedError(_describe_error(res, obj, exc)) from exc
+    ctx.note_written(res, applied.obj)
+    return applied
+
+
+async def _apply_children(
+    ctx: OperatorContext,
+    body: Mapping[str, Any],
+    pipeline: PipelineSpec,
+    extras: OperatorSpec,
+    secret: KafkaSecret | None,
+    replicas: int,
+) -> Applied:
+    """Apply ConfigMap, Deployment, Service, PDB (and ServiceMonitor); return what happened to
+    the Deployment."""
+    mounts = None if secret is None else secret.mounts
+    derived = None if secret is None else secret.plain
+    # The ConfigMap first: pods of a Deployment rolled to a new checksum must find the new
+    # config when they start. The rest are independent of each other: in parallel.
+    await _ensure_child(ctx, CONFIGMAPS, render.render_configmap(body, derived))
+    rendered = render.render_deployment(
+        body, pipeline, ctx.config, replicas=replicas, kafka_mounts=mounts, kafka_config=derived
+    )
+    children: list[tuple[Resource, JSON]] = [
+        (DEPLOYMENTS, rendered),
+        (SERVICES, render.render_service(body, pipeline)),
+        (PDBS, render.render_pdb(body)),
+    ]
+    if await ctx.serves(SERVICEMONITORS):
+        sm_labels = {**ctx.config.service_monitor_labels, **extras.service_monitor_labels}
+        children.append((SERVICEMONITORS, render.render_service_monitor(body, sm_labels)))
+    results = await asyncio.gather(
+        *(_ensure_child(ctx, res, obj) for res, obj in children),
+        return_exceptions=True,
+    )
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    deployment = results[0]
+    assert isinstance(deployment, Applied)
+    return deployment
+
+
+async def _apply_autoscaler(
+    ctx: OperatorContext,
+    body: Mapping[str, Any],
+    pipeline: PipelineSpec,
+    extras: OperatorSpec,
+    old_status: Mapping[str, Any],
+    secret: KafkaSecret | None,
+) -> str | None:
+    """Ensure the HPA or ScaledObject if autoscaling is on; remove ours if it is off. A
+    ScaledObject on a pipeline with a Kafka Secret gets a TriggerAuthentication from it.
+
+    Returns the kind in use (recorded in status.autoscaler, so that turning autoscaling off
+    later knows there is something to remove without probing on every pass).
+    """
+    name, namespace = render.meta(body)
+    uid = body["metadata"]["uid"]
+    partitions = old_status.get("partitions")
+    wanted: tuple[Resource, JSON] | None = None
+    auth: JSON | None = None
+    # Paused: no autoscaler, or it would keep writing spec.replicas behind the user's back.
+    if extras.autoscaling.enabled and not pipeline.paused:
+        if await ctx.serves(SCALEDOBJECTS):
+            if secret is not None:
+                auth = render.render_trigger_authentication(body, secret.mounts)
+            wanted = (
+                SCALEDOBJECTS,
+                render.render_scaled_object(
+                    body, pipeline, extras.autoscaling, partitions, authenticated=auth is not None
+                ),
+            )
+        else:
+            wanted = (HPAS, render.render_hpa(body, extras.autoscaling, partitions))
+    previous = old_status.get("autoscaler")
+    for res in (HPAS, SCALEDOBJECTS):
+        if previous == res.kind and (wanted is None or wanted[0] is not res):
+            await remove_owned(ctx.api, res, namespace, names.autoscaler_name(name), uid)
+    if previous == SCALEDOBJECTS.kind and auth is None:
+        await remove_owned(ctx.api, TRIGGERAUTHS, namespace, names.autoscaler_name(name), uid)
+    if wanted is None:
+        return None
+    if auth is not None:  # before the ScaledObject that refers to it
+        await _ensure_child(ctx, TRIGGERAUTHS, auth)
+    await _ensure_child(ctx, *wanted)
+    return wanted[0].kind
+
+
+class ChildRejectedError(Exception):
+    """The API server refused a rendered child (e.g. a malformed image reference)."""
+
+
+class NamespaceTerminatingError(Exception):
+    """The pipeline's namespace is being deleted: no child can be (re)created there."""
+
+
+async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> ReconcileResult:
+    """One full pass for the named pipeline; the caller serialises passes per pipeline."""
+    body = await ctx.api.get(PIPELINES, namespace, name)
+    if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+        return ReconcileResult(gone=True)  # deleted: the garbage collector removes the children
+    outcome = ReconcileResult()
+    old_status: Mapping[str, Any] = body.get("status") or {}
+    generation = body["metadata"].get("generation")
+    dep_name = names.deployment_name(name)
+
+    try:
+        pipeline, extras = validate(body)
+    except ConfigError as exc:
+        # Leave the children alone: the workers keep running the last good spec.
+        current = await ctx.api.get(DEPLOYMENTS, namespace, dep_name)
+        running = int(((current or {}).get("spec") or {}).get("replicas") or 0)
+        seen = Observed(name, generation, running, deployment=current, invalid=str(exc))
+        return await _finish(ctx, body, old_status, seen, outcome)
+
+    try:
+        secret = await read_kafka_secret(ctx.api, namespace, pipeline)
+    except KafkaSecretError as exc:
+        # Like an invalid spec: the workers keep what they have until the Secret is usable.
+        current = await ctx.api.get(DEPLOYMENTS, namespace, dep_name)
+        running = int(((current or {}).get("spec") or {}).get("replicas") or 0)
+        seen = Observed(name, generation, running, deployment=current, invalid=str(exc))
+        return await _finish(ctx, body, old_status, seen, outcome)
+
+    rewinding = rewind.pending(extras.rewind, old_status)
+    replicas = render.desired_worker_replicas(pipeline, rewinding=rewinding)
+    failed = None
+    before: JSON | None = None
+    deployment: JSON | None = None
+    progress = None
+    try:
+        applied = await _apply_children(ctx, body, pipeline, extras, secret, replicas)
+        before, deployment = applied.before, applied.obj
+        if extras.rewind is not None and rewinding:
+            step = await rewind.advance(
+                ctx, namespace, pipeline, extras.rewind, deployment, old_status
+            )
+            outcome.status["rewind"] = step.status
+            outcome.events += step.events
+            rewinding, progress = step.waiting, step.message
+            if rewinding:
+                outcome.retry_after = ctx.config.rewind_poll_seconds
+                outcome.message = progress
+            else:  # done: the workers come back in this same pass
+                replicas = render.desired_worker_replicas(pipeline, rewinding=False)
+                applied = await _apply_children(ctx, body, pipeline, extras, secret, replicas)
+                deployment = applied.obj
+        outcome.status["autoscaler"] = await _apply_autoscaler(
+            ctx, body, pipeline, extras, old_status, secret
+        )
+    except NamespaceTerminatingError:
+        return ReconcileResult(gone=True)
+    except (ChildRejectedError, NotOursError) as exc:
+        failed = str(exc)
+        deployment = await ctx.api.get(DEPLOYMENTS, namespace, dep_name)
+    old_replicas = ((before or {}).get("spec") or {}).get("replicas")
+    if before is not None and old_replicas != replicas and failed is None:
+        outcome.events.append(Event("Normal", "Scaled", f"workers: {old_replicas} -> {replicas}"))
+    seen = Observed(
+        name,
+        generation,
+        replicas,
+        paused=pipeline.paused,
+        deployment=deployment,
+        failed=failed,
+        rewinding=progress if rewinding else None,
+    )
+    return await _finish(ctx, body, old_status, seen, outcome)
+
+
+async def _finish(
+    ctx: OperatorContext,
+    body: Mapping[str, Any],
+    old_status: Mapping[str, Any],
+    seen: Observed,
+    outcome: ReconcileResult,
+) -> ReconcileResult:
+    status, events = compute_status(old_status, seen)
+    status.update(outcome.status)
+    outcome.status = status
+    outcome.events = events + outcome.events
+    name, namespace = render.meta(body)
+    if changed(old_status, status):
+        await ctx.api.patch(PIPELINES, namespace, name, {"status": status}, subresource="status")
+    for event in outcome.events:
+        ctx.recent_events.append(((namespace, name), event))
+        post_event(body, event)
+    return outcome
+
+
+def post_event(body: Mapping[str, Any], event: Event) -> None:
+    try:
+        kopf.event(
+            cast(kopf.Body, body),
+            type=event.type,
+            reason=event.reason,
+            message=event.message[:1000],
+        )
+    except LookupError:
+        # Outside a running operator (unit tests calling reconcile directly): log instead.
+        log.info("event %s %s: %s", event.type, event.reason, event.message)
+
+
+async def refresh_lag(ctx: OperatorContext, namespace: str, name: str) -> bool:
+    """Measure lag and write it to status. Returns whether the partition count changed."""
+    body = await ctx.api.get(PIPELINES, namespace, name)
+    if body is None:
+        return False
+    try:
+        pipeline, _ = validate(body)
+    except ConfigError:
+        return False  # the reconcile reports it
+    state = ctx.state(namespace, name)
+    try:
+        properties = await kafka_properties(ctx.api, namespace, pipeline)
+        report = await ctx.kafka.lag(pipeline, properties)
+    except KafkaAccessError as exc:
+        if state.lag_error != str(exc):
+            log.warning("pipeline %s/%s: cannot measure lag: %s", namespace, name, exc)
+            state.lag_error = str(exc)
+        return False
+    state.lag_error = None
+    old: Mapping[str, Any] = body.get("status") or {}
+    new = {"lag": report.lag, "lagSeconds": report.lag_seconds, "partitions": report.partitions}
+    if changed(old, new):
+        await ctx.api.patch(PIPELINES, namespace, name, {"status": new}, subresource="status")
+    return bool(old.get("partitions") != report.partitions)

@@ -1,0 +1,120 @@
+"""The operator's own settings, from environment variables (set by the Helm chart)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+DEFAULT_WORKER_IMAGE = "ghcr.io/offtake/offtake:0.1.0"
+LAG_SOURCES = ("kafka", "off")
+
+
+class SettingsError(ValueError):
+    """An OFFTAKE_* environment variable has a value the operator cannot use."""
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    #: The image of the worker containers (OFFTAKE_WORKER_IMAGE); spec.image overrides it.
+    worker_image: str = DEFAULT_WORKER_IMAGE
+    #: imagePullPolicy of the worker containers (OFFTAKE_WORKER_IMAGE_PULL_POLICY), "" = default.
+    worker_image_pull_policy: str = ""
+    #: Seconds between level-based reconciles of each pipeline (OFFTAKE_RESYNC_SECONDS).
+    resync_seconds: float = 30.0
+    #: Seconds between lag measurements of each pipeline (OFFTAKE_LAG_INTERVAL_SECONDS).
+    lag_interval_seconds: float = 15.0
+    #: Where lag comes from (OFFTAKE_LAG_SOURCE): "kafka" (the admin API) or "off".
+    lag_source: str = "kafka"
+    #: Seconds between checks while a rewind waits for an empty group
+    #: (OFFTAKE_REWIND_POLL_SECONDS).
+    rewind_poll_seconds: float = 2.0
+    #: Namespaces to serve (OFFTAKE_NAMESPACES, comma-separated); empty means all namespaces.
+    namespaces: tuple[str, ...] = ()
+    #: kopf peering object name (OFFTAKE_PEERING); empty runs standalone (one replica only).
+    peering: str = ""
+    #: Seconds after which a silent peer counts as gone and a standby replica takes over
+    #: (OFFTAKE_PEERING_LIFETIME_SECONDS; kopf renews its record well before that).
+    peering_lifetime_seconds: int = 60
+    #: Timeout in seconds of each Kafka admin call (OFFTAKE_KAFKA_TIMEOUT_SECONDS).
+    kafka_timeout_seconds: float = 10.0
+    #: Labels of every pipeline's ServiceMonitor (OFFTAKE_SERVICE_MONITOR_LABELS, a JSON
+    #: object), e.g. {"release": "kube-prometheus-stack"}; spec.serviceMonitor.labels adds to it.
+    service_monitor_labels: dict[str, str] = field(default_factory=dict)
+    #: Port of the operator's own /metrics (OFFTAKE_METRICS_PORT); 0 serves none.
+    metrics_port: int = 0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
+        env = os.environ if env is None else env
+        lag_source = env.get("OFFTAKE_LAG_SOURCE", "kafka")
+        if lag_source not in LAG_SOURCES:
+            raise SettingsError(
+                f"OFFTAKE_LAG_SOURCE: expected one of {', '.join(LAG_SOURCES)}, got {lag_source!r}"
+            )
+        policy = env.get("OFFTAKE_WORKER_IMAGE_PULL_POLICY", "")
+        if policy not in ("", "Always", "IfNotPresent", "Never"):
+            raise SettingsError(
+                "OFFTAKE_WORKER_IMAGE_PULL_POLICY: expected Always, IfNotPresent or Never, "
+                f"got {policy!r}"
+            )
+        return cls(
+            worker_image=env.get("OFFTAKE_WORKER_IMAGE", "") or DEFAULT_WORKER_IMAGE,
+            worker_image_pull_policy=policy,
+            resync_seconds=_seconds(env, "OFFTAKE_RESYNC_SECONDS", cls.resync_seconds),
+            lag_interval_seconds=_seconds(
+                env, "OFFTAKE_LAG_INTERVAL_SECONDS", cls.lag_interval_seconds
+            ),
+            lag_source=lag_source,
+            rewind_poll_seconds=_seconds(
+                env, "OFFTAKE_REWIND_POLL_SECONDS", cls.rewind_poll_seconds
+            ),
+            namespaces=tuple(
+                n.strip() for n in env.get("OFFTAKE_NAMESPACES", "").split(",") if n.strip()
+            ),
+            peering=env.get("OFFTAKE_PEERING", "").strip(),
+            peering_lifetime_seconds=int(
+                _seconds(env, "OFFTAKE_PEERING_LIFETIME_SECONDS", cls.peering_lifetime_seconds)
+            ),
+            kafka_timeout_seconds=_seconds(
+                env, "OFFTAKE_KAFKA_TIMEOUT_SECONDS", cls.kafka_timeout_seconds
+            ),
+            service_monitor_labels=_labels(env, "OFFTAKE_SERVICE_MONITOR_LABELS"),
+            metrics_port=_port(env, "OFFTAKE_METRICS_PORT"),
+        )
+
+
+def _seconds(env: Mapping[str, str], key: str, default: float) -> float:
+    raw = env.get(key, "")
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{key}: expected a number of seconds, got {raw!r}") from None
+    if value <= 0:
+        raise SettingsError(f"{key}: expected a positive number of seconds, got {raw!r}")
+    return value
+
+
+def _labels(env: Mapping[str, str], key: str) -> dict[str, str]:
+    raw = env.get(key, "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise SettingsError(f"{key}: expected a JSON object of labels, got {raw!r}") from None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise SettingsError(f"{key}: expected a JSON object of string labels, got {raw!r}")
+    return value
+
+
+def _port(env: Mapping[str, str], key: str) -> int:
+    raw = env.get(key, "").strip() or "0"
+    if not raw.isdigit() or int(raw) > 65535:
+        raise SettingsError(f"{key}: expected a port number (0 for none), got {raw!r}")
+    return int(raw)

@@ -1,0 +1,72 @@
+"""`offtake validate`: the CRD's schema and CEL rules, the loader, and the function's import,
+every problem reported, offline."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from support.manifest_corpus import GOOD, corpus, minimal
+
+from offtake.config.crd_check import crd_problems
+
+
+@pytest.mark.parametrize(("case", "doc"), corpus(), ids=[c for c, _ in corpus()])
+def test_the_crd_check_accepts_the_good_and_rejects_the_bad(case: str, doc: dict) -> None:
+    problems = crd_problems(doc)
+    if case in GOOD:
+        assert problems == []
+    else:
+        assert problems, f"{case}: accepted"
+
+
+def validate(tmp_path: Path, doc: dict) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return subprocess.run(
+        [sys.executable, "-m", "offtake.cli", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_validate_reports_every_problem_not_only_the_first(tmp_path: Path) -> None:
+    doc = minimal("9lives")
+    doc["spec"]["processor"] = {"function": "no_such_module:handle"}
+    doc["spec"]["errors"] = {"policy": "dlq"}
+    doc["spec"]["limits"] = {"maxInFlightMessages": "lots"}
+    result = validate(tmp_path, doc)
+    assert result.returncode == 2, result
+    assert "4 problem(s)" in result.stderr, result.stderr
+    assert "metadata.name must be a DNS label" in result.stderr
+    assert "errors.dlq.topic is required when errors.policy is dlq" in result.stderr
+    assert "spec.limits.maxInFlightMessages: expected an integer" in result.stderr
+    assert "cannot import module 'no_such_module'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_validate_says_ok_for_a_good_manifest(tmp_path: Path) -> None:
+    result = validate(tmp_path, minimal())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("ok (pipeline default/p, sink log)")
+
+
+def test_yaml_errors_name_the_file_and_a_wrong_kind_is_named(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: ConsumerPipeline\nspec: [unclosed\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "offtake.cli", "validate", str(broken)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2 and f'in "{broken}", line 2' in result.stderr
+    result = validate(tmp_path, {**minimal(), "kind": "Deployment"})
+    assert result.returncode == 2
+    assert "other kinds in the file: 'Deployment'" in result.stderr

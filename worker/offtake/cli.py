@@ -1,0 +1,252 @@
+"""``offtake worker --pipeline FILE``: the process every ConsumerPipeline pod runs.
+
+Exit codes: 0 graceful stop; 1 stopped by errors.policy=stop; 2 invalid manifest or
+configuration; 3 fatal Kafka or internal error; 128+N when a second signal N forced the exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+from types import FrameType
+from typing import Any
+
+from offtake.config import ConfigError, PipelineSpec, load_pipeline, parse_pipeline, read_manifest
+
+EXIT_CONFIG = 2
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("offtake")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="offtake", description="Kafka consumer pipelines done right."
+    )
+    parser.add_argument("--version", action="version", version=f"offtake {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    w = sub.add_parser("worker", help="run the worker of one ConsumerPipeline manifest")
+    w.add_argument("--pipeline", required=True, help="path of the ConsumerPipeline manifest (YAML)")
+    w.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve /metrics, /healthz, /readyz here (default spec.metrics.port; 0: any free port)",
+    )
+    w.add_argument("--log-level", default=os.environ.get("OFFTAKE_LOG_LEVEL", "INFO"))
+    w.add_argument(
+        "--instance-id",
+        default=_instance_id_from_env(),
+        help="static group membership (group.instance.id); default $OFFTAKE_GROUP_INSTANCE_ID, "
+        "or the pod name ($POD_NAME) when $OFFTAKE_STATIC_MEMBERSHIP is true",
+    )
+    v = sub.add_parser("validate", help="check a ConsumerPipeline manifest and print the result")
+    v.add_argument("pipeline")
+    s = sub.add_parser(
+        "status", help="per-partition committed offset and lag of a pipeline's consumer group"
+    )
+    s.add_argument("--pipeline", required=True, help="path of the ConsumerPipeline manifest")
+    s.add_argument("--metrics", help="a running worker's metrics (host:port): in-flight, paused")
+    s.add_argument("--once", action="store_true", help="print once instead of refreshing")
+    s.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
+    args = parser.parse_args(argv)
+    if args.command == "validate":
+        return _validate(args.pipeline)
+    if args.command == "status":
+        return _status(args)
+    return _worker(args)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from offtake import status
+
+    try:
+        spec = load_pipeline(args.pipeline)
+    except ConfigError as exc:
+        print(f"offtake: invalid pipeline manifest: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        return status.run(
+            spec, args.metrics, args.once, args.interval, lambda t: print(t, end="", flush=True)
+        )
+    except KeyboardInterrupt:
+        return 0
+    except (LookupError, OSError) as exc:
+        print(f"offtake status: {exc}", file=sys.stderr)
+        return 3
+    except Exception as exc:  # KafkaException: brokers unreachable, group not authorised
+        print(f"offtake status: cannot read the group from Kafka: {exc}", file=sys.stderr)
+        return 3
+
+
+def _instance_id_from_env() -> str | None:
+    """Static membership is opt-in: a static member keeps its partitions after it stops."""
+    explicit = os.environ.get("OFFTAKE_GROUP_INSTANCE_ID")
+    if explicit:
+        return explicit
+    if os.environ.get("OFFTAKE_STATIC_MEMBERSHIP", "").lower() in ("1", "true", "yes"):
+        return os.environ.get("POD_NAME") or None
+    return None
+
+
+def _validate(path: str) -> int:
+    """Check offline all that can be: the CRD's schema and CEL rules (what the API server will
+    say), the worker's own checks, and the processing function's import. Report every problem."""
+    from offtake.config.crd_check import crd_problems
+    from offtake.processing.function import FunctionLoadError, load_function
+
+    try:
+        doc = read_manifest(path)
+    except ConfigError as exc:
+        print(f"offtake: invalid pipeline manifest: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    problems: list[str] = []
+    spec: PipelineSpec | None = None
+    try:
+        spec = parse_pipeline(doc)
+    except ConfigError as exc:
+        problems.append(str(exc))
+    # The loader's message is the more specific one where both name the same field.
+    reported = {p.split(": ", 1)[0] for p in problems}
+    problems += [p for p in crd_problems(doc) if p.split(": ", 1)[0] not in reported]
+    function = _processor_function(doc)
+    if function is not None:
+        try:
+            load_function(function)
+        except FunctionLoadError as exc:
+            problems.append(str(exc))
+    if problems:
+        print(
+            f"offtake: invalid pipeline manifest {path}: {len(problems)} problem(s)",
+            file=sys.stderr,
+        )
+        for problem in problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_CONFIG
+    assert spec is not None
+    print(f"{path}: ok (pipeline {spec.namespace}/{spec.name}, sink {spec.sink.kind})")
+    return 0
+
+
+def _processor_function(doc: Mapping[str, Any]) -> str | None:
+    """spec.processor.function as written, even when other fields are invalid."""
+    spec = doc.get("spec")
+    processor = spec.get("processor") if isinstance(spec, Mapping) else None
+    function = processor.get("function") if isinstance(processor, Mapping) else None
+    return function if isinstance(function, str) else None
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from offtake.logs import configure_logging
+
+    try:
+        spec = load_pipeline(args.pipeline)
+    except ConfigError as exc:
+        print(f"offtake: invalid pipeline manifest: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    configure_logging(args.log_level, spec.name)
+    log = logging.getLogger("offtake.cli")
+
+    from offtake.engine.assembly import build_worker
+    from offtake.engine.worker import EXIT_FATAL
+    from offtake.health import Health, MetricsServer
+    from offtake.metrics import Metrics
+    from offtake.processing.function import FunctionLoadError
+
+    metrics = Metrics(spec.name)
+    max_poll_ms = float(spec.kafka.config.get("max.poll.interval.ms", 300_000))
+    health = Health(max_poll_interval_s=max_poll_ms / 1000)
+    try:
+        worker = build_worker(
+            spec, metrics=metrics, health=health, instance_id=args.instance_id
+        )
+    except (FunctionLoadError, ConfigError, ValueError) as exc:
+        print(f"offtake: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    port = spec.metrics.port if args.metrics_port is None else args.metrics_port
+    server = MetricsServer(metrics, health, port)
+    try:
+        server.start()
+    except OSError as exc:
+        print(
+            f"offtake: cannot serve metrics on port {port} (spec.metrics.port): {exc}",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+    log.info("metrics, /healthz and /readyz on port %d", server.port)
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if worker_stopping[0]:
+            # A second signal: the operator (or a person) wants out now, drain or not.
+            os._exit(128 + signum)
+        worker_stopping[0] = True
+        worker.stop(f"received {signal.Signals(signum).name}")
+
+    worker_stopping = [False]
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    if not _reach_kafka(spec, args.instance_id, worker.stopping, log):
+        server.stop()
+        return 0 if worker.stopping.is_set() else EXIT_FATAL
+    wait_ready = getattr(worker.processor, "wait_ready", None)
+    if wait_ready is not None and not wait_ready(timeout=120.0, abort=worker.stopping):
+        server.stop()
+        if worker.stopping.is_set():
+            return 0  # stopped before it started: nothing consumed, nothing to drain
+        reason = getattr(worker.processor, "not_ready_reason", "") or "no reason given"
+        print(
+            f"offtake: the processor container (spec.processor.container) did not become "
+            f"ready: {reason}",
+            file=sys.stderr,
+        )
+        return EXIT_FATAL
+    try:
+        return worker.run()
+    except Exception as exc:
+        log.exception("worker failed")
+        print(f"offtake: worker failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FATAL
+    finally:
+        server.stop()
+
+
+def _reach_kafka(
+    spec: PipelineSpec, instance_id: str | None, stopping: threading.Event, log: logging.Logger
+) -> bool:
+    """Wait up to spec.kafka.connectTimeoutSeconds for a broker; False (logged) if none answered.
+
+    Without this bound a worker whose brokers are unreachable retries forever and looks alive;
+    exiting lets the pod restart with back-off and shows the cause in one line. Readiness stays
+    false meanwhile: the worker has no partitions yet.
+    """
+    from offtake.kafka.config import consumer_config
+    from offtake.kafka.real import reach_brokers
+
+    servers, timeout = spec.kafka.bootstrap_servers, spec.kafka.connect_timeout_seconds
+    log.info("connecting to Kafka at %s (for up to %.0f s)", servers, timeout)
+    failure = reach_brokers(consumer_config(spec, instance_id), timeout, stopping)
+    if failure is None:
+        return not stopping.is_set()
+    log.error(
+        "no Kafka broker reachable at %s (spec.kafka.bootstrapServers) within %.0f s "
+        "(spec.kafka.connectTimeoutSeconds); last error: %s; exit code 3",
+        servers,
+        timeout,
+        failure,
+    )
+    return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())

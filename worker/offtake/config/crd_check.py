@@ -1,0 +1,143 @@
+"""Check a manifest offline against the ConsumerPipeline CRD itself: schema and CEL rules.
+
+The API server enforces crds/consumerpipeline.yaml; ``offtake validate`` should say "ok" only
+for what it would accept. Rather than a second copy of the rules, this reads the CRD (shipped
+in this package as ``consumerpipeline.yaml``, a link to crds/ in the source tree), applies its
+defaults as the server does, checks its OpenAPI schema with jsonschema and evaluates its
+``x-kubernetes-validations`` CEL rules with cel-python. It reports every problem it finds.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Iterator, Mapping
+from importlib import resources
+from typing import Any
+
+import yaml
+
+Node = Mapping[str, Any]
+
+
+@functools.cache
+def crd_schema() -> dict[str, Any]:
+    """The openAPIV3Schema of the CRD's (only) version."""
+    text = resources.files("offtake.config").joinpath("consumerpipeline.yaml").read_text()
+    crd = yaml.safe_load(text)
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert isinstance(schema, dict)
+    return schema
+
+
+def crd_problems(manifest: Mapping[str, Any]) -> list[str]:
+    """Every way ``manifest`` breaks the CRD, as "field.path: problem" lines; [] if none."""
+    import jsonschema
+
+    schema = crd_schema()
+    doc = with_defaults(manifest, schema)
+    validator = jsonschema.Draft4Validator(_json_schema(schema))
+    problems = [
+        f"{_where(error.absolute_path)}: {error.message}"
+        for error in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    ]
+    schema_ok = not problems
+    for path, rule, message, value in _cel_targets(schema, doc, ()):
+        holds = _cel_holds(rule, value)
+        # A rule that could not be evaluated (None) may rely on what the schema guarantees
+        # (types, required fields): with schema errors already reported, it adds nothing.
+        if holds is False or (holds is None and schema_ok):
+            problems.append(f"{_where(path)}: {message or 'breaks the rule ' + rule}")
+    return problems
+
+
+def with_defaults(value: Any, node: Node) -> Any:
+    """``value`` with the schema's defaults filled in, the way the API server defaults."""
+    if isinstance(value, Mapping):
+        out = dict(value)
+        properties = node.get("properties", {})
+        for key, sub in properties.items():
+            if key not in out and "default" in sub:
+                out[key] = copy.deepcopy(sub["default"])
+            if key in out:
+                out[key] = with_defaults(out[key], sub)
+        extra = node.get("additionalProperties")
+        if isinstance(extra, Mapping):
+            for key in out.keys() - properties.keys():
+                out[key] = with_defaults(out[key], extra)
+        return out
+    if isinstance(value, list) and "items" in node:
+        return [with_defaults(item, node["items"]) for item in value]
+    return value
+
+
+def _where(path: Iterator[Any] | Any) -> str:
+    parts = [f"[{p}]" if isinstance(p, int) else str(p) for p in path]
+    return ".".join(parts).replace(".[", "[") or "<manifest>"
+
+
+def _json_schema(node: Any) -> Any:
+    """The CRD schema as plain JSON Schema: Kubernetes' extensions removed or translated."""
+    if isinstance(node, list):
+        return [_json_schema(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key.startswith("x-kubernetes-"):
+            continue
+        if key == "properties":
+            out[key] = {k: _json_schema(v) for k, v in value.items()}
+        elif key in ("default", "enum", "required", "example", "description"):
+            out[key] = value
+        else:
+            out[key] = _json_schema(value)
+    if node.get("x-kubernetes-int-or-string"):
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    return out
+
+
+def _cel_targets(
+    node: Node, value: Any, path: tuple[Any, ...]
+) -> Iterator[tuple[tuple[Any, ...], str, str, Any]]:
+    """(path, rule, message, value) for each CEL rule of a node that has a value."""
+    for rule in node.get("x-kubernetes-validations", []):
+        yield path, rule["rule"], rule.get("message", ""), value
+    if isinstance(value, Mapping):
+        for key, sub in node.get("properties", {}).items():
+            if key in value:
+                yield from _cel_targets(sub, value[key], (*path, key))
+    elif isinstance(value, list) and "items" in node:
+        for i, item in enumerate(value):
+            yield from _cel_targets(node["items"], item, (*path, i))
+
+
+@functools.cache
+def _program(rule: str) -> Any:
+    import celpy
+    from celpy import celtypes
+
+    # Kubernetes adds string functions to CEL that cel-python does not know; without them a
+    # rule using one fails to evaluate, and validate would refuse what the API server accepts.
+    kubernetes_extensions: dict[str, Any] = {
+        "lowerAscii": lambda s: celtypes.StringType(str(s).lower()),
+        "upperAscii": lambda s: celtypes.StringType(str(s).upper()),
+    }
+    env = celpy.Environment()
+    return env.program(env.compile(rule), functions=kubernetes_extensions)
+
+
+def _cel_holds(rule: str, value: Any) -> bool | None:
+    """The rule's verdict on ``value``; None if it could not be evaluated (the server rejects
+    that too: an evaluation error fails the rule)."""
+    from celpy.adapter import json_to_cel
+    from celpy.celtypes import BoolType
+    from celpy.evaluation import CELEvalError
+
+    try:
+        result = _program(rule).evaluate({"self": json_to_cel(value)})
+    except CELEvalError:
+        return None
+    if not isinstance(result, BoolType):
+        return None
+    return bool(result)

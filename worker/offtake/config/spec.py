@@ -1,0 +1,171 @@
+"""The ConsumerPipeline spec as typed, validated values.
+
+Field names and defaults follow crds/consumerpipeline.yaml (documented in docs/worker.md); a test
+(tests/contract/test_crd_matches_spec.py) keeps this module and the CRD in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Format = Literal["json", "string", "bytes"]
+StartFrom = Literal["earliest", "latest"]
+ErrorPolicyName = Literal["dlq", "skip", "stop"]
+SparkFormat = Literal["parquet", "json", "delta", "jdbc"]
+SparkMode = Literal["local", "connect", "kubernetes"]
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    name: str
+
+
+@dataclass(frozen=True)
+class KafkaSpec:
+    bootstrap_servers: str
+    config: dict[str, str] = field(default_factory=dict)
+    secret_ref: SecretRef | None = None
+    #: A Secret whose ca.crt verifies the brokers (Strimzi's <cluster>-cluster-ca-cert); the
+    #: operator mounts it with the credentials as ssl.ca.pem.
+    ca_secret_ref: SecretRef | None = None
+    connect_timeout_seconds: float = 60.0
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    topics: tuple[str, ...]
+    group_id: str
+    start_from: StartFrom = "earliest"
+    format: Format = "json"
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    image: str
+    port: int = 8080
+    path: str = "/v1/process"
+    timeout_seconds: float = 30.0
+    max_batch_records: int = 500
+
+
+@dataclass(frozen=True)
+class ProcessorSpec:
+    function: str | None = None
+    container: ContainerSpec | None = None
+
+
+@dataclass(frozen=True)
+class KafkaSinkSpec:
+    topic: str
+    config: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LogSinkSpec:
+    pass
+
+
+@dataclass(frozen=True)
+class JdbcSpec:
+    url: str
+    table: str
+    secret_ref: SecretRef | None = None
+    user: str | None = None
+    password: str | None = None
+
+
+@dataclass(frozen=True)
+class SparkBatchSpec:
+    max_records: int = 100_000
+    max_interval_seconds: float = 60.0
+    max_bytes: int = 134_217_728
+
+
+@dataclass(frozen=True)
+class SparkSubmitSpec:
+    mode: SparkMode = "local"
+    master: str = "local[*]"
+    connect_url: str | None = None
+    conf: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SparkSinkSpec:
+    format: SparkFormat
+    path: str | None = None
+    jdbc: JdbcSpec | None = None
+    partition_by: tuple[str, ...] = ()
+    transform: str | None = None
+    sql: str | None = None
+    batch: SparkBatchSpec = field(default_factory=SparkBatchSpec)
+    submit: SparkSubmitSpec = field(default_factory=SparkSubmitSpec)
+    packages: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SinkSpec:
+    kafka: KafkaSinkSpec | None = None
+    spark: SparkSinkSpec | None = None
+    log: LogSinkSpec | None = None
+
+    @property
+    def kind(self) -> Literal["kafka", "spark", "log"]:
+        if self.kafka is not None:
+            return "kafka"
+        if self.spark is not None:
+            return "spark"
+        return "log"
+
+
+@dataclass(frozen=True)
+class CommitSpec:
+    interval_seconds: float = 1.0
+
+
+@dataclass(frozen=True)
+class LimitsSpec:
+    max_in_flight_messages: int = 10_000
+    max_in_flight_bytes: int = 67_108_864
+
+
+@dataclass(frozen=True)
+class DlqSpec:
+    topic: str
+
+
+@dataclass(frozen=True)
+class ErrorsSpec:
+    policy: ErrorPolicyName = "stop"
+    max_retries: int = 3
+    retry_backoff_seconds: float = 0.5
+    dlq: DlqSpec | None = None
+
+
+@dataclass(frozen=True)
+class ShutdownSpec:
+    drain_timeout_seconds: float = 25.0
+
+
+@dataclass(frozen=True)
+class MetricsSpec:
+    port: int = 9100
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """A whole ConsumerPipeline: metadata plus the validated spec."""
+
+    name: str
+    namespace: str
+    kafka: KafkaSpec
+    source: SourceSpec
+    sink: SinkSpec
+    processor: ProcessorSpec = field(default_factory=ProcessorSpec)
+    commit: CommitSpec = field(default_factory=CommitSpec)
+    limits: LimitsSpec = field(default_factory=LimitsSpec)
+    errors: ErrorsSpec = field(default_factory=ErrorsSpec)
+    shutdown: ShutdownSpec = field(default_factory=ShutdownSpec)
+    metrics: MetricsSpec = field(default_factory=MetricsSpec)
+    replicas: int = 1
+    paused: bool = False

@@ -1,0 +1,349 @@
+"""The processing thread: decode, run the processor with retries, hand results to the sink.
+
+It runs beside the poll loop so that slow user code or a slow sidecar never stops the worker
+from polling (which would get it kicked out of the group). Work arrives in consumption order
+and is handled in that order, so records of one partition reach the sink in offset order --
+except a record being retried: it waits out its backoff parked, while the records behind it
+go on (one poison record must not stall every partition for seconds). The offset tracker
+still holds commits at the parked record, so nothing past it is committed before it is done.
+
+Threading model (the rule every other module relies on):
+
+- This thread is the only one that calls the sink (submit, poll, drain, abandon) and the
+  dead-letter producer while the worker runs. Sink completions and DLQ delivery reports
+  therefore fire on this thread, and per-item state in a sink needs no lock.
+- The poll loop talks to this thread only through this class's methods, which post to queues
+  or set flags under ``_cond``: :meth:`submit`, :meth:`set_current`, :meth:`request_flush`,
+  :meth:`abandon`, :meth:`close`. This thread reports back only through :class:`Completions`.
+- Which partition assignments are current is published by the poll loop as an immutable
+  mapping (:meth:`set_current`); this thread never reads the offset tracker.
+- After :meth:`close` returned with the thread stopped, ownership of the sink passes back to
+  the caller (the poll loop), for the final close.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from offtake.engine.completions import Completions
+from offtake.engine.errors import ErrorPolicy
+from offtake.kafka.protocols import MessageLike
+from offtake.metrics import Metrics
+from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
+from offtake.processing.decode import to_record
+from offtake.records import Record, TopicPartition
+from offtake.sinks.base import Sink, SinkItem
+
+log = logging.getLogger("offtake.processing")
+
+UNAVAILABLE_BACKOFF_CAP = 5.0
+# Records per processor call: small enough that results (and so commits) flow steadily
+# instead of in bursts of a whole poll batch, large enough to amortise a sidecar round trip.
+CHUNK = 100
+# How long the idle thread sleeps before it serves the sink again while items are out: short,
+# since delivery reports are what frees in-flight capacity and lets offsets be committed.
+SINK_SERVICE_INTERVAL = 0.005
+IDLE_WAIT = 0.1
+FLUSH_SLICE = 0.1  # one sink.drain() call while a flush is requested; the loop keeps asking
+
+
+@dataclass(slots=True)
+class Work:
+    messages: list[tuple[MessageLike, int]]  # message and the epoch of its partition's assignment
+
+
+class ProcessingStage:
+    def __init__(
+        self,
+        processor: Processor,
+        sink: Sink,
+        policy: ErrorPolicy,
+        fmt: str,
+        completions: Completions,
+        metrics: Metrics,
+        max_retries: int,
+    ) -> None:
+        self.processor = processor
+        self.sink = sink
+        self.policy = policy
+        self.fmt = fmt
+        self.completions = completions
+        self.metrics = metrics
+        self.max_retries = max_retries
+        self.abort = threading.Event()  # set to give up on queued work (drain budget spent)
+        self._current: Mapping[TopicPartition, int] = MappingProxyType({})
+        self._queue: deque[Work] = deque()
+        # Records waiting out a retry backoff: (due, tiebreak, record, epoch, next attempt).
+        self._parked: list[tuple[float, int, Record, int, int]] = []
+        self._tiebreak = itertools.count()
+        self._cond = threading.Condition()
+        self._progress = threading.Condition()
+        self._queued = 0
+        self._busy = False
+        self._closed = False
+        self._flush: frozenset[TopicPartition] | None = None  # None: no flush requested
+        self._flush_all = False
+        self._abandon: deque[frozenset[TopicPartition]] = deque()
+        self._final_drain_until: float | None = None
+        self._out = 0  # items submitted to the sink and not completed (this thread only)
+        self._thread = threading.Thread(target=self._run, name="offtake-processing", daemon=True)
+
+    # -- called by the poll loop -----------------------------------------------------------
+    def start(self) -> None:
+        self.sink.start(self._on_sink_complete)
+        self._thread.start()
+
+    def submit(self, work: Work) -> None:
+        with self._cond:
+            self._queue.append(work)
+            self._queued += len(work.messages)
+            self._cond.notify()
+
+    def set_current(self, epochs: Mapping[TopicPartition, int]) -> None:
+        """Publish which assignment (epoch) of each partition is current; others are stale."""
+        self._current = MappingProxyType(dict(epochs))  # a reference swap: atomic
+
+    def request_flush(self, partitions: Collection[TopicPartition] | None) -> None:
+        """Ask for the sink to be drained (these partitions, all when None) once idle."""
+        with self._cond:
+            if partitions is None:
+                self._flush_all = True
+            else:
+                self._flush = frozenset(partitions) | (self._flush or frozenset())
+            self._cond.notify()
+
+    def abandon(self, partitions: Collection[TopicPartition]) -> None:
+        """Drop the sink's unfinished work of these partitions, before any further sink call."""
+        with self._cond:
+            self._abandon.append(frozenset(partitions))
+            self._cond.notify()
+
+    def queued(self) -> int:
+        """Records handed over and not yet started on."""
+        return self._queued
+
+    def wait_for_progress(self, timeout: float) -> None:
+        """Block until the thread took work from its queue (or the timeout passed)."""
+        with self._progress:
+            self._progress.wait(timeout)
+
+    def close(self, drain_timeout: float, join_timeout: float = 5.0) -> None:
+        """Stop after a last drain of the sink (up to ``drain_timeout``); join the thread."""
+        with self._cond:
+            self._closed = True
+            self._final_drain_until = time.monotonic() + max(0.0, drain_timeout)
+            self._cond.notify()
+        self._thread.join(max(0.0, drain_timeout) + join_timeout)
+
+    # -- the thread ------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception:  # a bug here must not kill the thread silently
+            log.exception("processing thread failed; stopping the worker")
+            self.completions.request_stop("internal error in the processing thread (see the log)")
+        finally:
+            with self._cond:
+                self._busy = False
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._has_task():
+                    outstanding = self._outstanding()
+                    wait = SINK_SERVICE_INTERVAL if outstanding else IDLE_WAIT
+                    if self._parked:
+                        wait = min(wait, self._until_next_due())
+                    self._cond.wait(wait)
+                    if outstanding:
+                        break  # serve the sink and the DLQ: their reports settle records
+                abandon = list(self._abandon)
+                self._abandon.clear()
+                if self._closed and (not self._queue or self.abort.is_set()):
+                    until = self._final_drain_until or time.monotonic()
+                    stop = True
+                else:
+                    stop = False
+                retries = [] if stop else self._take_due()
+                work = None
+                if not stop and not retries and self._queue:
+                    work = self._queue.popleft()
+                    self._queued -= len(work.messages)
+                flush = self._take_flush() if not stop and not work and not retries else None
+                self._busy = True
+            with self._progress:
+                self._progress.notify_all()
+            for partitions in abandon:
+                self.sink.abandon(partitions)
+            if stop:
+                self._final_drain(until)
+                return
+            if self.abort.is_set():
+                pass
+            elif retries:
+                self._process(retries)
+            elif work is not None:
+                self._handle(work)
+            elif flush is not None:
+                self.sink.drain(flush.partitions, FLUSH_SLICE)
+                if self.policy.dlq is not None:
+                    self.policy.dlq.flush(0.05)
+            self._serve()
+            with self._cond:
+                self._busy = False
+
+    def _outstanding(self) -> bool:
+        """Whether the sink or the DLQ still owes delivery reports that only we can serve."""
+        return bool(self._out) or (self.policy.dlq is not None and self.policy.dlq.in_flight() > 0)
+
+    def _has_task(self) -> bool:
+        return bool(
+            self._queue
+            or self._closed
+            or self._abandon
+            or self._due()
+            or self._flush is not None
+            or self._flush_all
+        )
+
+    def _take_flush(self) -> _Flush | None:
+        if self._flush_all:
+            self._flush_all, self._flush = False, None
+            return _Flush(None)
+        flush, self._flush = self._flush, None
+        return None if flush is None else _Flush(flush)
+
+    def _final_drain(self, until: float) -> None:
+        """Give the sink and the DLQ what is left of the drain budget, then stop."""
+        self.sink.drain(None, max(0.0, until - time.monotonic()))
+        if self.policy.dlq is not None:
+            self.policy.dlq.flush(max(0.0, until - time.monotonic()))
+        self._serve()
+
+    def _serve(self) -> None:
+        """Let the sink and the DLQ fire their callbacks (on this thread, see the docstring)."""
+        self.sink.poll()
+        if self.policy.dlq is not None:
+            self.policy.dlq.poll()
+
+    def _due(self) -> bool:
+        return bool(self._parked) and self._parked[0][0] <= time.monotonic()
+
+    def _until_next_due(self) -> float:
+        return max(0.0, self._parked[0][0] - time.monotonic()) if self._parked else IDLE_WAIT
+
+    def _take_due(self) -> list[tuple[Record, int, int]]:
+        now = time.monotonic()
+        out: list[tuple[Record, int, int]] = []
+        while self._parked and self._parked[0][0] <= now and len(out) < CHUNK:
+            _, _, record, epoch, attempt = heapq.heappop(self._parked)
+            out.append((record, epoch, attempt))
+        return out
+
+    def _park(self, retry: list[tuple[Record, int, int]]) -> None:
+        with self._cond:
+            for record, epoch, attempt in retry:
+                due = time.monotonic() + self.policy.backoff(attempt - 1)
+                heapq.heappush(self._parked, (due, next(self._tiebreak), record, epoch, attempt))
+
+    def _is_current(self, tp: TopicPartition, epoch: int) -> bool:
+        return self._current.get(tp) == epoch
+
+    def _handle(self, work: Work) -> None:
+        todo: list[tuple[Record, int, int]] = []
+        for msg, epoch in work.messages:
+            record, decode_error = to_record(msg, self.fmt)
+            if not self._is_current(record.tp, epoch):
+                continue  # its partition was revoked or lost meanwhile: not ours any more
+            if decode_error is not None:
+                self.policy.give_up(record, epoch, decode_error, 1, "decode")
+            else:
+                todo.append((record, epoch, 1))
+        for i in range(0, len(todo), CHUNK):
+            self._process(todo[i : i + CHUNK])
+
+    def _process(self, todo: list[tuple[Record, int, int]]) -> None:
+        """Run the processor on records, route results, park failures for a retry."""
+        unavailable = 0
+        while todo and not self.abort.is_set():
+            started = time.monotonic()
+            try:
+                outcomes = self.processor.process([r for r, _, _ in todo])
+            except ProcessorUnavailable as exc:
+                unavailable += 1
+                delay = min(self.policy.backoff(unavailable), UNAVAILABLE_BACKOFF_CAP)
+                # A processor that said how long to wait (HTTP Retry-After) knows best.
+                delay = max(delay, getattr(exc, "retry_after", None) or 0.0)
+                log.warning(
+                    "processor unavailable (%s); retrying %d record(s) in %.1fs",
+                    exc,
+                    len(todo),
+                    delay,
+                )
+                self._serve()  # deliveries already under way still complete meanwhile
+                self.abort.wait(delay)
+                continue
+            except Exception as exc:  # the processor itself broke: every record failed
+                outcomes = [Outcome([], exc)] * len(todo)
+            self.metrics.processing_seconds.observe(time.monotonic() - started)
+            retry = self._route(todo, outcomes)
+            if retry:
+                self._park(retry)
+            self._serve()
+            return
+
+    def _route(
+        self, todo: list[tuple[Record, int, int]], outcomes: list[Outcome]
+    ) -> list[tuple[Record, int, int]]:
+        """Send results on; return the records to retry (with their next attempt number)."""
+        retry: list[tuple[Record, int, int]] = []
+        for (record, epoch, attempts), outcome in zip(todo, outcomes, strict=True):
+            if not self._is_current(record.tp, epoch):
+                continue
+            if outcome.ok:
+                self._to_sink(record, epoch, outcome, attempts)
+            elif outcome.retriable and attempts <= self.max_retries:
+                self.metrics.errors.labels("process").inc()
+                self.metrics.retries.inc()
+                retry.append((record, epoch, attempts + 1))
+            else:
+                assert outcome.error is not None
+                self.policy.give_up(record, epoch, outcome.error, attempts, "process")
+        return retry
+
+    def _to_sink(self, record: Record, epoch: int, outcome: Outcome, attempts: int) -> None:
+        if not outcome.values:
+            self.completions.put(record.tp, record.offset, epoch, "dropped")
+            return
+        item = SinkItem(record, outcome.values, epoch, attempts)
+        item.extra["submitted"] = time.monotonic()
+        self._out += 1
+        try:
+            self.sink.submit(item)
+        except Exception as exc:
+            self._out -= 1
+            self.policy.give_up(record, epoch, exc, attempts, "sink")
+
+    def _on_sink_complete(self, item: SinkItem, error: BaseException | None) -> None:
+        """The sink's callback: fires on this thread (see the module docstring)."""
+        self._out -= 1
+        submitted = item.extra.get("submitted")
+        if submitted is not None:
+            self.metrics.sink_seconds.observe(time.monotonic() - submitted)
+        if error is None:
+            self.completions.put(item.tp, item.record.offset, item.epoch, "delivered")
+        else:
+            self.policy.give_up(item.record, item.epoch, error, item.attempts, "sink")
+
+
+@dataclass(frozen=True, slots=True)
+class _Flush:
+    partitions: frozenset[TopicPartition] | None  # None: every partition

@@ -1,0 +1,329 @@
+"""The worker: one poll loop that consumes, dispatches, drains and shuts down.
+
+Follow a record: :class:`~offtake.kafka.source.KafkaSource` ``consume()`` -> :meth:`_dispatch`
+here -> :mod:`processing_stage` (decode, processor, retries, sink) -> :mod:`completions` ->
+the offset tracker (:mod:`offsets`) -> :mod:`commits`.
+
+Threading: this loop's thread owns the source (and so the consumer), the offset tracker, the
+committer, the pauser and the lag gauges; rebalance and commit callbacks run on it too (inside
+``consume()``). The processing thread owns the processor, the sink and the dead-letter
+producer. The two talk only through :class:`ProcessingStage`'s methods (work, current
+assignments, flush and abandon requests in) and :class:`Completions` (settled records and stop
+requests out). The parts are built by :mod:`assembly` and handed in.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from offtake.config.spec import PipelineSpec
+from offtake.engine.backpressure import Backpressure, PartitionPauser
+from offtake.engine.commits import Committer
+from offtake.engine.completions import Completions
+from offtake.engine.lag import LagGauges
+from offtake.engine.offsets import OffsetTracker
+from offtake.engine.processing_stage import ProcessingStage, Work
+from offtake.health import Health
+from offtake.kafka.protocols import MessageLike
+from offtake.kafka.source import KafkaSource, SourceFatal, StartPosition
+from offtake.metrics import Metrics
+from offtake.processing.base import Processor
+from offtake.records import TopicPartition, footprint
+from offtake.sinks.base import Sink
+
+log = logging.getLogger("offtake.worker")
+
+POLL_TIMEOUT = 0.1
+BUSY_POLL_TIMEOUT = 0.005
+MAX_CONSUME_GAP = 0.1  # consume() at least this often: rebalance and commit callbacks run there
+MAX_BATCH = 500
+STAGE_QUEUE_TARGET = 2 * MAX_BATCH  # records queued for the processing thread: two polls
+DRAIN_STEP = 0.005
+EXIT_OK, EXIT_STOPPED_ON_ERROR, EXIT_FATAL = 0, 1, 3
+
+
+@dataclass
+class WorkerParts:
+    """Everything a worker runs with, built by :func:`offtake.engine.assembly.build_worker`."""
+
+    spec: PipelineSpec
+    source: KafkaSource
+    stage: ProcessingStage
+    completions: Completions
+    processor: Processor
+    sink: Sink
+    metrics: Metrics
+    health: Health
+
+
+class Worker:
+    """Runs one pipeline until stopped; see the module docstring for the record's path."""
+
+    def __init__(self, parts: WorkerParts) -> None:
+        self.spec = parts.spec
+        self.source = parts.source
+        self.stage = parts.stage
+        self.completions = parts.completions
+        self.processor = parts.processor
+        self.sink = parts.sink
+        self.metrics = parts.metrics
+        self.health = parts.health
+        self.tracker = OffsetTracker()
+        self.backpressure = Backpressure(self.spec.limits)
+        self.pauser = PartitionPauser(self.source, self.metrics)
+        self.lag = LagGauges(self.source, self.tracker, self.metrics)
+        self.committer = Committer(
+            self.source,
+            self.tracker,
+            self.metrics,
+            self.spec.commit.interval_seconds,
+            self.spec.limits.max_in_flight_messages,
+        )
+        self._stop = threading.Event()
+        self._stop_reason = ""
+        self._exit_code = EXIT_OK
+        self._assigned_once = False
+        self._shutting_down = False
+        # Partitions being revoked right now: records of them fetched meanwhile are not taken.
+        self._revoking: frozenset[TopicPartition] = frozenset()
+        self._last_consume = 0.0
+
+    # -- public -------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return self._assigned_once and not self._shutting_down
+
+    @property
+    def stopping(self) -> threading.Event:
+        """Set once a stop was requested; lets start-up waits give up early."""
+        return self._stop
+
+    def stop(self, reason: str = "stop requested") -> None:
+        """Graceful stop (what SIGTERM does); safe from any thread or a signal handler."""
+        if not self._stop.is_set():
+            self._stop_reason = reason
+        self._stop.set()
+
+    def fail(self, code: int, reason: str) -> None:
+        """Stop with an exit code other than 0; the first failure's code and reason stay."""
+        if self._exit_code == EXIT_OK:
+            self._exit_code = code
+            log.error("%s", reason)
+        self.stop(reason)
+
+    def run(self) -> int:
+        """Consume until stopped; return the process exit code."""
+        self.metrics.init_topics(list(self.spec.source.topics))
+        self.stage.start()
+        self.source.open(self)
+        log.info(
+            "worker started: pipeline %s, group %s, topics %s",
+            self.spec.name,
+            self.spec.source.group_id,
+            ",".join(self.spec.source.topics),
+        )
+        try:
+            while not self._stop.is_set():
+                self._iterate()
+        finally:
+            self._shutdown()
+        return self._exit_code
+
+    # -- the loop -------------------------------------------------------------------------
+    def _iterate(self) -> None:
+        self.health.heartbeat()
+        paused = self.backpressure.update(
+            self.tracker.inflight_messages, self.tracker.inflight_bytes
+        )
+        self._pause(paused)
+        self._dispatch(self._fetch(paused))
+        self._apply_settled()
+        self.committer.maybe_commit()
+        self.lag.refresh()
+        state = "backpressure" if paused else ("busy" if self.tracker.inflight_messages else "idle")
+        self.metrics.set_state(state)
+
+    def _pause(self, paused: bool) -> None:
+        why = (
+            f" at {self.tracker.inflight_messages} in-flight record(s), "
+            f"{self.tracker.inflight_bytes} bytes"
+        )
+        self.pauser.apply(set(self.tracker.partitions()), paused, why)
+
+    def _fetch(self, paused: bool) -> list[MessageLike]:
+        """Take only what the processing thread can start on soon.
+
+        Records not taken wait in librdkafka's own bounded fetch queue. Pausing is the hard
+        bound for when in-flight work piles up (a stalled sink); it is no steady-state flow
+        control, because librdkafka drops a paused partition's fetched records and refetches
+        them on resume, which costs most of a second each time.
+        """
+        headroom = STAGE_QUEUE_TARGET - self.stage.queued()
+        capacity = self.backpressure.capacity(self.tracker.inflight_messages)
+        want = MAX_BATCH if paused else min(MAX_BATCH, capacity, headroom)
+        now = time.monotonic()
+        if want <= 0 and not paused and now - self._last_consume < MAX_CONSUME_GAP:
+            self.stage.wait_for_progress(BUSY_POLL_TIMEOUT)
+            return []
+        self._last_consume = now
+        # With work in flight, finished records must be applied and committed promptly (that
+        # is what frees capacity); a long wait in consume() would delay them, most of all while
+        # paused, when no record can arrive to end the wait early.
+        timeout = BUSY_POLL_TIMEOUT if self.tracker.inflight_messages else POLL_TIMEOUT
+        try:
+            return self.source.consume(want, timeout)
+        except SourceFatal as exc:
+            self.fail(EXIT_FATAL, str(exc))
+            return []
+
+    def _dispatch(self, messages: list[MessageLike]) -> None:
+        batch: list[tuple[MessageLike, int]] = []
+        consumed: Counter[str] = Counter()
+        for msg in messages:
+            tp = TopicPartition(msg.topic() or "", msg.partition() or 0)
+            epoch = self.tracker.epoch(tp)
+            if epoch is None or tp in self._revoking:
+                continue  # fetched before a revoke: the new owner will consume it
+            ts_type, ts = msg.timestamp()
+            size = footprint(msg.key(), msg.value())
+            offset = msg.offset() or 0
+            self.tracker.register(tp, offset, size, ts if ts_type and ts >= 0 else None)
+            consumed[tp.topic] += 1
+            batch.append((msg, epoch))
+        if batch:
+            self.stage.submit(Work(batch))
+        for topic, n in consumed.items():
+            self.metrics.consumed.labels(topic).inc(n)
+
+    def _apply_settled(self) -> None:
+        """Apply what the processing thread finished to the tracker; act on stop requests."""
+        done: Counter[tuple[str, str]] = Counter()
+        for s in self.completions.take_all():
+            if s.how == "failed":
+                self.tracker.fail(s.tp, s.offset, s.epoch)
+                self.fail(EXIT_STOPPED_ON_ERROR, s.reason)
+            elif self.tracker.done(s.tp, s.offset, s.epoch):
+                done[s.tp.topic, s.how] += 1
+        for (topic, how), n in done.items():  # one counter update per kind, not per record
+            self.metrics.processed.labels(topic, how).inc(n)
+        reason = self.completions.take_stop()
+        if reason is not None:
+            self.fail(EXIT_STOPPED_ON_ERROR, reason)
+
+    def _publish_assignment(self) -> None:
+        self.stage.set_current(
+            {tp: e for tp in self.tracker.partitions() if (e := self.tracker.epoch(tp))}
+        )
+        self.metrics.assigned_partitions.set(len(self.tracker.partitions()))
+
+    # -- the source's listener (called inside consume(), on this thread) --------------------
+    def assigned(self, starts: dict[TopicPartition, StartPosition]) -> None:
+        for tp, start in starts.items():
+            self.tracker.assign(tp)
+            if start.offset is None:
+                continue
+            if start.committed:
+                self.tracker.committed(tp, start.offset)
+            else:
+                self.tracker.seed(tp, start.offset)
+        if self.backpressure.engaged:
+            assigned = set(self.tracker.partitions())
+            self.pauser.apply(assigned, True, " (assigned under backpressure)")
+        self._publish_assignment()
+        self._assigned_once = True
+        self.health.set_ready(not self._shutting_down)
+        self.metrics.rebalances.labels("assign").inc()
+        log.info("assigned %d partition(s): %s", len(starts), ", ".join(map(str, starts)) or "none")
+
+    def revoking(self, partitions: set[TopicPartition]) -> None:
+        self.metrics.rebalances.labels("revoke").inc()
+        self._revoking = frozenset(partitions)
+        try:
+            budget = self.spec.shutdown.drain_timeout_seconds
+            drained = self._drain(partitions, time.monotonic() + budget)
+            if not drained:
+                self.stage.abandon(partitions)
+            self.committer.commit(asynchronous=False, only=partitions)
+            log.info(
+                "revoked %d partition(s)%s",
+                len(partitions),
+                "" if drained else " (drain budget spent: unfinished records will be redelivered)",
+            )
+        finally:
+            self._release(partitions)
+            self._revoking = frozenset()
+
+    def lost(self, partitions: set[TopicPartition]) -> None:
+        # Another member may own these already: committing now could move its offsets.
+        self.metrics.rebalances.labels("lost").inc()
+        log.warning(
+            "lost %d partition(s) without a clean revoke; dropping their work uncommitted",
+            len(partitions),
+        )
+        self.stage.abandon(partitions)
+        self._release(partitions)
+
+    def committed(self, offsets: dict[TopicPartition, int] | None, error: str | None) -> None:
+        self.committer.on_commit(offsets, error)
+        self.lag.refresh_soon()  # export the lag of the new committed offsets at once
+
+    def _release(self, partitions: set[TopicPartition]) -> None:
+        for tp in partitions:
+            self.tracker.release(tp)
+            self.metrics.forget_partition(tp)
+            self.lag.forget(tp)
+        self.pauser.forget(partitions)
+        self._publish_assignment()
+
+    # -- draining and shutdown -----------------------------------------------------------
+    def _drain(self, partitions: set[TopicPartition] | None, deadline: float) -> bool:
+        """Let in-flight work of ``partitions`` (all when None) finish, until the deadline."""
+        while True:
+            self._apply_settled()
+            if self.tracker.pending_in(partitions) == 0:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.health.heartbeat()
+            self.stage.request_flush(partitions)
+            self.stage.wait_for_progress(min(DRAIN_STEP, left))
+
+    def _shutdown(self) -> None:
+        self._shutting_down = True
+        self.health.set_ready(False, "shutting down")
+        budget = self.spec.shutdown.drain_timeout_seconds
+        log.info(
+            "shutting down (%s): draining in-flight work for up to %.1fs",
+            self._stop_reason or "stopped",
+            budget,
+        )
+        deadline = time.monotonic() + budget
+        try:
+            # Stop fetching; keep the group until we commit. Not backpressure: say nothing.
+            self.pauser.apply(set(self.tracker.partitions()), True, quiet=True)
+            drained = self._drain(None, deadline)
+            if not drained:
+                log.warning(
+                    "drain budget spent with %d record(s) unfinished: they will be redelivered",
+                    self.tracker.pending_in(None),
+                )
+            self.stage.abort.set()
+            self.stage.close(max(0.0, deadline - time.monotonic()), join_timeout=1.0)
+            self._apply_settled()
+            self.committer.commit(asynchronous=False)
+        except Exception:
+            log.exception("error during shutdown; closing the consumer")
+            if self._exit_code == EXIT_OK:
+                self._exit_code = EXIT_FATAL
+        finally:
+            self._revoking = frozenset(self.tracker.partitions())
+            self.source.close()
+            # The processing thread has stopped (or gave up its join): the sink is ours now.
+            self.sink.close()
+            self.processor.close()
+            log.info("stopped: exit code %d", self._exit_code)

@@ -1,0 +1,134 @@
+"""librdkafka properties for the worker's consumer and producers, from the spec.
+
+The engine's correctness depends on a few properties (manual commits, manual offset store),
+so those are forced; everything else in ``spec.kafka.config`` is passed through.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from offtake.config.spec import PipelineSpec
+from offtake.logs import librdkafka_logger
+
+log = logging.getLogger("offtake.kafka")
+
+# The engine commits only offsets whose records reached the sink: auto commit would break that.
+_FORCED_CONSUMER = {"enable.auto.commit": "false", "enable.auto.offset.store": "false"}
+_CONSUMER_ONLY = (
+    "partition.assignment.strategy",
+    "session.timeout.ms",
+    "max.poll.interval.ms",
+    "heartbeat.interval.ms",
+    "group.instance.id",
+    "auto.offset.reset",
+    "fetch.max.bytes",
+    "max.partition.fetch.bytes",
+    "fetch.wait.max.ms",
+    "queued.max.messages.kbytes",
+    "isolation.level",
+    "group.protocol",
+)
+SECRET_DIR = "/etc/offtake/kafka-secret"
+
+
+def secret_properties(directory: str | None = None) -> dict[str, str]:
+    """librdkafka properties from a mounted Secret: one file per property (e.g. sasl.password)."""
+    path = Path(directory or os.environ.get("OFFTAKE_KAFKA_SECRET_DIR", SECRET_DIR))
+    if not path.is_dir():
+        return {}
+    return {
+        f.name: f.read_text().strip()
+        for f in sorted(path.iterdir())
+        if f.is_file() and not f.name.startswith(".")
+    }
+
+
+def _common(spec: PipelineSpec) -> dict[str, Any]:
+    # librdkafka's log lines through the worker's JSON logging, repeats collapsed (offtake.logs),
+    # instead of its raw syslog-style lines on stderr.
+    conf: dict[str, Any] = {
+        "bootstrap.servers": spec.kafka.bootstrap_servers,
+        "logger": librdkafka_logger(),
+    }
+    conf.update(spec.kafka.config)
+    conf.update(secret_properties())
+    return conf
+
+
+# librdkafka logs these itself (its FAIL line names the broker and the cause) before it hands
+# them to error_cb: logging them again from error_cb would write each failure twice.
+_LOGGED_BY_LIBRDKAFKA = frozenset(
+    {
+        -195,  # _TRANSPORT: connection refused, reset, timed out
+        -193,  # _RESOLVE: the host name does not resolve
+        -181,  # _SSL
+        -169,  # _AUTHENTICATION
+        -187,  # _ALL_BROKERS_DOWN: follows the per-broker FAIL lines above
+    }
+)
+
+
+def log_client_error(err: Any) -> None:
+    """Log a non-fatal error from a client's error_cb, unless librdkafka logged it already."""
+    code = err.code() if callable(getattr(err, "code", None)) else None
+    if code in _LOGGED_BY_LIBRDKAFKA:
+        return
+    librdkafka_logger().warning("kafka: %s", err)
+
+
+def prefetch_kbytes(spec: PipelineSpec) -> int:
+    """The consumer's prefetch bound: a quarter of maxInFlightBytes, within 1 MiB..64 MiB."""
+    return max(1024, min(65536, spec.limits.max_in_flight_bytes // 4 // 1024))
+
+
+def consumer_config(spec: PipelineSpec, instance_id: str | None = None) -> dict[str, Any]:
+    conf = {
+        "group.id": spec.source.group_id,
+        "auto.offset.reset": spec.source.start_from,
+        "partition.assignment.strategy": "cooperative-sticky",
+        "client.id": f"offtake-{spec.name}",
+    }
+    conf.update(_common(spec))
+    for key, value in _FORCED_CONSUMER.items():
+        if conf.get(key, value).lower() != value:
+            log.warning(
+                "spec.kafka.config.%s=%s is ignored: Offtake commits offsets itself "
+                "once records reached the sink",
+                key,
+                conf[key],
+            )
+        conf[key] = value
+    # librdkafka prefetches up to 64 MiB by default, on top of the in-flight work: size it from
+    # the spec's byte bound, so that a pod's memory follows from its limits.
+    conf.setdefault("queued.max.messages.kbytes", str(prefetch_kbytes(spec)))
+    if instance_id and "group.instance.id" not in conf:
+        conf["group.instance.id"] = instance_id  # static membership: restarts do not rebalance
+    return conf
+
+
+def producer_config(spec: PipelineSpec, overrides: dict[str, str] | None = None) -> dict[str, Any]:
+    conf = {"linger.ms": "5", "client.id": f"offtake-{spec.name}"}
+    conf.update({k: v for k, v in _common(spec).items() if k not in _CONSUMER_ONLY})
+    conf.update(overrides or {})
+    # Idempotence with acks=all: a delivery report means the record is durably in the log,
+    # once, even when the producer retried; that is what "done" has to mean for commits.
+    conf.update({"enable.idempotence": "true", "acks": "all"})
+    return conf
+
+
+def probe_consumer_config(spec: PipelineSpec) -> dict[str, Any]:
+    """The oldest-record probe's consumer: reads single records, joins no group's work.
+
+    Its own group id, never committed to, never subscribed. It reads one record per peek:
+    without the last two settings librdkafka would prefetch up to 100,000 records of the
+    partition in the background, memory and fetches the worker never uses.
+    """
+    conf = consumer_config(spec)
+    conf["group.id"] = f"{spec.source.group_id}.offtake-lag-probe"
+    conf.pop("group.instance.id", None)
+    conf.update({"queued.min.messages": 1, "fetch.message.max.bytes": 65536})
+    return conf

@@ -1,0 +1,53 @@
+"""The production client factory: confluent-kafka as it is."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, cast
+
+import confluent_kafka
+
+from offtake.kafka.protocols import ConsumerLike, ProducerLike
+
+
+class ConfluentClients:
+    """Builds confluent-kafka clients; the engine never imports confluent_kafka itself."""
+
+    def consumer(self, config: dict[str, Any]) -> ConsumerLike:
+        return cast(ConsumerLike, confluent_kafka.Consumer(config))
+
+    def producer(self, config: dict[str, Any]) -> ProducerLike:
+        return cast(ProducerLike, confluent_kafka.Producer(config))
+
+    def topic_partition(self, topic: str, partition: int, offset: int = -1001) -> Any:
+        return confluent_kafka.TopicPartition(topic, partition, offset)
+
+
+def reach_brokers(config: dict[str, Any], timeout_s: float, abort: threading.Event) -> str | None:
+    """Wait until some broker of ``config`` answers a metadata request, for up to ``timeout_s``.
+
+    Returns None once one answered (or when ``abort`` is set), else the last error seen, e.g.
+    "Connect to ipv4#127.0.0.1:9092 failed: Connection refused". A throwaway client of the
+    worker's own settings (security included) asks, on this thread only, and is closed before
+    returning; it never joins the group. Its log lines go where ``config["logger"]`` says.
+    """
+    errors: list[str] = []
+    probe = confluent_kafka.Consumer({**config, "error_cb": lambda err: errors.append(err.str())})
+    deadline = time.monotonic() + timeout_s
+    last = "no broker answered"
+    try:
+        while not abort.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return errors[-1] if errors else last
+            try:
+                probe.list_topics(timeout=min(1.0, left))
+                return None
+            except confluent_kafka.KafkaException as exc:
+                last = exc.args[0].str() if exc.args else str(exc)
+            probe.poll(0)  # serves error_cb (the cause, e.g. connection refused) and log lines
+            abort.wait(min(0.2, max(0.0, deadline - time.monotonic())))
+        return None
+    finally:
+        probe.close()

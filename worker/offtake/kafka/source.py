@@ -1,0 +1,254 @@
+"""The source: the one owner of the worker's Kafka consumer.
+
+Everything the engine needs from its consumer goes through :class:`KafkaSource`: subscribing,
+the assign/revoke/lost callbacks with their start offsets, fetching, pausing and resuming,
+committing, watermarks, and the timestamp of a partition's oldest unread record (for lag in
+seconds). It speaks only Offtake's own types (:class:`TopicPartition`, offsets as ints), so no
+confluent-kafka object leaks into the engine.
+
+Threading: every method, and every :class:`SourceListener` callback, runs on the thread that
+calls :meth:`KafkaSource.consume` (the worker's poll loop). librdkafka serves rebalance and
+commit callbacks inside ``consume()``, which is what makes that true. The oldest-record probe
+is the exception by design: it has its own consumer on its own thread (see
+:mod:`offtake.kafka.oldest_record`), and this class only reads its answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from offtake.kafka.config import log_client_error
+from offtake.kafka.oldest_record import OldestRecordProbe
+from offtake.kafka.protocols import ClientFactory, ConsumerLike, MessageLike
+from offtake.records import TopicPartition
+
+log = logging.getLogger("offtake.source")
+
+OFFSET_STORED = -1000  # librdkafka: start from the committed offset
+_PARTITION_EOF = -191  # confluent_kafka.KafkaError._PARTITION_EOF: not an error for us
+# confluent_kafka.KafkaError._FATAL: librdkafka's fatal-error event (a fenced static member,
+# say). The event's own fatal() is False on real Kafka; its code is what says fatal.
+_FATAL = -150
+COMMITTED_TIMEOUT = 5.0
+
+
+class SourceFatal(Exception):
+    """A fatal Kafka error: the consumer cannot go on (fenced, authentication, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StartPosition:
+    """Where a newly assigned partition starts, and whether that is a committed offset."""
+
+    offset: int | None  # None: librdkafka applies auto.offset.reset (no offset could be read)
+    committed: bool  # True: the group's committed offset; False: resolved from startFrom
+
+
+class SourceListener(Protocol):
+    """What the engine does when the group changes; called inside ``consume()``."""
+
+    def assigned(self, starts: dict[TopicPartition, StartPosition]) -> None: ...
+    def revoking(self, partitions: set[TopicPartition]) -> None: ...
+    def lost(self, partitions: set[TopicPartition]) -> None: ...
+    def committed(self, offsets: dict[TopicPartition, int] | None, error: str | None) -> None: ...
+
+
+class KafkaSource:
+    """Owns one consumer subscribed to the pipeline's topics; see the module docstring."""
+
+    def __init__(
+        self,
+        clients: ClientFactory,
+        config: dict[str, Any],
+        topics: list[str],
+        start_from: str,
+        make_probe_consumer: Callable[[], ConsumerLike],
+    ) -> None:
+        self._clients = clients
+        self._config = dict(config)
+        self._topics = topics
+        self._start_from = start_from
+        self._fatal: str | None = None  # a fatal client error, raised from the next consume()
+        self._consumer: ConsumerLike | None = None
+        self._listener: SourceListener | None = None
+        self._probe = OldestRecordProbe(make_probe_consumer, clients.topic_partition)
+        self.cooperative = "cooperative" in str(
+            self._config.get("partition.assignment.strategy", "")
+        ) or (str(self._config.get("group.protocol", "")).lower() == "consumer")
+
+    # -- life cycle ------------------------------------------------------------------------
+    def open(self, listener: SourceListener) -> None:
+        """Create the consumer and subscribe; callbacks go to ``listener`` from now on."""
+        self._listener = listener
+        conf = dict(self._config)
+        conf["on_commit"] = self._on_commit
+        conf.setdefault("error_cb", self._on_client_error)
+        self._consumer = self._clients.consumer(conf)
+        self._consumer.subscribe(
+            list(self._topics),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+
+    def close(self) -> None:
+        """Leave the group now (so the others rebalance at once) and stop the probe."""
+        try:
+            if self._consumer is not None:
+                self._consumer.close()
+        except:  # noqa: E722 -- confluent-kafka can raise a bare KafkaError (no BaseException)
+            log.warning("closing the consumer failed: %s", sys.exc_info()[1])
+        finally:
+            self._probe.close()
+
+    @property
+    def _c(self) -> ConsumerLike:
+        assert self._consumer is not None, "KafkaSource.open() was not called"
+        return self._consumer
+
+    # -- fetching --------------------------------------------------------------------------
+    def consume(self, max_records: int, timeout: float) -> list[MessageLike]:
+        """Up to ``max_records`` records; consumer errors are handled here, not returned.
+
+        Raises :class:`SourceFatal` once librdkafka reported an error it cannot recover from.
+        """
+        if self._fatal is not None:
+            raise SourceFatal(self._fatal)
+        out: list[MessageLike] = []
+        for msg in self._c.consume(num_messages=max(1, max_records), timeout=timeout):
+            err = msg.error()
+            if err is None:
+                out.append(msg)
+            elif err.code() == _PARTITION_EOF:
+                continue
+            elif err.fatal() or err.code() == _FATAL:
+                self._fatal = self._fatal or f"fatal Kafka error: {err.str()}"
+            else:
+                log.warning("consumer error: %s", err.str())
+        return out
+
+    def pause(self, partitions: Collection[TopicPartition]) -> None:
+        if partitions:
+            self._c.pause(self._native(partitions))
+
+    def resume(self, partitions: Collection[TopicPartition]) -> None:
+        if partitions:
+            self._c.resume(self._native(partitions))
+
+    # -- offsets ---------------------------------------------------------------------------
+    def commit(self, offsets: dict[TopicPartition, int], asynchronous: bool) -> None:
+        """Commit offsets; the result reaches ``listener.committed``. Raises if refused now."""
+        native = [
+            self._clients.topic_partition(tp.topic, tp.partition, offset)
+            for tp, offset in offsets.items()
+        ]
+        result = self._c.commit(offsets=native, asynchronous=asynchronous)
+        if not asynchronous and result is not None:
+            self._on_commit(None, result)
+
+    def log_end(self, tp: TopicPartition) -> int | None:
+        """The partition's log-end offset as last fetched (no broker round trip), if known."""
+        try:
+            marks = self._c.get_watermark_offsets(
+                self._clients.topic_partition(tp.topic, tp.partition), timeout=1.0, cached=True
+            )
+        except Exception:
+            return None
+        if marks is None or marks[1] < 0:
+            return None
+        return int(marks[1])
+
+    def oldest_timestamp(self, tp: TopicPartition, offset: int) -> int | None:
+        """Timestamp (ms) of the record at ``offset`` if the probe read it; asks it otherwise."""
+        return self._probe.timestamp(tp, offset)
+
+    # -- rebalance callbacks (librdkafka calls them inside consume(), on this thread) -------
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        assert self._listener is not None
+        tps = [TopicPartition(p.topic, p.partition) for p in partitions]
+        starts = self._start_positions(partitions) if partitions else {}
+        if partitions:
+            # Assign explicitly (rather than letting librdkafka do it after this callback) so
+            # that partitions without a committed offset start exactly where we will commit.
+            explicit = [
+                self._clients.topic_partition(
+                    tp.topic, tp.partition, self._explicit_offset(starts.get(tp))
+                )
+                for tp in tps
+            ]
+            if self.cooperative:
+                consumer.incremental_assign(explicit)
+            else:
+                consumer.assign(explicit)  # eager: this is the whole new assignment
+        self._listener.assigned({tp: starts.get(tp, StartPosition(None, False)) for tp in tps})
+
+    @staticmethod
+    def _explicit_offset(start: StartPosition | None) -> int:
+        if start is None or start.committed or start.offset is None:
+            return OFFSET_STORED
+        return start.offset
+
+    def _start_positions(self, partitions: list[Any]) -> dict[TopicPartition, StartPosition]:
+        """Committed offsets; ``startFrom`` resolved to an offset for partitions without one.
+
+        A partition without a committed offset starts at its log end (latest) or log start
+        (earliest), and the engine commits that offset at its next commit even if no record
+        arrives: otherwise a pipeline that starts at latest and restarts would skip what was
+        produced while it was down.
+        """
+        try:
+            found = self._c.committed(partitions, timeout=COMMITTED_TIMEOUT)
+        except Exception as exc:
+            log.warning("could not read committed offsets on assign (%s); using startFrom", exc)
+            return {}
+        starts: dict[TopicPartition, StartPosition] = {}
+        for p in found:
+            tp = TopicPartition(p.topic, p.partition)
+            if p.offset >= 0:
+                starts[tp] = StartPosition(int(p.offset), committed=True)
+                self._probe.timestamp(tp, p.offset)  # warm it: lag in seconds needs it
+                continue
+            try:
+                low, high = self._c.get_watermark_offsets(p, timeout=5.0, cached=False)  # type: ignore[misc]
+            except Exception as exc:
+                log.warning("no watermarks for %s (%s); librdkafka applies startFrom", tp, exc)
+                continue
+            offset = high if self._start_from == "latest" else low
+            starts[tp] = StartPosition(int(offset), committed=False)
+        return starts
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        assert self._listener is not None
+        self._listener.revoking({TopicPartition(p.topic, p.partition) for p in partitions})
+
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        assert self._listener is not None
+        self._listener.lost({TopicPartition(p.topic, p.partition) for p in partitions})
+
+    def _on_commit(self, err: Any, partitions: list[Any]) -> None:
+        if self._listener is None:
+            return
+        if err is not None:
+            self._listener.committed(None, str(err))
+            return
+        self._listener.committed(
+            {
+                TopicPartition(p.topic, p.partition): int(p.offset)
+                for p in partitions
+                if getattr(p, "error", None) is None and p.offset >= 0
+            },
+            None,
+        )
+
+    def _on_client_error(self, err: Any) -> None:
+        if getattr(err, "fatal", lambda: False)():
+            self._fatal = self._fatal or f"fatal Kafka error: {err}"
+        else:
+            log_client_error(err)  # once: not again what librdkafka's own log line said
+
+    def _native(self, partitions: Collection[TopicPartition]) -> list[Any]:
+        return [self._clients.topic_partition(tp.topic, tp.partition) for tp in partitions]

@@ -1,0 +1,271 @@
+"""The worker's Prometheus series (names fixed by docs/metrics.md, the dashboards and alerts).
+
+Each worker owns a registry, so several workers in one process (tests, the test kit) do not
+share counters. Labels are bounded: topic, and partition only for assigned partitions; never
+member or client ids, which change on every restart. The ``namespace`` and ``pipeline`` labels
+are not exported here: Prometheus adds them from the pod's labels when it scrapes (exporting
+them too would clash and turn into ``exported_pipeline``).
+
+prometheus_client appends ``_total`` to counter names: ``Counter("offtake_commits")`` is
+exported as ``offtake_commits_total``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from importlib import metadata
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    disable_created_metrics,
+)
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from offtake.records import TopicPartition
+
+__all__ = [
+    "COMMIT_RESULTS",
+    "ERROR_STAGES",
+    "OUTCOMES",
+    "REBALANCE_KINDS",
+    "SPARK_RESULTS",
+    "STATES",
+    "Metrics",
+]
+
+# The ``*_created`` gauges the client adds for every counter and histogram would almost double
+# the series count for a value nobody queries (Prometheus handles resets from the counter
+# itself). The switch is process-wide, which is right for a worker process.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_JOB_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+# The bounded label values. Series for them are created at zero up front, so dashboards and
+# alerts see a flat 0 (not "no data") before the first event, and rate()/increase() see the
+# first event at all (a counter born at 1 has no earlier sample to rise from).
+STATES = ("busy", "idle", "backpressure")
+OUTCOMES = ("delivered", "dropped", "dlq", "skipped", "failed")
+ERROR_STAGES = ("decode", "process", "sink")
+COMMIT_RESULTS = ("success", "failure")
+REBALANCE_KINDS = ("assign", "revoke", "lost")
+SPARK_RESULTS = ("success", "failure")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("offtake")
+    except metadata.PackageNotFoundError:  # running from a source tree that is not installed
+        return "unknown"
+
+
+class _StateClock:
+    """Time spent in each engine state, exported as counters read at scrape time.
+
+    A plain Counter would only advance when the state changes, so a worker stuck in
+    backpressure for ten minutes would show a flat line and then a jump. Adding the time
+    elapsed in the current state at every scrape makes rate() the true fraction of time.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._totals = dict.fromkeys(STATES, 0.0)
+        self._state = "idle"
+        self._since = clock()
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def switch(self, state: str) -> None:
+        if state not in self._totals:
+            raise ValueError(f"unknown engine state {state!r}; expected one of {STATES}")
+        with self._lock:
+            now = self._clock()
+            self._totals[self._state] += now - self._since
+            self._state, self._since = state, now
+
+    def totals(self) -> dict[str, float]:
+        with self._lock:
+            totals = dict(self._totals)
+            totals[self._state] += self._clock() - self._since
+        return totals
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families(dict.fromkeys(STATES, 0.0))
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families(self.totals())
+
+    @staticmethod
+    def _families(totals: dict[str, float]) -> Iterator[Metric]:
+        states = CounterMetricFamily(
+            "offtake_state_seconds",
+            "Time spent in each engine state; rate() is the fraction of time in that state.",
+            labels=["state"],
+        )
+        for state, seconds in totals.items():
+            states.add_metric([state], seconds)
+        yield states
+        # docs/metrics.md names this series on its own: it is the backpressure state's time.
+        yield CounterMetricFamily(
+            "offtake_backpressure_seconds",
+            "Time with partitions paused because in-flight work reached its bound.",
+            value=totals["backpressure"],
+        )
+
+
+class Metrics:
+    """All series of one worker, with small methods the engine calls."""
+
+    def __init__(
+        self,
+        pipeline: str = "",
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.pipeline = pipeline
+        self.consumed = Counter(
+            "offtake_messages_consumed", "Records consumed from Kafka.", ["topic"], registry=r
+        )
+        self.processed = Counter(
+            "offtake_messages_processed",
+            "Records done: delivered to the sink, dropped by the processor, or handled by the "
+            "error policy.",
+            ["topic", "outcome"],
+            registry=r,
+        )
+        self.lag_messages = Gauge(
+            "offtake_consumer_lag_messages",
+            "Log-end offset minus committed offset of each assigned partition (0 when caught up).",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.lag_seconds = Gauge(
+            "offtake_consumer_lag_seconds",
+            "Age of the oldest record not yet committed, from record timestamps "
+            "(0 when caught up).",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.states = _StateClock(clock)
+        r.register(self.states)
+        self.paused_partitions = Gauge(
+            "offtake_paused_partitions", "Assigned partitions paused for backpressure.", registry=r
+        )
+        self.assigned_partitions = Gauge(
+            "offtake_assigned_partitions", "Partitions assigned to this worker.", registry=r
+        )
+        self.inflight_messages = Gauge(
+            "offtake_inflight_messages", "Records consumed and not yet committed.", registry=r
+        )
+        self.inflight_bytes = Gauge(
+            "offtake_inflight_bytes", "Bytes of records consumed and not yet committed.", registry=r
+        )
+        self.commits = Counter(
+            "offtake_commits", "Offset commits by result.", ["result"], registry=r
+        )
+        self.rebalances = Counter(
+            "offtake_rebalances", "Rebalance events seen by this worker.", ["kind"], registry=r
+        )
+        self.dlq_messages = Counter(
+            "offtake_dlq_messages",
+            "Records routed to the dead-letter topic, by the topic they were consumed from.",
+            ["topic"],
+            registry=r,
+        )
+        self.errors = Counter(
+            "offtake_errors", "Errors by stage, each attempt counted.", ["stage"], registry=r
+        )
+        self.retries = Counter("offtake_retries", "Records retried after an error.", registry=r)
+        self.processing_seconds = Histogram(
+            "offtake_processing_duration_seconds",
+            "Time to process one batch of records.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.sink_seconds = Histogram(
+            "offtake_sink_duration_seconds",
+            "Time from submitting a record to the sink until the sink confirmed it.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.commit_seconds = Histogram(
+            "offtake_commit_duration_seconds",
+            "Time from issuing a commit until the broker acknowledged it.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.spark_jobs = Counter(
+            "offtake_spark_jobs", "Spark batch jobs by result.", ["result"], registry=r
+        )
+        self.spark_job_seconds = Histogram(
+            "offtake_spark_job_duration_seconds",
+            "Duration of Spark batch jobs.",
+            buckets=_JOB_BUCKETS,
+            registry=r,
+        )
+        self.spark_batch_records = Histogram(
+            "offtake_spark_batch_records",
+            "Records per Spark batch.",
+            buckets=(1, 10, 100, 1_000, 10_000, 100_000, 1_000_000),
+            registry=r,
+        )
+        self.spark_last_success = Gauge(
+            "offtake_spark_last_success_timestamp_seconds",
+            "Unix time of the last successful Spark batch.",
+            registry=r,
+        )
+        self.build_info = Info("offtake_build", "Offtake version and Python runtime.", registry=r)
+        self.build_info.info({"version": _version(), "python": platform.python_version()})
+        for result in COMMIT_RESULTS:
+            self.commits.labels(result)
+        for kind in REBALANCE_KINDS:
+            self.rebalances.labels(kind)
+        for stage in ERROR_STAGES:
+            self.errors.labels(stage)
+        for result in SPARK_RESULTS:
+            self.spark_jobs.labels(result)
+
+    def init_topics(self, topics: Iterable[str]) -> None:
+        """Create the per-topic counters at zero for the pipeline's source topics.
+
+        Called once at start-up, so a pipeline that has consumed nothing yet (or never routed
+        to the DLQ) shows 0 rather than no data, and the first increment is visible to rate().
+        """
+        for topic in topics:
+            self.consumed.labels(topic)
+            self.dlq_messages.labels(topic)
+            for outcome in OUTCOMES:
+                self.processed.labels(topic, outcome)
+
+    # -- time in state ------------------------------------------------------------------
+    def set_state(self, state: str) -> None:
+        """Account the time since the last switch to the previous state, then switch.
+
+        ``state`` is one of STATES; anything else raises ValueError (labels stay bounded).
+        """
+        self.states.switch(state)
+
+    # -- partitions -----------------------------------------------------------------------
+    def set_lag(self, tp: TopicPartition, messages: int, seconds: float) -> None:
+        self.lag_messages.labels(tp.topic, str(tp.partition)).set(messages)
+        self.lag_seconds.labels(tp.topic, str(tp.partition)).set(seconds)
+
+    def forget_partition(self, tp: TopicPartition) -> None:
+        """Drop the series of a partition no longer assigned, so labels stay bounded."""
+        for gauge in (self.lag_messages, self.lag_seconds):
+            with contextlib.suppress(KeyError):
+                gauge.remove(tp.topic, str(tp.partition))

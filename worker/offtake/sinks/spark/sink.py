@@ -1,0 +1,285 @@
+"""SparkSink: bounded batches per partition, one background thread running their Spark jobs.
+
+The engine thread calls ``submit`` and ``poll``; neither waits for Spark. Closed batches queue
+for a single job thread (one job at a time keeps a small worker's cores for consuming, and
+keeps each partition's batches in offset order, which the replacement rule of writers.py relies on).
+Completions are handed back to the engine thread: ``poll`` and ``drain`` fire them, so the
+engine's callback never runs concurrently with its own loop.
+
+A job that fails is retried with exponential backoff up to ``errors.maxRetries`` times; then
+every item of the batch completes with a :class:`SinkError` naming the batch, and the engine
+applies ``errors.policy``. Nothing of a batch completes successfully unless its job succeeded.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Collection
+from typing import Any
+
+from offtake.config.spec import PipelineSpec, SparkSinkSpec
+from offtake.metrics import Metrics
+from offtake.records import TopicPartition
+from offtake.sinks.base import Sink, SinkError, SinkItem
+from offtake.sinks.spark.batching import Batch, Batcher
+from offtake.sinks.spark.errors import describe
+from offtake.sinks.spark.rows import batch_table
+from offtake.sinks.spark.session import create_session, session_config
+from offtake.sinks.spark.transform import make_transform
+from offtake.sinks.spark.writers import BatchAbandoned, Writer, make_writer
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_SECONDS = 60.0
+STOP_JOIN_SECONDS = 30.0
+
+Finished = tuple[Batch, BaseException | None]
+
+
+class SparkSink(Sink):
+    """The ``sink.spark`` of a pipeline; see the module docstring."""
+
+    name = "spark"
+
+    def __init__(
+        self,
+        spec: PipelineSpec,
+        metrics: Metrics,
+        session: Any | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        writer: Writer | None = None,
+    ) -> None:
+        super().__init__()
+        if spec.sink.spark is None:
+            raise ValueError("sink.spark: SparkSink needs a spark sink spec")
+        self.spec: SparkSinkSpec = spec.sink.spark
+        self.metrics = metrics
+        self.max_retries = spec.errors.max_retries
+        self.backoff = spec.errors.retry_backoff_seconds
+        self.value_format = spec.source.format
+        self.session_config = session_config(self.spec, spec.name)
+        # Load the transform now: a wrong module:callable is a configuration error at start,
+        # not a failure of every batch.
+        self.transform = make_transform(self.spec.transform, self.spec.sql)
+        self._session = session
+        self._owns_session = session is None
+        self._writer: Writer | None = writer
+        self._batcher = Batcher(self.spec.batch, clock)
+        self._cond = threading.Condition()
+        self._queue: deque[Batch] = deque()
+        self._running: Batch | None = None
+        self._finished: deque[Finished] = deque()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.session_ready = threading.Event()
+        self.session_seconds: float | None = None
+
+    # -- the engine's calls ---------------------------------------------------------------
+    def start(self, on_complete: Callable[[SinkItem, BaseException | None], None]) -> None:
+        super().start(on_complete)
+        self._thread = threading.Thread(target=self._run, name="offtake-spark-jobs", daemon=True)
+        self._thread.start()
+
+    def submit(self, item: SinkItem) -> None:
+        with self._cond:
+            closed = self._batcher.add(item)
+            if closed:
+                self._enqueue(closed)
+
+    def poll(self) -> None:
+        with self._cond:
+            due = self._batcher.due()
+            if due:
+                self._enqueue(due)
+        self._fire()
+
+    def drain(self, partitions: Collection[TopicPartition] | None, timeout: float) -> bool:
+        deadline = time.monotonic() + max(0.0, timeout)
+        wanted = None if partitions is None else set(partitions)
+        with self._cond:
+            closed = self._batcher.close(wanted)
+            if closed:
+                self._enqueue(closed)
+            while self._busy(wanted):
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._alive():
+                    break
+                self._cond.wait(left)
+        self._fire()
+        with self._cond:
+            return not self._busy(wanted) and not self._finished_of(wanted)
+
+    def abandon(self, partitions: Collection[TopicPartition]) -> int:
+        """Forget the unfinished work of partitions this worker no longer owns.
+
+        Drops their open and queued batches without completing them, and stops a running
+        batch of theirs before its swap: once another worker owns a partition, a late write
+        from here could replace rows that worker already committed. Returns items dropped.
+        """
+        tps = set(partitions)
+        dropped = 0
+        with self._cond:
+            for batch in self._batcher.close(tps):
+                dropped += len(batch)
+            kept: deque[Batch] = deque()
+            for batch in self._queue:
+                if batch.tp in tps:
+                    dropped += len(batch)
+                else:
+                    kept.append(batch)
+            self._queue = kept
+            if self._running is not None and self._running.tp in tps:
+                self._running.abandoned = True
+                dropped += len(self._running)
+            remaining: deque[Finished] = deque()
+            for batch, error in self._finished:
+                if batch.tp in tps:
+                    dropped += len(batch)
+                else:
+                    remaining.append((batch, error))
+            self._finished = remaining
+            self._cond.notify_all()
+        return dropped
+
+    def close(self) -> None:
+        self._stopping.set()
+        with self._cond:
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(STOP_JOIN_SECONDS)
+        if self._owns_session and self._session is not None:
+            try:
+                self._session.stop()
+            except Exception as exc:
+                log.warning("stopping the Spark session failed: %s", exc)
+            self._session = None
+
+    # -- inside the sink ------------------------------------------------------------------
+    def _enqueue(self, batches: list[Batch]) -> None:
+        self._queue.extend(batches)
+        self._cond.notify_all()
+
+    def _busy(self, tps: set[TopicPartition] | None) -> bool:
+        def mine(b: Batch) -> bool:
+            return tps is None or b.tp in tps
+
+        running = self._running is not None and mine(self._running)
+        return running or any(mine(b) for b in self._queue)
+
+    def _finished_of(self, tps: set[TopicPartition] | None) -> bool:
+        return any(tps is None or b.tp in tps for b, _ in self._finished)
+
+    def _alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _fire(self) -> None:
+        """Run completion callbacks on the caller's (the engine's) thread."""
+        with self._cond:
+            finished = list(self._finished)
+            self._finished.clear()
+        for batch, error in finished:
+            for item in batch.items:
+                self.complete(item, error)
+
+    def _run(self) -> None:
+        try:
+            # Start the JVM (or reach the server) before the first batch closes.
+            self._ensure_session()
+        except Exception as exc:
+            log.error("Spark session could not start (each batch will try again): %s", exc)
+        while not self._stopping.is_set():
+            with self._cond:
+                while not self._queue and not self._stopping.is_set():
+                    self._cond.wait(1.0)
+                if self._stopping.is_set():
+                    return
+                batch = self._running = self._queue.popleft()
+            error = self._run_with_retries(batch)
+            with self._cond:
+                self._running = None
+                if not batch.abandoned:
+                    self._finished.append((batch, error))
+                self._cond.notify_all()
+
+    def _ensure_session(self) -> Any:
+        if self._session is None:
+            began = time.monotonic()
+            self._session = create_session(self.session_config)
+            self.session_seconds = time.monotonic() - began
+            log.info("Spark session ready in %.1fs", self.session_seconds)
+        if self._writer is None:
+            self._writer = make_writer(self.spec, self._session)
+        self.session_ready.set()
+        return self._session
+
+    def _run_with_retries(self, batch: Batch) -> BaseException | None:
+        attempts = self.max_retries + 1
+        for attempt in range(1, attempts + 1):
+            began = time.monotonic()
+            try:
+                self._job(batch)
+            except BatchAbandoned as exc:
+                log.info("%s", exc)
+                return exc
+            except Exception as exc:
+                why = describe(exc)
+                elapsed = time.monotonic() - began
+                self.metrics.spark_job_seconds.observe(elapsed)
+                self.metrics.errors.labels("spark").inc()
+                if batch.abandoned or self._stopping.is_set():
+                    return SinkError(f"batch {batch.id}: abandoned after a failed attempt: {why}")
+                if attempt == attempts:
+                    self.metrics.spark_jobs.labels("failure").inc()
+                    log.error(
+                        "batch %s: Spark job failed %d time(s), giving up: %s",
+                        batch.id,
+                        attempt,
+                        why,
+                    )
+                    for item in batch.items:
+                        item.attempts = attempt
+                    err = SinkError(
+                        f"batch {batch.id}: Spark job failed after {attempt} attempt(s): {why}"
+                    )
+                    err.__cause__ = exc
+                    return err
+                self.metrics.spark_jobs.labels("retry").inc()
+                delay = min(MAX_BACKOFF_SECONDS, self.backoff * 2 ** (attempt - 1))
+                log.warning(
+                    "batch %s: Spark job failed (attempt %d of %d), retrying in %.1fs: %s",
+                    batch.id,
+                    attempt,
+                    attempts,
+                    delay,
+                    why,
+                )
+                if self._stopping.wait(delay):
+                    return SinkError(f"batch {batch.id}: sink closed while retrying: {why}")
+                continue
+            elapsed = time.monotonic() - began
+            self.metrics.spark_jobs.labels("success").inc()
+            self.metrics.spark_job_seconds.observe(elapsed)
+            self.metrics.spark_batch_records.observe(batch.rows)
+            self.metrics.spark_last_success.set(time.time())
+            log.debug("batch %s: %d row(s) written in %.2fs", batch.id, batch.rows, elapsed)
+            return None
+        raise AssertionError("unreachable")
+
+    def _job(self, batch: Batch) -> None:
+        session = self._ensure_session()
+        assert self._writer is not None
+        table = batch_table(batch, self.value_format)
+        if table.num_rows == 0:
+            return  # every record was dropped by processing: nothing to write
+        df = session.createDataFrame(table)
+        if self.transform is not None:
+            df = self.transform(df)
+        self._writer.write(df, batch.id, lambda: not batch.abandoned)
+
+
+def make_spark_sink(spec: PipelineSpec, metrics: Metrics, session: Any | None = None) -> SparkSink:
+    """The engine's entry point for ``sink.spark``; ``session`` lets tests share one JVM."""
+    return SparkSink(spec, metrics, session=session)

@@ -1,0 +1,282 @@
+"""Idempotent batch writers: a batch written again replaces its earlier copy.
+
+After a crash between a successful job and the offset commit, the restarted worker reads the
+same records again and writes them again, possibly cut into batches at other offsets (the time
+bound depends on when the worker restarted). So a write replaces every earlier batch of the
+same partition that starts inside its offset range (BatchId.supersedes), not only one of the
+same name. Those earlier batches were never committed (otherwise the records would not have
+come back), and the records they held that this batch lacks come back in the next batches.
+
+- parquet / json: the batch is written to ``<path>/_offtake_staging/<id>.<uuid>`` (Spark skips
+  folders starting with "_" when reading), superseded ``_offtake_batch=<id>`` folders are
+  deleted, and the staged folder is renamed to ``<path>/_offtake_batch=<id>``. Reading
+  ``<path>`` gives a ``_offtake_batch`` column from the folder name. The rename is atomic on
+  HDFS and local disks; on object stores it is a copy, so prefer delta there.
+- delta: one transaction that overwrites with ``replaceWhere`` on the lineage columns.
+- jdbc: Spark writes the batch to a staging table; then, in one database transaction, rows
+  of superseded batches are deleted and the staged rows inserted.
+
+Table formats (delta, jdbc) get lineage columns, added after the transform so a transform
+cannot lose them: ``_offtake_topic``, ``_offtake_partition``, ``_offtake_start``,
+``_offtake_end`` (the batch's inclusive offset range).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+from offtake.config.spec import SparkSinkSpec
+from offtake.records import TopicPartition
+from offtake.sinks.spark.batching import BatchId
+from offtake.sinks.spark.fileops import ArrowFileOps, FileOps, HadoopFileOps, join
+from offtake.sinks.spark.jdbc import (
+    JdbcError,
+    JvmStatements,
+    PsycopgStatements,
+    Statements,
+    credentials,
+)
+from offtake.sinks.spark.session import is_remote
+
+log = logging.getLogger(__name__)
+
+BATCH_DIR_PREFIX = "_offtake_batch="
+STAGING_DIR = "_offtake_staging"
+
+StillOwned = Callable[[], bool]
+
+
+class BatchAbandoned(Exception):
+    """The batch's partition was revoked before the swap; nothing was replaced."""
+
+
+class Writer(ABC):
+    """Writes one batch's DataFrame so that writing it again leaves one copy."""
+
+    @abstractmethod
+    def write(self, df: Any, batch: BatchId, still_owned: StillOwned) -> None: ...
+
+
+def with_lineage(df: Any, batch: BatchId) -> Any:
+    from pyspark.sql import functions as F
+
+    return (
+        df.withColumn("_offtake_topic", F.lit(batch.topic))
+        .withColumn("_offtake_partition", F.lit(batch.partition).cast("int"))
+        .withColumn("_offtake_start", F.lit(batch.start).cast("long"))
+        .withColumn("_offtake_end", F.lit(batch.end).cast("long"))
+    )
+
+
+class FileWriter(Writer):
+    """parquet or json under ``path``: one folder per batch, swapped in by a rename."""
+
+    def __init__(self, fmt: str, path: str, partition_by: tuple[str, ...], fs: FileOps) -> None:
+        self.fmt, self.path, self.partition_by, self.fs = fmt, path.rstrip("/"), partition_by, fs
+
+    def batch_dir(self, batch: BatchId) -> str:
+        return join(self.path, f"{BATCH_DIR_PREFIX}{batch}")
+
+    def write(self, df: Any, batch: BatchId, still_owned: StillOwned) -> None:
+        staging_root = join(self.path, STAGING_DIR)
+        staged = join(staging_root, f"{batch}.{uuid.uuid4().hex}")
+        writer = df.write.format(self.fmt).mode("error")
+        if self.partition_by:
+            writer = writer.partitionBy(*self.partition_by)
+        writer.save(staged)
+        if not still_owned():
+            self.fs.delete(staged)
+            raise BatchAbandoned(f"batch {batch}: partition revoked before the swap")
+        for name in self.fs.list_names(self.path):
+            old = _batch_of_dir(name)
+            if old is not None and batch.supersedes(old):
+                log.info("batch %s replaces earlier uncommitted batch %s", batch, old)
+                self.fs.delete(join(self.path, name))
+        self.fs.rename(staged, self.batch_dir(batch))
+        # Staged folders of crashed attempts at superseded batches would otherwise pile up.
+        for name in self.fs.list_names(staging_root):
+            old = _batch_of_staging(name)
+            if old is not None and batch.supersedes(old):
+                self.fs.delete(join(staging_root, name))
+
+
+def _batch_of_dir(name: str) -> BatchId | None:
+    if not name.startswith(BATCH_DIR_PREFIX):
+        return None
+    try:
+        return BatchId.parse(name[len(BATCH_DIR_PREFIX) :])
+    except ValueError:
+        return None
+
+
+def _batch_of_staging(name: str) -> BatchId | None:
+    try:
+        return BatchId.parse(name.rsplit(".", 1)[0])
+    except ValueError:
+        return None
+
+
+def superseded_predicate(batch: BatchId, quote: str = "`") -> tuple[str, list[str | int]]:
+    """SQL condition matching rows of the batches ``batch`` supersedes (params as '?')."""
+    q = quote
+    sql = (
+        f"{q}_offtake_topic{q} = ? AND {q}_offtake_partition{q} = ? "
+        f"AND {q}_offtake_start{q} >= ? AND {q}_offtake_start{q} <= ?"
+    )
+    return sql, [batch.topic, batch.partition, batch.start, batch.end]
+
+
+def _inline(sql: str, params: list[str | int]) -> str:
+    """Bind parameters into Spark SQL text (for replaceWhere, which takes no parameters)."""
+    for p in params:
+        literal = (
+            str(p)
+            if isinstance(p, int)
+            else "'" + p.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        )
+        sql = sql.replace("?", literal, 1)
+    return sql
+
+
+class DeltaWriter(Writer):
+    """delta at ``path``: ``replaceWhere`` over the superseded batches, in one commit."""
+
+    def __init__(self, path: str, partition_by: tuple[str, ...], fs: FileOps) -> None:
+        self.path, self.partition_by, self.fs = path.rstrip("/"), partition_by, fs
+
+    def write(self, df: Any, batch: BatchId, still_owned: StillOwned) -> None:
+        if not still_owned():
+            raise BatchAbandoned(f"batch {batch}: partition revoked before the write")
+        df = with_lineage(df, batch)
+        writer = df.write.format("delta").option("mergeSchema", "true")
+        if self.partition_by:
+            writer = writer.partitionBy(*self.partition_by)
+        if self.fs.exists(join(self.path, "_delta_log")):
+            cond, params = superseded_predicate(batch)
+            writer = writer.mode("overwrite").option("replaceWhere", _inline(cond, params))
+        else:
+            # A new table: nothing to replace. If another worker creates it first, Delta's
+            # conflict check fails this write and the retry takes the replaceWhere path.
+            writer = writer.mode("append")
+        writer.save(self.path)
+
+
+class JdbcWriter(Writer):
+    """A database table: staging table, then delete superseded + insert in one transaction."""
+
+    def __init__(self, spec: SparkSinkSpec, statements: Statements) -> None:
+        assert spec.jdbc is not None
+        self.jdbc = spec.jdbc
+        self.table = spec.jdbc.table
+        self.statements = statements
+        self.quote = "`" if spec.jdbc.url.startswith(("jdbc:mysql:", "jdbc:mariadb:")) else '"'
+        self._target_ready = False
+        self._swept: set[TopicPartition] = set()
+
+    def staging_table(self, batch: BatchId) -> str:
+        # Deterministic per batch, so a rewrite reuses (overwrites) a crashed attempt's table,
+        # and prefixed per partition, so leftovers of attempts cut differently can be found;
+        # short, because databases cap identifier length (PostgreSQL: 63).
+        digest = hashlib.sha1(str(batch).encode()).hexdigest()[:10]
+        return f"{self._staging_prefix(batch)}{digest}"
+
+    def _staging_prefix(self, batch: BatchId) -> str:
+        tp = hashlib.sha1(f"{batch.topic}-{batch.partition}".encode()).hexdigest()[:6]
+        return f"{self.table}__offtake_{tp}_"
+
+    def _sweep_leftovers(self, batch: BatchId) -> None:
+        """Drop staging tables of this partition left by earlier attempts.
+
+        A crashed worker leaves its batch's staging table; the restart usually cuts the same
+        batch and overwrites it, but a batch cut at another end offset has another name. Once
+        per partition and writer (leftovers predate this worker's ownership) after a swap:
+        whatever else is staged for the partition is either such a leftover or a zombie
+        owner's batch, which must not land anyway (its swap then fails, and it commits nothing).
+        """
+        if batch.tp in self._swept:
+            return
+        self._swept.add(batch.tp)
+        schema = self.table.rpartition(".")[0]
+        prefix = self._staging_prefix(batch).rpartition(".")[2]
+        try:
+            leftovers = self.statements.tables(schema or None, prefix)
+        except Exception as exc:
+            log.warning("batch %s: could not list staging tables to sweep: %s", batch, exc)
+            return
+        # The batch's own staging table is gone already (or its drop failed: then try again).
+        for table in leftovers:
+            qualified = f"{schema}.{table}" if schema else table
+            try:
+                self.statements.execute(f"DROP TABLE {qualified}")
+                log.info("batch %s: dropped staging table %s of an earlier attempt", batch, table)
+            except Exception as exc:
+                log.warning("batch %s: could not drop staging table %s: %s", batch, table, exc)
+
+    def _props(self) -> dict[str, str]:
+        return credentials(self.jdbc)
+
+    def write(self, df: Any, batch: BatchId, still_owned: StillOwned) -> None:
+        df = _flatten_for_jdbc(with_lineage(df, batch))
+        stage = self.staging_table(batch)
+        props = self._props()
+        df.write.jdbc(self.jdbc.url, stage, mode="overwrite", properties=props)
+        if not self._target_ready:
+            # Creates the table with the batch's schema if it is missing; appends no rows.
+            df.limit(0).write.jdbc(self.jdbc.url, self.table, mode="append", properties=props)
+            self._target_ready = True
+        if not still_owned():
+            self.statements.execute(f"DROP TABLE {stage}")
+            raise BatchAbandoned(f"batch {batch}: partition revoked before the swap")
+        q = self.quote
+        cols = ", ".join(f"{q}{c}{q}" for c in df.columns)
+        cond, params = superseded_predicate(batch, q)
+        try:
+            deleted, _ = self.statements.transaction(
+                [
+                    (f"DELETE FROM {self.table} WHERE {cond}", params),
+                    (f"INSERT INTO {self.table} ({cols}) SELECT {cols} FROM {stage}", []),
+                ]
+            )
+        except Exception as exc:
+            raise JdbcError(f"batch {batch}: swap into {self.table} failed: {exc}") from exc
+        if deleted:
+            log.info("batch %s replaced %d row(s) of earlier uncommitted batches", batch, deleted)
+        try:
+            self.statements.execute(f"DROP TABLE {stage}")
+        except Exception as exc:  # the rows are in; a leftover staging table is only clutter
+            log.warning("batch %s: could not drop staging table %s: %s", batch, stage, exc)
+        self._sweep_leftovers(batch)
+
+
+def _flatten_for_jdbc(df: Any) -> Any:
+    """Nested columns as JSON text: JDBC tables have no struct, array or map type."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    for f in df.schema.fields:
+        if isinstance(f.dataType, StructType | ArrayType | MapType):
+            df = df.withColumn(f.name, F.to_json(F.col(f"`{f.name}`")))
+    return df
+
+
+def make_writer(spec: SparkSinkSpec, session: Any) -> Writer:
+    """The writer for ``spec.format``, using the session's kind to reach files or databases."""
+    remote = is_remote(session)
+    if spec.format in ("parquet", "json", "delta"):
+        if not spec.path:
+            raise ValueError(f"sink.spark.path: required for format {spec.format}")
+        fs: FileOps = ArrowFileOps() if remote else HadoopFileOps(session)
+        if spec.format == "delta":
+            return DeltaWriter(spec.path, spec.partition_by, fs)
+        return FileWriter(spec.format, spec.path, spec.partition_by, fs)
+    if spec.jdbc is None:
+        raise ValueError("sink.spark.jdbc: required for format jdbc")
+    statements: Statements = (
+        PsycopgStatements(spec.jdbc) if remote else JvmStatements(session, spec.jdbc)
+    )
+    return JdbcWriter(spec, statements)
