@@ -218,6 +218,71 @@ class MemoryBed(BrokerBed):
         return self._admin
 
 
+class SelfAssigningConsumer(Consumer):
+    """A confluent-kafka consumer whose rebalance callbacks always (un)assign themselves.
+
+    When a callback leaves that to confluent-kafka, it first asks librdkafka for the
+    rebalance protocol while holding the GIL; inside close() that request can wait forever
+    (librdkafka #4041) and froze a whole test run in a fixture's teardown. Like the worker's
+    KafkaSource, this does the (un)assign itself after the test's callback, unless the
+    callback already did.
+    """
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        strategy = str(config.get("partition.assignment.strategy", ""))
+        self._cooperative = "cooperative" in strategy
+        self._synced = False
+
+    def subscribe(
+        self,
+        topics: list[str],
+        on_assign: Callable[..., None] | None = None,
+        on_revoke: Callable[..., None] | None = None,
+        on_lost: Callable[..., None] | None = None,
+    ) -> None:
+        super().subscribe(
+            topics,
+            on_assign=self._syncing("on_assign", on_assign),
+            on_revoke=self._syncing("on_revoke", on_revoke),
+            # Without on_lost, confluent-kafka reports a lost assignment to on_revoke.
+            on_lost=self._syncing("on_lost", on_lost or on_revoke),
+        )
+
+    def _syncing(self, kind: str, callback: Callable[..., None] | None) -> Callable[..., None]:
+        def run(consumer: Any, partitions: list[Any]) -> None:
+            self._synced = False
+            try:
+                if callback is not None:
+                    callback(consumer, partitions)
+            finally:
+                if not self._synced:
+                    if kind == "on_assign":
+                        (self.incremental_assign if self._cooperative else self.assign)(partitions)
+                    elif self._cooperative:
+                        self.incremental_unassign(partitions)
+                    else:
+                        self.unassign()
+
+        return run
+
+    def assign(self, partitions: list[Any]) -> None:
+        self._synced = True
+        super().assign(partitions)
+
+    def unassign(self) -> None:
+        self._synced = True
+        super().unassign()
+
+    def incremental_assign(self, partitions: list[Any]) -> None:
+        self._synced = True
+        super().incremental_assign(partitions)
+
+    def incremental_unassign(self, partitions: list[Any]) -> None:
+        self._synced = True
+        super().incremental_unassign(partitions)
+
+
 class KafkaClients:
     """confluent-kafka clients of the test bed's broker: a ClientFactory like ConfluentClients."""
 
@@ -253,7 +318,7 @@ class KafkaBed(BrokerBed):
         futures[topic].result(timeout=SETTLE_TIMEOUT)
 
     def _make_consumer(self, config: dict[str, Any]) -> Any:
-        return self.clients.consumer(config)
+        return SelfAssigningConsumer({"bootstrap.servers": self.kafka.bootstrap, **config})
 
     def _make_producer(self, config: dict[str, Any]) -> Any:
         return self.clients.producer(config)

@@ -184,6 +184,10 @@ class KafkaSource:
                 consumer.incremental_assign(explicit)
             else:
                 consumer.assign(explicit)  # eager: this is the whole new assignment
+        elif self.cooperative:
+            consumer.incremental_assign([])  # see _give_back: every callback (un)assigns itself
+        else:
+            consumer.assign([])
         self._listener.assigned({tp: starts.get(tp, StartPosition(None, False)) for tp in tps})
 
     @staticmethod
@@ -224,10 +228,27 @@ class KafkaSource:
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         assert self._listener is not None
         self._listener.revoking({TopicPartition(p.topic, p.partition) for p in partitions})
+        self._give_back(consumer, partitions)
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
         assert self._listener is not None
         self._listener.lost({TopicPartition(p.topic, p.partition) for p in partitions})
+        self._give_back(consumer, partitions)
+
+    def _give_back(self, consumer: Any, partitions: list[Any]) -> None:
+        """Unassign from the callback itself, after the listener has drained and committed.
+
+        When a callback does not (un)assign, confluent-kafka does it afterwards and first asks
+        librdkafka for the rebalance protocol, holding the GIL. Inside close() that request
+        can wait forever (librdkafka #4041: the group handler has already terminated), which
+        froze a closing consumer's whole process; seen as a worker that never exited on
+        SIGTERM during a rebalance, and as a hung test run. We know the protocol, so we never
+        take that path.
+        """
+        if self.cooperative:
+            consumer.incremental_unassign(partitions)
+        else:
+            consumer.unassign()
 
     def _on_commit(self, err: Any, partitions: list[Any]) -> None:
         if self._listener is None:
