@@ -79,8 +79,9 @@ from confluent_kafka import (
 BENCH = Path(__file__).resolve().parent
 PARTITIONS = 4
 VALUE_BYTES = 80
-CONTENDERS = ("c", "loop", "quix", "arroyo", "offtake")
-ANCHORS = ("loop", "quix", "arroyo")
+CONTENDERS = ("c", "loop", "quix", "arroyo", "offtake", "offtake-eos")
+# "offtake": exactly-once (offtake-eos) read against at-least-once in the same run.
+ANCHORS = ("loop", "quix", "arroyo", "offtake")
 # Pinned, so that a figure names what it measured; the versions of the issue's first table.
 VENV_PACKAGES = {"quix": "quixstreams==3.28.1", "arroyo": "sentry-arroyo==2.48.0"}
 LATENCY_RATE = 10_000
@@ -294,10 +295,11 @@ def command(
     if name == "c":
         assert contenders.forwarder is not None
         return [str(contenders.forwarder), job.bootstrap, job.input, job.output, job.group], env
-    if name == "offtake":
+    if name in ("offtake", "offtake-eos"):
         manifest = work / f"{job.group}.yaml"
         # JSON is YAML: no YAML library needed to write the manifest.
-        manifest.write_text(json.dumps(offtake_manifest(job), indent=2))
+        doc = offtake_manifest(job, exactly_once=name == "offtake-eos")
+        manifest.write_text(json.dumps(doc, indent=2))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), str(BENCH)) if p)
         argv = [sys.executable, "-m", "offtake.cli", "worker", "--pipeline", str(manifest)]
         return [*argv, "--metrics-port", "0", "--log-level", "WARNING"], env
@@ -310,7 +312,7 @@ def command(
     return [*argv, "--parallelism", str(job.workload.parallelism)], env
 
 
-def offtake_manifest(job: Job) -> dict[str, Any]:
+def offtake_manifest(job: Job, exactly_once: bool = False) -> dict[str, Any]:
     kind = job.workload.kind
     spec: dict[str, Any] = {
         "kafka": {"bootstrapServers": job.bootstrap},
@@ -321,6 +323,8 @@ def offtake_manifest(job: Job) -> dict[str, Any]:
         },
         "sink": {"kafka": {"topic": job.output}},
     }
+    if exactly_once:
+        spec["sink"]["kafka"]["delivery"] = "exactly-once"
     if kind != "bytes":
         function = "offtake_enrich" if kind == "json" else "offtake_burn"
         spec["processor"] = {"function": f"bench_workloads:{function}"}
@@ -522,7 +526,7 @@ def throughput_run(
     result: dict[str, Any] = {"status": status, "wall_seconds": round(wall, 2)}
     if status.startswith("exited"):
         text = process.log_path.read_text(errors="replace")
-        if name == "offtake" and code == 2 and "parallelism" in text:
+        if name.startswith("offtake") and code == 2 and "parallelism" in text:
             # The worker validates its manifest; an engine without processor.parallelism says so.
             result["status"] = "not supported"
             result["reason"] = process.tail(2)
@@ -788,11 +792,11 @@ def measure(
                 runs["rounds"].append(got)
                 if got["status"] == "not supported":
                     runs.update(status="not supported", reason=got.get("reason"))
-                log(f"round {r + 1} {w.name:<7} {name:<8} {_describe(got)}")
+                log(f"round {r + 1} {w.name:<7} {name:<11} {_describe(got)}")
     if latency_seconds > 0:
         for name in names:
             latency[name] = latency_run(broker, watcher, contenders, name, latency_seconds, work)
-            log(f"latency {name:<8} {_describe_latency(latency[name])}")
+            log(f"latency {name:<11} {_describe_latency(latency[name])}")
 
 
 def summarize(throughput: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -837,19 +841,19 @@ def render(report: dict[str, Any]) -> str:
         f"load average {report['load_average_1m']['start']} -> "
         f"{report['load_average_1m']['end']} on {report['cpus']} CPUs (shared: read ratios)",
         "",
-        f"{'workload':<8} {'contender':<9} {'records/s':>10} {'x loop':>7} {'x quix':>7} "
-        f"{'x arroyo':>8} {'dups':>6}  note",
+        f"{'workload':<8} {'contender':<11} {'records/s':>10} {'x loop':>7} {'x quix':>7} "
+        f"{'x arroyo':>8} {'x offtake':>9} {'dups':>6}  note",
     ]
     for workload, row in report["summary"].items():
         n = report["records"][workload]
         for name, e in row.items():
             rate = e["records_per_second"]
             cells = [
-                f"{workload:<8} {name:<9}",
+                f"{workload:<8} {name:<11}",
                 f"{rate:>10,}" if rate else f"{'-':>10}",
                 *(
                     f"{e[f'x_{a}']:>{w}.2f}" if e[f"x_{a}"] else f"{'-':>{w}}"
-                    for a, w in (("loop", 7), ("quix", 7), ("arroyo", 8))
+                    for a, w in (("loop", 7), ("quix", 7), ("arroyo", 8), ("offtake", 9))
                 ),
                 f"{e['duplicates']:>6}" if e["duplicates"] is not None else f"{'-':>6}",
             ]
@@ -862,11 +866,11 @@ def render(report: dict[str, Any]) -> str:
         lines += [
             "",
             f"latency at {LATENCY_RATE:,} records/s offered (pass-through), ms:",
-            f"{'contender':<9} {'p50':>8} {'p99':>8} {'max':>8} {'out/s':>8}  status",
+            f"{'contender':<11} {'p50':>8} {'p99':>8} {'max':>8} {'out/s':>8}  status",
         ]
         for name, e in report["latency"].items():
             lines.append(
-                f"{name:<9} {e.get('p50_ms', '-'):>8} {e.get('p99_ms', '-'):>8} "
+                f"{name:<11} {e.get('p50_ms', '-'):>8} {e.get('p99_ms', '-'):>8} "
                 f"{e.get('max_ms', '-'):>8} {e.get('output_per_second', '-'):>8}  {e['status']}"
             )
     if report["unavailable"]:

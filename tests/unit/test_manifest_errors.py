@@ -76,6 +76,11 @@ CASES = [
     ("spec.sink", {}, "spec.sink: expected exactly one of kafka, spark, log; got none"),
     ("spec.sink", {"kafka": {}}, "spec.sink.kafka.topic: is required"),
     (
+        "spec.sink",
+        {"kafka": {"topic": "a", "delivery": "exactly-twice"}},
+        "spec.sink.kafka.delivery: expected one of at-least-once, exactly-once, got 'exactly-tw"
+    ),
+    (
         "spec.processor",
         {"function": "mypkg.enrich"},
         "spec.processor.function: expected module:callable",
@@ -186,3 +191,17 @@ def test_unimportable_function_is_a_clear_error(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr
     assert "spec.processor.function: cannot import module 'no_such_module'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_exactly_once_without_transactions_is_a_clear_error() -> None:
+    """The in-memory broker (the test kit's) has no transactions: say so, name the field."""
+    from offtake.engine.assembly import build_worker
+    from offtake.kafka.memory import MemoryBroker
+
+    spec = parse_pipeline(
+        with_change("spec.sink", {"kafka": {"topic": "out", "delivery": "exactly-once"}})
+    )
+    assert spec.sink.kafka is not None and spec.sink.kafka.exactly_once
+    with pytest.raises(ConfigError) as info:
+        build_worker(spec, clients=MemoryBroker().clients())
+    assert str(info.value).startswith("spec.sink.kafka.delivery: exactly-once needs Kafka")

@@ -168,9 +168,7 @@ def _worker(args: argparse.Namespace) -> int:
     max_poll_ms = float(spec.kafka.config.get("max.poll.interval.ms", 300_000))
     health = Health(max_poll_interval_s=max_poll_ms / 1000)
     try:
-        worker = build_worker(
-            spec, metrics=metrics, health=health, instance_id=args.instance_id
-        )
+        worker = build_worker(spec, metrics=metrics, health=health, instance_id=args.instance_id)
     except (FunctionLoadError, ConfigError, ValueError) as exc:
         print(f"offtake: {exc}", file=sys.stderr)
         return EXIT_CONFIG

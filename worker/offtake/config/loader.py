@@ -206,6 +206,9 @@ def _processor(f: Fields | None) -> ProcessorSpec:
     return ProcessorSpec(function=function, container=container)
 
 
+DELIVERY_MODES = ("at-least-once", "exactly-once")
+
+
 def _sink(f: Fields | None) -> SinkSpec:
     assert f is not None
     kinds = [k for k in ("kafka", "spark", "log") if k in f.raw]
@@ -216,7 +219,11 @@ def _sink(f: Fields | None) -> SinkSpec:
     if kinds == ["kafka"]:
         k = f.sub("kafka") or Fields({}, f.at("kafka"))
         sink = SinkSpec(
-            kafka=KafkaSinkSpec(topic=k.text("topic", required=True), config=k.str_map("config"))
+            kafka=KafkaSinkSpec(
+                topic=k.text("topic", required=True),
+                config=k.str_map("config"),
+                delivery=k.choice("delivery", DELIVERY_MODES, "at-least-once"),
+            )
         )
         k.done()
     elif kinds == ["spark"]:

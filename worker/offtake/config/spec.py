@@ -59,6 +59,12 @@ class ProcessorSpec:
 class KafkaSinkSpec:
     topic: str
     config: dict[str, str] = field(default_factory=dict)
+    # "exactly-once": produced records and consumed offsets commit in one Kafka transaction.
+    delivery: str = "at-least-once"
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.delivery == "exactly-once"
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,10 @@ kit, tests) may pass their own clients, sink or processor instead.
 
 from __future__ import annotations
 
+import os
+import socket
+
+from offtake.config import ConfigError
 from offtake.config.spec import PipelineSpec
 from offtake.engine.completions import Completions
 from offtake.engine.dead_letters import DeadLetterQueue
@@ -14,13 +18,19 @@ from offtake.engine.errors import ErrorPolicy
 from offtake.engine.processing_stage import ProcessingStage
 from offtake.engine.worker import Worker, WorkerParts
 from offtake.health import Health
-from offtake.kafka.config import consumer_config, probe_consumer_config, producer_config
+from offtake.kafka.config import (
+    consumer_config,
+    probe_consumer_config,
+    producer_config,
+    transactional_producer_config,
+)
 from offtake.kafka.protocols import ClientFactory, ConsumerLike
 from offtake.kafka.source import KafkaSource
 from offtake.metrics import Metrics
 from offtake.processing.base import Processor
 from offtake.processing.function import FunctionProcessor, PassThrough, load_function
 from offtake.sinks.base import Sink
+from offtake.sinks.kafka_transactional import TransactionalKafkaSink
 from offtake.sinks.log import LogSink
 
 
@@ -39,11 +49,18 @@ def build_worker(
     metrics = metrics or Metrics(spec.name)
     health = health or Health(max_poll_interval_s=300.0)
     processor = processor or make_processor(spec)
-    sink = sink or make_sink(spec, clients, metrics)
+    sink = sink or make_sink(spec, clients, metrics, instance_id)
     completions = Completions()
     dlq: DeadLetterQueue | None = None
     if spec.errors.policy == "dlq" and spec.errors.dlq is not None:
-        dlq = DeadLetterQueue(clients.producer(producer_config(spec)), spec.errors.dlq.topic)
+        # Exactly-once: dead letters are part of the sink's transaction, so they share its
+        # producer (a record is dead-lettered once, with its offset, or not at all).
+        producer = (
+            sink.producer
+            if isinstance(sink, TransactionalKafkaSink)
+            else clients.producer(producer_config(spec))
+        )
+        dlq = DeadLetterQueue(producer, spec.errors.dlq.topic)
     policy = ErrorPolicy(spec.errors, completions, dlq, metrics)
     stage = ProcessingStage(
         processor,
@@ -69,6 +86,16 @@ def build_worker(
     return Worker(parts)
 
 
+def instance(instance_id: str | None) -> str:
+    """This worker's name among the pipeline's workers: for its transactional.id.
+
+    The static-membership id or the pod's name survive a restart of the same pod, so a
+    restarted worker fences its predecessor's open transaction at once; elsewhere (a local
+    run) host and process id keep concurrent workers apart.
+    """
+    return instance_id or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+
+
 def default_clients() -> ClientFactory:
     from offtake.kafka.real import ConfluentClients
 
@@ -85,8 +112,20 @@ def make_processor(spec: PipelineSpec) -> Processor:
     return PassThrough()
 
 
-def make_sink(spec: PipelineSpec, clients: ClientFactory, metrics: Metrics) -> Sink:
+def make_sink(
+    spec: PipelineSpec, clients: ClientFactory, metrics: Metrics, instance_id: str | None = None
+) -> Sink:
     sink = spec.sink
+    if sink.kafka is not None and sink.kafka.exactly_once:
+        config = transactional_producer_config(spec, sink.kafka.config, instance(instance_id))
+        producer = clients.producer(config)
+        if not hasattr(producer, "init_transactions"):
+            raise ConfigError(
+                "spec.sink.kafka.delivery",
+                "exactly-once needs Kafka transactions, which these clients do not offer "
+                "(the in-memory broker has none); use at-least-once here",
+            )
+        return TransactionalKafkaSink(producer, sink.kafka.topic, clients.topic_partition)
     if sink.kafka is not None:
         from offtake.sinks.kafka import KafkaSink
 

@@ -22,6 +22,10 @@ MIN_COMMIT_SPACING = 0.05  # ...but never more often than this, however small th
 
 
 class Committer:
+    """Commits the consumer's offsets (at-least-once)."""
+
+    transactional = False  # see offtake.engine.transactions for the exactly-once committer
+
     def __init__(
         self,
         source: KafkaSource,

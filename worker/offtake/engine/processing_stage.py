@@ -14,7 +14,8 @@ Threading model (the rule every other module relies on):
   therefore fire on this thread, and per-item state in a sink needs no lock.
 - The poll loop talks to this thread only through this class's methods, which post to queues
   or set flags under ``_cond``: :meth:`submit`, :meth:`set_current`, :meth:`request_flush`,
-  :meth:`abandon`, :meth:`close`. This thread reports back only through :class:`Completions`.
+  :meth:`abandon`, :meth:`call`, :meth:`close`. This thread reports back only through
+  :class:`Completions` (and the result of a :meth:`call`).
 - Which partition assignments are current is published by the poll loop as an immutable
   mapping (:meth:`set_current`); this thread never reads the offset tracker.
 - After :meth:`close` returned with the thread stopped, ownership of the sink passes back to
@@ -29,9 +30,11 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TypeVar
 
 from offtake.engine.completions import Completions
 from offtake.engine.errors import ErrorPolicy
@@ -43,6 +46,8 @@ from offtake.records import Record, TopicPartition
 from offtake.sinks.base import Sink, SinkItem
 
 log = logging.getLogger("offtake.processing")
+
+T = TypeVar("T")
 
 UNAVAILABLE_BACKOFF_CAP = 5.0
 # Records per processor call: small enough that results (and so commits) flow steadily
@@ -92,6 +97,7 @@ class ProcessingStage:
         self._flush: frozenset[TopicPartition] | None = None  # None: no flush requested
         self._flush_all = False
         self._abandon: deque[frozenset[TopicPartition]] = deque()
+        self._calls: deque[tuple[Callable[[], object], Future[object]]] = deque()
         self._final_drain_until: float | None = None
         self._out = 0  # items submitted to the sink and not completed (this thread only)
         self._thread = threading.Thread(target=self._run, name="offtake-processing", daemon=True)
@@ -125,6 +131,18 @@ class ProcessingStage:
         with self._cond:
             self._abandon.append(frozenset(partitions))
             self._cond.notify()
+
+    def call(self, fn: Callable[[], T], timeout: float) -> T:
+        """Run ``fn`` on this thread before its next task; return its result (or raise).
+
+        For work on what this thread owns that the loop must wait for: committing the exactly-
+        once sink's transaction. Raises TimeoutError if the thread did not get to it in time.
+        """
+        future: Future[object] = Future()
+        with self._cond:
+            self._calls.append((fn, future))
+            self._cond.notify()
+        return future.result(timeout)  # type: ignore[return-value]
 
     def queued(self) -> int:
         """Records handed over and not yet started on."""
@@ -167,6 +185,8 @@ class ProcessingStage:
                         break  # serve the sink and the DLQ: their reports settle records
                 abandon = list(self._abandon)
                 self._abandon.clear()
+                calls = list(self._calls)
+                self._calls.clear()
                 if self._closed and (not self._queue or self.abort.is_set()):
                     until = self._final_drain_until or time.monotonic()
                     stop = True
@@ -183,6 +203,8 @@ class ProcessingStage:
                 self._progress.notify_all()
             for partitions in abandon:
                 self.sink.abandon(partitions)
+            for fn, future in calls:
+                _run_call(fn, future)
             if stop:
                 self._final_drain(until)
                 return
@@ -209,6 +231,7 @@ class ProcessingStage:
             self._queue
             or self._closed
             or self._abandon
+            or self._calls
             or self._due()
             or self._flush is not None
             or self._flush_all
@@ -342,6 +365,15 @@ class ProcessingStage:
             self.completions.put(item.tp, item.record.offset, item.epoch, "delivered")
         else:
             self.policy.give_up(item.record, item.epoch, error, item.attempts, "sink")
+
+
+def _run_call(fn: Callable[[], object], future: Future[object]) -> None:
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        future.set_result(fn())
+    except BaseException as exc:  # handed to the caller, who decides what it means
+        future.set_exception(exc)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from offtake.engine.completions import Completions
 from offtake.engine.lag import LagGauges
 from offtake.engine.offsets import OffsetTracker
 from offtake.engine.processing_stage import ProcessingStage, Work
+from offtake.engine.transactions import TransactionCommitter
 from offtake.health import Health
 from offtake.kafka.protocols import MessageLike
 from offtake.kafka.source import KafkaSource, SourceFatal, StartPosition
@@ -34,6 +35,7 @@ from offtake.metrics import Metrics
 from offtake.processing.base import Processor
 from offtake.records import TopicPartition, footprint
 from offtake.sinks.base import Sink
+from offtake.sinks.kafka_transactional import TransactionalKafkaSink
 
 log = logging.getLogger("offtake.worker")
 
@@ -76,13 +78,18 @@ class Worker:
         self.backpressure = Backpressure(self.spec.limits)
         self.pauser = PartitionPauser(self.source, self.metrics)
         self.lag = LagGauges(self.source, self.tracker, self.metrics)
-        self.committer = Committer(
+        commit_args = (
             self.source,
             self.tracker,
             self.metrics,
             self.spec.commit.interval_seconds,
             self.spec.limits.max_in_flight_messages,
         )
+        # Exactly-once: offsets commit inside the sink's transaction (engine/transactions.py).
+        self._transactions: TransactionCommitter | None = None
+        if isinstance(self.sink, TransactionalKafkaSink):
+            self._transactions = TransactionCommitter(*commit_args, self.stage, self.sink)
+        self.committer: Committer = self._transactions or Committer(*commit_args)
         self._stop = threading.Event()
         self._stop_reason = ""
         self._exit_code = EXIT_OK
@@ -142,7 +149,10 @@ class Worker:
         self._pause(paused)
         self._dispatch(self._fetch(paused))
         self._apply_settled()
-        self.committer.maybe_commit()
+        if self._transactions is None:
+            self.committer.maybe_commit()
+        elif self._transactions.due(time.monotonic()):
+            self._commit_transaction()
         self.lag.refresh()
         state = "backpressure" if paused else ("busy" if self.tracker.inflight_messages else "idle")
         self.metrics.set_state(state)
@@ -243,11 +253,15 @@ class Worker:
         self.metrics.rebalances.labels("revoke").inc()
         self._revoking = frozenset(partitions)
         try:
-            budget = self.spec.shutdown.drain_timeout_seconds
-            drained = self._drain(partitions, time.monotonic() + budget)
+            if self._transactions is not None:
+                drained = self._commit_transaction()  # one transaction holds every partition
+            else:
+                budget = self.spec.shutdown.drain_timeout_seconds
+                drained = self._drain(partitions, time.monotonic() + budget)
             if not drained:
                 self.stage.abandon(partitions)
-            self.committer.commit(asynchronous=False, only=partitions)
+            if self._transactions is None:
+                self.committer.commit(asynchronous=False, only=partitions)
             log.info(
                 "revoked %d partition(s)%s",
                 len(partitions),
@@ -266,6 +280,11 @@ class Worker:
         )
         self.stage.abandon(partitions)
         self._release(partitions)
+        if self._transactions is not None:
+            # The open transaction holds records of these partitions and can no longer commit
+            # their offsets; the records of the partitions we keep go down with it.
+            self._transactions.abort(f"{len(partitions)} partition(s) lost")
+            self._transaction_failed()
 
     def committed(self, offsets: dict[TopicPartition, int] | None, error: str | None) -> None:
         self.committer.on_commit(offsets, error)
@@ -278,6 +297,31 @@ class Worker:
             self.lag.forget(tp)
         self.pauser.forget(partitions)
         self._publish_assignment()
+
+    # -- exactly-once ----------------------------------------------------------------------
+    def _commit_transaction(self) -> bool:
+        """Drain everything handed over, then commit the sink's transaction with the offsets.
+
+        While this runs the loop fetches nothing, so the transaction holds exactly the records
+        up to the committed positions (engine/transactions.py). False if it failed; the
+        worker is then stopping.
+        """
+        assert self._transactions is not None
+        deadline = time.monotonic() + self.spec.shutdown.drain_timeout_seconds
+        if not self._drain(None, deadline):
+            self._transactions.abort("records were still unfinished when the drain budget ran out")
+        elif self._transactions.commit(asynchronous=False):
+            return True
+        self._transaction_failed()
+        return False
+
+    def _transaction_failed(self) -> None:
+        assert self._transactions is not None
+        self.fail(
+            EXIT_FATAL,
+            f"exactly-once: transaction aborted ({self._transactions.broken}); stopping so "
+            "that a restart resumes from the last committed transaction",
+        )
 
     # -- draining and shutdown -----------------------------------------------------------
     def _drain(self, partitions: set[TopicPartition] | None, deadline: float) -> bool:
@@ -312,10 +356,17 @@ class Worker:
                     "drain budget spent with %d record(s) unfinished: they will be redelivered",
                     self.tracker.pending_in(None),
                 )
+            if self._transactions is not None:
+                # The transaction ends while the processing thread, its producer's owner, runs.
+                if not drained:
+                    self._transactions.abort("drain budget spent at shutdown")
+                elif not self._transactions.commit(asynchronous=False):
+                    self._transaction_failed()
             self.stage.abort.set()
             self.stage.close(max(0.0, deadline - time.monotonic()), join_timeout=1.0)
             self._apply_settled()
-            self.committer.commit(asynchronous=False)
+            if self._transactions is None:
+                self.committer.commit(asynchronous=False)
         except Exception:
             log.exception("error during shutdown; closing the consumer")
             if self._exit_code == EXIT_OK:

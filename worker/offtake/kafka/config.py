@@ -102,6 +102,16 @@ def consumer_config(spec: PipelineSpec, instance_id: str | None = None) -> dict[
                 conf[key],
             )
         conf[key] = value
+    if spec.sink.kafka is not None and spec.sink.kafka.exactly_once:
+        # Read only committed input: an upstream transaction that aborts must not reach the
+        # output of ours (librdkafka's default too, but a kafka.config override must not win).
+        if conf.get("isolation.level", "read_committed") != "read_committed":
+            log.warning(
+                "spec.kafka.config.isolation.level=%s is ignored: "
+                "sink.kafka.delivery exactly-once reads committed records only",
+                conf["isolation.level"],
+            )
+        conf["isolation.level"] = "read_committed"
     # librdkafka prefetches up to 64 MiB by default, on top of the in-flight work: size it from
     # the spec's byte bound, so that a pod's memory follows from its limits.
     conf.setdefault("queued.max.messages.kbytes", str(prefetch_kbytes(spec)))
@@ -117,6 +127,27 @@ def producer_config(spec: PipelineSpec, overrides: dict[str, str] | None = None)
     # Idempotence with acks=all: a delivery report means the record is durably in the log,
     # once, even when the producer retried; that is what "done" has to mean for commits.
     conf.update({"enable.idempotence": "true", "acks": "all"})
+    return conf
+
+
+TRANSACTION_TIMEOUT_MS = "60000"
+
+
+def transactional_producer_config(
+    spec: PipelineSpec, overrides: dict[str, str] | None, instance: str
+) -> dict[str, Any]:
+    """The exactly-once sink's producer: idempotent, with a transactional.id per instance.
+
+    KIP-447: the consumer's group metadata, sent with each transaction's offsets, fences a
+    zombie after a rebalance, so the id need not follow partitions. It only has to be unique
+    per live worker and, ideally, stable across a restart of the same worker, whose
+    init_transactions() then aborts what a crashed predecessor left open at once instead of
+    after transaction.timeout.ms (during which read_committed readers of those partitions
+    wait).
+    """
+    conf = producer_config(spec, overrides)
+    conf.setdefault("transactional.id", f"offtake-{spec.name}-{instance}")
+    conf.setdefault("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
     return conf
 
 

@@ -105,6 +105,11 @@ class KafkaSource:
         finally:
             self._probe.close()
 
+    def group_metadata(self) -> Any:
+        """The consumer's group metadata, for a transaction's offsets (KIP-447 fencing)."""
+        consumer: Any = self._c
+        return consumer.consumer_group_metadata()
+
     @property
     def _c(self) -> ConsumerLike:
         assert self._consumer is not None, "KafkaSource.open() was not called"

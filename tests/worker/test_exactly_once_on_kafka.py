@@ -1,0 +1,210 @@
+"""sink.kafka.delivery exactly-once on the real broker: kills, rebalances and dead letters.
+
+A read_committed reader of the output must see every input record exactly once, however the
+workers were stopped. Each test reports what it measured (support.reports), including how
+many records aborted transactions left in the log (what a read_uncommitted reader would see).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from support.reports import lost_and_duplicated, report
+from support.workers import (
+    WorkerProcess,
+    committed_records,
+    ids_of,
+    manifest,
+    produce,
+    wait_caught_up,
+    write_manifest,
+)
+
+from offtake_testbed.kafka import KafkaBroker
+
+pytestmark = pytest.mark.kafka
+
+# A killed worker's open transaction is aborted by the broker after this long (its successor
+# has another transactional.id here: another process id). Short, so that read_committed
+# readers are not held up for librdkafka's default minute.
+SINK = {"transaction.timeout.ms": "10000"}
+
+
+def eos_manifest(name: str, bootstrap: str, src: str, out: str, **spec: Any) -> dict[str, Any]:
+    sink = {"kafka": {"topic": out, "delivery": "exactly-once", "config": dict(SINK)}}
+    return manifest(name, bootstrap, [src], sink=sink, **spec)
+
+
+def read_isolated(bootstrap: str, topic: str, isolation: str, timeout: float = 90.0) -> list[Any]:
+    """What a reader with this isolation level sees of ``topic``, to each partition's end."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"eos-reader-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+        }
+    )
+    try:
+        parts = list(c.list_topics(topic, timeout=10).topics[topic].partitions)
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+        c.assign([TopicPartition(topic, p, 0) for p in parts])
+        todo, out = set(parts), []
+        deadline = time.monotonic() + timeout
+        while todo:
+            assert time.monotonic() < deadline, f"{topic}: partitions {sorted(todo)} never ended"
+            for m in c.consume(1000, 0.5):
+                err = m.error()
+                if err is None:
+                    out.append(m)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    # read_committed ends early at the first open transaction (a killed
+                    # worker's, until the broker aborts it): the end is the high watermark.
+                    (pos,) = c.position([TopicPartition(topic, m.partition())])
+                    if pos.offset >= ends[m.partition()]:
+                        todo.discard(m.partition())
+        return out
+    finally:
+        c.close()
+
+
+def test_sigkills_mid_stream_lose_and_duplicate_nothing(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    src, out = topic_factory(4), topic_factory(4)
+    doc = eos_manifest(
+        "eos-kill",
+        kafka_broker.bootstrap,
+        src,
+        out,
+        processor={"function": "support.processors:slow"},
+        commit={"intervalSeconds": 0.5},
+    )
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    group = doc["spec"]["source"]["groupId"]
+    total = produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(20_000)))
+    # One pod whose container is restarted: same name, so the same transactional.id, and
+    # each start fences and aborts what the killed one left open.
+    env = {"OFFTAKE_TEST_SLOW_SECONDS": "0.0005", "POD_NAME": "eos-kill-0"}
+    kills = 3
+    rng = random.Random(7)
+    for k in range(kills):
+        worker = WorkerProcess(path, tmp_path / f"w{k}.log", env=env).start()
+        floor = (k + 1) * total // (kills + 2)
+        worker.wait_until(
+            lambda f=floor: committed_records(kafka_broker.bootstrap, group, src, 4) > f,
+            f"more than {floor} records committed",
+            timeout=120,
+            every=0.2,
+        )
+        time.sleep(rng.uniform(0.1, 0.6))  # between commits: a transaction is open
+        worker.kill()
+    last = WorkerProcess(path, tmp_path / "last.log", env=env).start()
+    wait_caught_up(kafka_broker.bootstrap, group, src, 4, timeout=180)
+    assert last.terminate() == 0, last.output()[-2000:]
+    counts = ids_of(read_isolated(kafka_broker.bootstrap, out, "read_committed"))
+    in_log = len(read_isolated(kafka_broker.bootstrap, out, "read_uncommitted"))
+    lost, duplicated = lost_and_duplicated(total, counts)
+    report(
+        "exactly-once-sigkill",
+        produced=total,
+        kills=kills,
+        delivered=sum(counts.values()),
+        lost=lost,
+        duplicated=duplicated,
+        aborted_in_log=in_log - sum(counts.values()),
+    )
+    assert (lost, duplicated) == (0, 0)
+
+
+def test_rolling_replacement_under_flow_loses_and_duplicates_nothing(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    src, out = topic_factory(6), topic_factory(6)
+    doc = eos_manifest("eos-roll", kafka_broker.bootstrap, src, out)
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    total = 12_000
+
+    def flow() -> None:
+        for chunk in range(12):
+            produce(
+                kafka_broker.bootstrap,
+                src,
+                ({"id": i} for i in range(chunk * 1000, (chunk + 1) * 1000)),
+            )
+            time.sleep(0.4)
+
+    producer = threading.Thread(target=flow)
+    producer.start()
+    workers = [WorkerProcess(path, tmp_path / f"w{i}.log").start() for i in range(2)]
+    time.sleep(3)
+    workers.append(WorkerProcess(path, tmp_path / "w2.log").start())  # new pod up...
+    time.sleep(1)
+    assert workers[0].terminate() == 0, workers[0].output()[-2000:]  # ...old pod SIGTERMed
+    producer.join()
+    wait_caught_up(kafka_broker.bootstrap, doc["spec"]["source"]["groupId"], src, 6, timeout=120)
+    codes = [w.terminate() for w in workers[1:]]
+    assert codes == [0, 0], [w.output()[-2000:] for w in workers]
+    counts = ids_of(read_isolated(kafka_broker.bootstrap, out, "read_committed"))
+    lost, duplicated = lost_and_duplicated(total, counts)
+    report("exactly-once-rolling", produced=total, lost=lost, duplicated=duplicated)
+    assert (lost, duplicated) == (0, 0)
+
+
+def test_dead_letters_are_part_of_the_transaction(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    src, out, dlq = topic_factory(2), topic_factory(2), topic_factory(1)
+    doc = eos_manifest(
+        "eos-dlq",
+        kafka_broker.bootstrap,
+        src,
+        out,
+        processor={"function": "support.processors:poison"},
+        errors={
+            "policy": "dlq",
+            "maxRetries": 1,
+            "retryBackoffSeconds": 0.05,
+            "dlq": {"topic": dlq},
+        },
+    )
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    records = ({"id": i, "poison": i % 100 == 0} for i in range(2_000))
+    total = produce(kafka_broker.bootstrap, src, records)
+    worker = WorkerProcess(path, tmp_path / "w.log").start()
+    wait_caught_up(kafka_broker.bootstrap, doc["spec"]["source"]["groupId"], src, 2)
+    assert worker.terminate() == 0, worker.output()[-2000:]
+    delivered = ids_of(read_isolated(kafka_broker.bootstrap, out, "read_committed"))
+    dead = ids_of(read_isolated(kafka_broker.bootstrap, dlq, "read_committed"))
+    assert sorted(dead) == list(range(0, total, 100)) and set(dead.values()) == {1}
+    assert len(delivered) == total - len(dead) and set(delivered.values()) == {1}
+    assert not set(delivered) & set(dead)
+
+
+def test_sigterm_commits_the_open_transaction(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    """A graceful stop ends the transaction: nothing is left for the successor to redo."""
+    src, out = topic_factory(1), topic_factory(1)
+    doc = eos_manifest("eos-term", kafka_broker.bootstrap, src, out, commit={"intervalSeconds": 60})
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    group = doc["spec"]["source"]["groupId"]
+    total = produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(500)))
+    worker = WorkerProcess(path, tmp_path / "w.log").start()
+    worker.wait_until(lambda: "assigned" in worker.output(), "an assignment", timeout=60)
+    time.sleep(2)  # consumed and produced, but the interval (60 s) has not ended a transaction
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output()[-2000:]
+    assert committed_records(kafka_broker.bootstrap, group, src, 1) == total
+    assert sorted(ids_of(read_isolated(kafka_broker.bootstrap, out, "read_committed"))) == list(
+        range(total)
+    )

@@ -1,0 +1,96 @@
+"""The exactly-once Kafka sink: records and consumed offsets commit in one transaction.
+
+A :class:`KafkaSink` whose producer is transactional. The engine decides when a transaction
+ends (:mod:`offtake.engine.transactions`): once every record it handed over is settled, it
+asks this sink, on the processing thread that owns the producer, to commit the transaction
+with the consumed offsets and the consumer's group metadata (KIP-447: a worker fenced by a
+newer generation cannot commit). The dead-letter queue produces through the same producer, so
+dead letters are part of the same transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from offtake.kafka.protocols import ProducerLike
+from offtake.records import TopicPartition
+from offtake.sinks.base import OnComplete
+from offtake.sinks.kafka import KafkaSink
+
+log = logging.getLogger("offtake.sinks.kafka")
+
+INIT_TIMEOUT = 30.0  # init_transactions: find the coordinator, fence and abort a predecessor
+
+
+class TransactionFailed(Exception):
+    """A transaction could not be committed and was aborted (or could not even be aborted)."""
+
+
+class TransactionalKafkaSink(KafkaSink):
+    name = "kafka-exactly-once"
+
+    def __init__(
+        self,
+        producer: ProducerLike,
+        topic: str,
+        make_partition: Any,
+        commit_timeout: float = 60.0,
+    ) -> None:
+        super().__init__(producer, topic)
+        self._make_partition = make_partition  # (topic, partition, offset) -> client's type
+        self.commit_timeout = commit_timeout
+        self._open = False
+
+    def start(self, on_complete: OnComplete) -> None:
+        """Register the transactional.id (fencing an older producer with it) and begin."""
+        super().start(on_complete)
+        p: Any = self.producer
+        p.init_transactions(INIT_TIMEOUT)
+        p.begin_transaction()
+        self._open = True
+
+    def commit_transaction(self, offsets: dict[TopicPartition, int], group_metadata: Any) -> None:
+        """Commit what was produced since the last commit together with ``offsets``.
+
+        Called on the processing thread with nothing outstanding. On failure the transaction
+        is aborted and :class:`TransactionFailed` raised: the engine then restarts from the
+        last committed transaction rather than guess which outputs survived.
+        """
+        p: Any = self.producer
+        parts = [self._make_partition(tp.topic, tp.partition, o) for tp, o in offsets.items()]
+        try:
+            if parts:
+                p.send_offsets_to_transaction(parts, group_metadata, self.commit_timeout)
+            p.commit_transaction(self.commit_timeout)
+        except Exception as exc:  # KafkaException: fenced, timed out, coordinator moved...
+            self.abort_transaction()
+            raise TransactionFailed(f"committing the transaction failed: {_describe(exc)}") from exc
+        p.begin_transaction()
+
+    def abort_transaction(self, begin_next: bool = True) -> None:
+        """Abort the open transaction; its records never reach read_committed readers."""
+        if not self._open:
+            return
+        self._open = False
+        p: Any = self.producer
+        try:
+            p.abort_transaction(self.commit_timeout)
+        except Exception as exc:  # fatal (fenced): the broker aborts it when it times out
+            log.warning("aborting the transaction failed: %s", _describe(exc))
+            return
+        if begin_next:
+            p.begin_transaction()
+            self._open = True
+
+    def close(self) -> None:
+        # What was not committed must not be committed later by accident; aborting it now
+        # also spares read_committed readers the wait for transaction.timeout.ms.
+        self.abort_transaction(begin_next=False)
+        super().close()
+
+
+def _describe(exc: BaseException) -> str:
+    err = exc.args[0] if exc.args else None
+    text = getattr(err, "str", None)
+    return text() if callable(text) else str(exc)
