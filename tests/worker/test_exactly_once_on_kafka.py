@@ -208,3 +208,21 @@ def test_sigterm_commits_the_open_transaction(
     assert sorted(ids_of(read_isolated(kafka_broker.bootstrap, out, "read_committed"))) == list(
         range(total)
     )
+
+
+def test_a_broker_refusing_transactions_is_a_clear_error_and_commits_nothing(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    src, out = topic_factory(1), topic_factory(1)
+    doc = eos_manifest("eos-refused", kafka_broker.bootstrap, src, out)
+    # Above the broker's transaction.max.timeout.ms (15 min): InitProducerId is refused.
+    doc["spec"]["sink"]["kafka"]["config"]["transaction.timeout.ms"] = "3600000"
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(10)))
+    worker = WorkerProcess(path, tmp_path / "w.log").start()
+    code = worker.wait(60)
+    text = worker.output()
+    assert code == 3, text[-2000:]
+    assert "spec.sink.kafka.delivery: exactly-once needs Kafka transactions" in text
+    assert "Traceback" not in text
+    assert committed_records(kafka_broker.bootstrap, doc["spec"]["source"]["groupId"], src, 1) == 0

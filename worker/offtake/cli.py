@@ -163,6 +163,7 @@ def _worker(args: argparse.Namespace) -> int:
     from offtake.health import Health, MetricsServer
     from offtake.metrics import Metrics
     from offtake.processing.function import FunctionLoadError
+    from offtake.sinks.base import SinkError
 
     metrics = Metrics(spec.name)
     max_poll_ms = float(spec.kafka.config.get("max.poll.interval.ms", 300_000))
@@ -211,6 +212,10 @@ def _worker(args: argparse.Namespace) -> int:
         return EXIT_FATAL
     try:
         return worker.run()
+    except SinkError as exc:  # the sink refused to start; its message says why, no traceback
+        log.error("%s", exc)
+        print(f"offtake: {exc}", file=sys.stderr)
+        return EXIT_FATAL
     except Exception as exc:
         log.exception("worker failed")
         print(f"offtake: worker failed: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -15,7 +15,7 @@ from typing import Any
 
 from offtake.kafka.protocols import ProducerLike
 from offtake.records import TopicPartition
-from offtake.sinks.base import OnComplete
+from offtake.sinks.base import OnComplete, SinkError
 from offtake.sinks.kafka import KafkaSink
 
 log = logging.getLogger("offtake.sinks.kafka")
@@ -46,7 +46,15 @@ class TransactionalKafkaSink(KafkaSink):
         """Register the transactional.id (fencing an older producer with it) and begin."""
         super().start(on_complete)
         p: Any = self.producer
-        p.init_transactions(INIT_TIMEOUT)
+        try:
+            p.init_transactions(INIT_TIMEOUT)
+        except Exception as exc:  # KafkaException: refused, timed out, not authorised
+            raise SinkError(
+                "spec.sink.kafka.delivery: exactly-once needs Kafka transactions, and "
+                f"initialising them failed: {_describe(exc)} (the broker must allow "
+                "transactions for this transactional.id; transaction.timeout.ms must not exceed "
+                "the broker's transaction.max.timeout.ms)"
+            ) from exc
         p.begin_transaction()
         self._open = True
 
