@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Mapping
@@ -49,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         "--instance-id",
         default=_instance_id_from_env(),
         help="static group membership (group.instance.id); default $OFFTAKE_GROUP_INSTANCE_ID, "
-        "or the pod name ($POD_NAME) when $OFFTAKE_STATIC_MEMBERSHIP is true",
+        "or the pod name ($POD_NAME) when spec.kafka.staticMembership or "
+        "$OFFTAKE_STATIC_MEMBERSHIP is true",
     )
     v = sub.add_parser("validate", help="check a ConsumerPipeline manifest and print the result")
     v.add_argument("pipeline")
@@ -168,8 +170,11 @@ def _worker(args: argparse.Namespace) -> int:
     metrics = Metrics(spec.name)
     max_poll_ms = float(spec.kafka.config.get("max.poll.interval.ms", 300_000))
     health = Health(max_poll_interval_s=max_poll_ms / 1000)
+    instance_id = args.instance_id
+    if instance_id is None and spec.kafka.static_membership:
+        instance_id = os.environ.get("POD_NAME") or socket.gethostname()
     try:
-        worker = build_worker(spec, metrics=metrics, health=health, instance_id=args.instance_id)
+        worker = build_worker(spec, metrics=metrics, health=health, instance_id=instance_id)
     except (FunctionLoadError, ConfigError, ValueError) as exc:
         print(f"offtake: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -195,7 +200,7 @@ def _worker(args: argparse.Namespace) -> int:
     worker_stopping = [False]
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    if not _reach_kafka(spec, args.instance_id, worker.stopping, log):
+    if not _reach_kafka(spec, instance_id, worker.stopping, log):
         server.stop()
         return 0 if worker.stopping.is_set() else EXIT_FATAL
     wait_ready = getattr(worker.processor, "wait_ready", None)

@@ -155,9 +155,21 @@ def _kafka(f: Fields | None) -> KafkaSpec:
         connect_timeout_seconds=f.number(
             "connectTimeoutSeconds", 60.0, minimum=1.0, maximum=3600.0
         ),
+        group_protocol=(
+            f.choice("groupProtocol", GROUP_PROTOCOLS) if f.has("groupProtocol") else None
+        ),
+        static_membership=f.flag("staticMembership", False),
     )
+    if out.group_protocol is not None and "partition.assignment.strategy" in config:
+        raise ConfigError(
+            f.at("groupProtocol"),
+            "set either groupProtocol or kafka.config's partition.assignment.strategy, not both",
+        )
     f.done()
     return out
+
+
+GROUP_PROTOCOLS = ("cooperative-sticky", "range", "roundrobin", "consumer")
 
 
 def _secret_ref(f: Fields | None) -> SecretRef | None:
