@@ -10,7 +10,8 @@ folder on loopback ports.
 
 On request (``scram_users=``, ``tls=True``) a broker also listens with authentication and
 encryption, beside its plain listener: SASL_PLAINTEXT with SCRAM-SHA-512 users, SSL with
-certificates the test bed makes for each start, and SSL that requires a client certificate.
+certificates the test bed makes for each start, SSL that requires a client certificate, and
+(with both) SASL_SSL with SCRAM-SHA-512.
 """
 
 from __future__ import annotations
@@ -91,12 +92,14 @@ _MetadataCheck = Callable[[ClusterMetadata], bool]
 SCRAM_LISTENER = "SCRAM"  # SASL_PLAINTEXT, mechanism SCRAM-SHA-512
 TLS_LISTENER = "TLS"  # SSL, server certificate only
 MTLS_LISTENER = "MTLS"  # SSL, and the client must present a certificate the CA signed
+SCRAM_TLS_LISTENER = "SCRAM_TLS"  # SASL_SSL with SCRAM-SHA-512: Strimzi's usual scram listener
 _PROTOCOLS = {
     "PLAINTEXT": "PLAINTEXT",
     "CONTROLLER": "PLAINTEXT",
     SCRAM_LISTENER: "SASL_PLAINTEXT",
     TLS_LISTENER: "SSL",
     MTLS_LISTENER: "SSL",
+    SCRAM_TLS_LISTENER: "SASL_SSL",
 }
 # SCRAM users are written into the storage format command as name=...,password=...: keep them
 # to characters that need no quoting there (and that no shell or log mangles).
@@ -387,8 +390,10 @@ class KafkaBroker(Service):
         return self._process is not None and self._process.poll() is None
 
     def listener_bootstrap(self, listener: str) -> str:
-        """``127.0.0.1:PORT`` of a secured listener: SCRAM_LISTENER, TLS_LISTENER, MTLS_LISTENER."""
-        self.port  # noqa: B018 -- raises when not running
+        """``127.0.0.1:PORT`` of a secured listener: SCRAM_LISTENER, TLS_LISTENER,
+        MTLS_LISTENER, or SCRAM_TLS_LISTENER (with both ``scram_users`` and ``tls``)."""
+        if self._process is None:
+            raise KafkaTestbedError("the Kafka broker is not running; call start() first")
         if listener not in self._secured_ports:
             raise KafkaTestbedError(
                 f"this broker has no {listener} listener (start it with scram_users= or tls=True)"
@@ -493,6 +498,8 @@ class KafkaBroker(Service):
         names = ([SCRAM_LISTENER] if self.scram_users else []) + (
             [TLS_LISTENER, MTLS_LISTENER] if self.tls else []
         )
+        if self.scram_users and self.tls:
+            names.append(SCRAM_TLS_LISTENER)
         taken = {self._port, self._controller_port}
         for name in names:
             port = _free_port()
@@ -547,8 +554,10 @@ class KafkaBroker(Service):
 
     def _secured_properties(self) -> dict[str, str]:
         props: dict[str, str] = {}
-        if SCRAM_LISTENER in self._secured_ports:
-            scram = f"listener.name.{SCRAM_LISTENER.lower()}"
+        for name in (SCRAM_LISTENER, SCRAM_TLS_LISTENER):
+            if name not in self._secured_ports:
+                continue
+            scram = f"listener.name.{name.lower()}"
             props[f"{scram}.sasl.enabled.mechanisms"] = "SCRAM-SHA-512"
             # The broker side of SCRAM needs no credentials of its own: the users live in the
             # cluster metadata (written at format time, see _format_storage).
@@ -556,7 +565,9 @@ class KafkaBroker(Service):
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;"
             )
         if self._ca is not None and self._server_pair is not None:
-            for name in (TLS_LISTENER, MTLS_LISTENER):
+            for name in (TLS_LISTENER, MTLS_LISTENER, SCRAM_TLS_LISTENER):
+                if name not in self._secured_ports:
+                    continue
                 prefix = f"listener.name.{name.lower()}"
                 # PEM text in the properties themselves: Kafka reads a PEM keystore *file*
                 # only with an encrypted key, and inline PEM needs no keytool or PKCS#12 step.

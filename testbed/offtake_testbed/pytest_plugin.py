@@ -56,9 +56,9 @@ def kafka_broker() -> Iterator[KafkaBroker]:
 @pytest.fixture(scope="session")
 def secured_kafka_broker() -> Iterator[KafkaBroker]:
     """A second broker whose clients authenticate: SCRAM-SHA-512 user ``SCRAM_USER`` on
-    ``listener_bootstrap(SCRAM_LISTENER)``, TLS on ``TLS_LISTENER`` and TLS with client
-    certificates on ``MTLS_LISTENER`` (CA: ``ca_pem``); its plain listener (``bootstrap``) is
-    for the tests' own producers and checks.
+    ``listener_bootstrap(SCRAM_LISTENER)`` and, over TLS, ``SCRAM_TLS_LISTENER``; TLS on
+    ``TLS_LISTENER`` and TLS with client certificates on ``MTLS_LISTENER`` (CA: ``ca_pem``).
+    Its plain listener (``bootstrap``) is for the tests' own producers and checks.
 
     A broker of its own rather than more listeners on ``kafka_broker``: the default broker
     starts exactly as before, with nothing to generate or configure, and the cost of this one

@@ -25,6 +25,7 @@ from offtake_testbed.kafka import (
     KAFKA_VERSION,
     MTLS_LISTENER,
     SCRAM_LISTENER,
+    SCRAM_TLS_LISTENER,
     TLS_LISTENER,
     KafkaBroker,
     KafkaTestbedError,
@@ -234,6 +235,13 @@ def test_each_secured_listener_serves_a_client_with_the_right_credentials(
             "sasl.mechanism": "SCRAM-SHA-512",
             "sasl.username": SCRAM_USER,
             "sasl.password": broker.scram_users[SCRAM_USER],
+        },
+        SCRAM_TLS_LISTENER: {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": SCRAM_USER,
+            "sasl.password": broker.scram_users[SCRAM_USER],
+            "ssl.ca.pem": broker.ca_pem,
         },
         TLS_LISTENER: {"security.protocol": "SSL", "ssl.ca.pem": broker.ca_pem},
         MTLS_LISTENER: {

@@ -38,7 +38,13 @@ from support.workers import (
 from offtake_operator.kafka_secret import KafkaSecret, map_secret, with_cluster_ca
 from offtake_operator.render import pipeline_document
 from offtake_testbed._pki import CertificateAuthority
-from offtake_testbed.kafka import MTLS_LISTENER, SCRAM_LISTENER, TLS_LISTENER, KafkaBroker
+from offtake_testbed.kafka import (
+    MTLS_LISTENER,
+    SCRAM_LISTENER,
+    SCRAM_TLS_LISTENER,
+    TLS_LISTENER,
+    KafkaBroker,
+)
 from offtake_testbed.pytest_plugin import SCRAM_USER
 
 RECORDS = 300
@@ -143,7 +149,7 @@ def deploy(
         kafka["caSecretRef"] = {"name": "my-cluster-cluster-ca-cert"}
     assert mapped is not None
     doc = manifest(
-        f"secured-{secured.listener.lower()}",
+        f"secured-{secured.listener.lower().replace('_', '-')}",
         broker.listener_bootstrap(secured.listener),
         [source],
         sink={"kafka": {"topic": output}},
@@ -172,6 +178,14 @@ def scram(password: str) -> Secured:
 def ways_in(broker: KafkaBroker) -> dict[str, Secured]:
     return {
         "scram-sha-512": scram(broker.scram_users[SCRAM_USER]),
+        # Strimzi's usual combination: a SCRAM KafkaUser on a TLS listener, the brokers'
+        # certificates checked against the cluster CA Secret.
+        "scram-sha-512-over-tls": Secured(
+            SCRAM_TLS_LISTENER,
+            strimzi_scram_user(broker.scram_users[SCRAM_USER]),
+            cluster_ca=True,
+            config={"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"},
+        ),
         "tls": Secured(TLS_LISTENER, None, cluster_ca=True, config={"security.protocol": "SSL"}),
         "tls-client-certificate": Secured(
             MTLS_LISTENER,
@@ -197,7 +211,9 @@ def topics(secured_kafka_broker: KafkaBroker) -> Iterator[Callable[[], str]]:
         secured_kafka_broker.delete_topic(name, missing_ok=True)
 
 
-@pytest.mark.parametrize("way", ["scram-sha-512", "tls", "tls-client-certificate"])
+@pytest.mark.parametrize(
+    "way", ["scram-sha-512", "scram-sha-512-over-tls", "tls", "tls-client-certificate"]
+)
 def test_a_pipeline_consumes_through_each_secured_listener(
     way: str, secured_kafka_broker: KafkaBroker, topics: Callable[[], str], tmp_path: Path
 ) -> None:
