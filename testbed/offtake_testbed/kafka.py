@@ -7,6 +7,7 @@ folder on loopback ports.
 
     python -m offtake_testbed.kafka install        # resolve the jars, print the folder
     python -m offtake_testbed.kafka run --port N   # foreground broker until Ctrl-C
+    python -m offtake_testbed.kafka run --scram-user alice:alice-pw --tls   # secured too
 
 On request (``scram_users=``, ``tls=True``) a broker also listens with authentication and
 encryption, beside its plain listener: SASL_PLAINTEXT with SCRAM-SHA-512 users, SSL with
@@ -35,7 +36,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, ClassVar
+from typing import IO, TYPE_CHECKING, ClassVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -53,14 +54,17 @@ from confluent_kafka.admin._metadata import ClusterMetadata
 from confluent_kafka.cimpl import NewTopic
 
 from ._cache import Progress, cache_dir, folder_size, megabytes
-from ._pki import CertificateAuthority, KeyPair
+
+if TYPE_CHECKING:
+    # Imported when a broker with TLS starts: a plain broker (and `install`) needs no
+    # cryptography package and pays nothing for it.
+    from ._pki import CertificateAuthority, KeyPair
 from ._service import Service
 
 __all__ = [
     "KAFKA_VERSION",
     "KafkaBroker",
     "KafkaTestbedError",
-    "KeyPair",
     "install_kafka",
     "main",
     "read_topic",
@@ -508,6 +512,8 @@ class KafkaBroker(Service):
             taken.add(port)
             self._secured_ports[name] = port
         if self.tls:
+            from ._pki import CertificateAuthority
+
             # New for every start: nothing is cached, and a CA never outlives its broker.
             self._ca = CertificateAuthority()
             self._server_pair = self._ca.server("offtake-testbed-kafka")
@@ -888,7 +894,29 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     commands.add_parser("install", parents=[common], help="fetch the jars, print their folder")
     run = commands.add_parser("run", parents=[common], help="run a broker until Ctrl-C")
     run.add_argument("--port", type=int, default=None, help="client port (default: a free one)")
+    run.add_argument(
+        "--scram-user",
+        action="append",
+        default=[],
+        metavar="NAME:PASSWORD",
+        help="add a SCRAM-SHA-512 user and a SASL_PLAINTEXT listener (repeatable)",
+    )
+    run.add_argument(
+        "--tls",
+        action="store_true",
+        help="add TLS listeners (and SASL_SSL with --scram-user); prints the CA file",
+    )
     return parser.parse_args(argv)
+
+
+def _scram_users(specs: list[str]) -> dict[str, str]:
+    users = {}
+    for spec in specs:
+        name, sep, password = spec.partition(":")
+        if not (sep and name and password):
+            raise KafkaTestbedError(f"--scram-user {spec!r}: expected NAME:PASSWORD")
+        users[name] = password
+    return users
 
 
 def _run_foreground(broker: KafkaBroker) -> int:
@@ -899,6 +927,12 @@ def _run_foreground(broker: KafkaBroker) -> int:
         print(f"Kafka {broker.version} ready in {time.monotonic() - began:.1f}s", flush=True)
         print(f"bootstrap: {broker.bootstrap}", flush=True)
         print(f"log: {broker.log_path}", flush=True)
+        for name, port in broker._secured_ports.items():
+            print(f"{name} ({_PROTOCOLS[name]}): 127.0.0.1:{port}", flush=True)
+        if broker.tls:
+            ca = broker.workdir / "ca.crt"
+            ca.write_text(broker.ca_pem)
+            print(f"CA certificate (ssl.ca.location): {ca}", flush=True)
         try:
             while broker.is_running():
                 time.sleep(0.5)
@@ -916,7 +950,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "install":
             print(install_kafka(args.kafka_version, progress=sys.stderr))
             return 0
-        return _run_foreground(KafkaBroker(args.port, version=args.kafka_version))
+        broker = KafkaBroker(
+            args.port,
+            version=args.kafka_version,
+            scram_users=_scram_users(args.scram_user),
+            tls=args.tls,
+        )
+        return _run_foreground(broker)
     except KafkaTestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -287,3 +287,14 @@ def test_secured_listeners_refuse_wrong_credentials(secured_kafka_broker: KafkaB
         }
     )
     assert any("certificate" in e.str() for e in errors), errors
+
+
+def test_cli_run_refuses_a_scram_user_without_a_password(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from offtake_testbed.kafka import main
+
+    assert main(["run", "--scram-user", "alice"]) == 1
+    assert "--scram-user 'alice': expected NAME:PASSWORD" in capsys.readouterr().err
+    with pytest.raises(KafkaTestbedError, match="only A-Z a-z 0-9"):
+        KafkaBroker(scram_users={"alice": "pass word"})
