@@ -372,3 +372,44 @@ def test_min_replicas_zero_scales_to_zero_with_keda_and_to_one_with_an_hpa() -> 
     assert render.render_hpa(body, extras.autoscaling, 6)["spec"]["minReplicas"] == 1
     with pytest.raises(ConfigError, match="minReplicas"):
         parse_operator_spec({"autoscaling": {"minReplicas": -1}})
+
+
+def test_strimzi_secrets_with_their_binary_keystores_are_read_as_they_are() -> None:
+    """Strimzi's user.p12 and ca.p12 are PKCS#12 bytes, not text: they are left out like
+    the other keys librdkafka has no use for, instead of refusing the whole Secret."""
+    import asyncio
+    import base64
+
+    from offtake_operator.kafka_secret import read_kafka_secret
+
+    p12 = bytes(range(256))  # not UTF-8
+    secrets = {
+        "orders-user": {
+            "password": b"s3cret-pw",
+            "sasl.jaas.config": STRIMZI_SCRAM["sasl.jaas.config"].encode(),
+        },
+        "my-cluster-cluster-ca-cert": {"ca.crt": b"CA", "ca.p12": p12, "ca.password": b"x"},
+        "broken": {"sasl.password": p12},
+    }
+
+    class Secrets:
+        async def get(self, _res: Any, _ns: str, name: str) -> dict[str, Any]:
+            data = {k: base64.b64encode(v).decode() for k, v in secrets[name].items()}
+            return {"data": data}
+
+    body = pipeline_body()
+    body["spec"]["kafka"]["secretRef"] = {"name": "orders-user"}
+    body["spec"]["kafka"]["caSecretRef"] = {"name": "my-cluster-cluster-ca-cert"}
+    spec = parse_pipeline(worker_manifest(body))
+    secret = asyncio.run(read_kafka_secret(Secrets(), "shop", spec))  # type: ignore[arg-type]
+    assert secret is not None
+    assert secret.properties == {
+        "sasl.password": "s3cret-pw",
+        "sasl.username": "orders-user",
+        "ssl.ca.pem": "CA",
+    }
+    # A key that would be used must still be text.
+    body["spec"]["kafka"]["secretRef"] = {"name": "broken"}
+    spec = parse_pipeline(worker_manifest(body))
+    with pytest.raises(KafkaSecretError, match=r"key 'sasl\.password' is not UTF-8 text"):
+        asyncio.run(read_kafka_secret(Secrets(), "shop", spec))  # type: ignore[arg-type]

@@ -236,7 +236,8 @@ def _reach_kafka(
 
     Without this bound a worker whose brokers are unreachable retries forever and looks alive;
     exiting lets the pod restart with back-off and shows the cause in one line. Readiness stays
-    false meanwhile: the worker has no partitions yet.
+    false meanwhile: the worker has no partitions yet. A broker that refuses the credentials or
+    the TLS handshake ends the wait at once: waiting longer would only repeat the refusal.
     """
     from offtake.kafka.config import consumer_config
     from offtake.kafka.real import reach_brokers
@@ -246,13 +247,31 @@ def _reach_kafka(
     failure = reach_brokers(consumer_config(spec, instance_id), timeout, stopping)
     if failure is None:
         return not stopping.is_set()
-    log.error(
-        "no Kafka broker reachable at %s (spec.kafka.bootstrapServers) within %.0f s "
-        "(spec.kafka.connectTimeoutSeconds); last error: %s; exit code 3",
-        servers,
-        timeout,
-        failure,
-    )
+    if failure.kind == "authentication":
+        # Only the fields are named, never a value: the error is librdkafka's, which carries
+        # the mechanism and the broker, not the password.
+        log.error(
+            "Kafka at %s refused the worker's credentials: authentication failed (check "
+            "sasl.username, sasl.password and sasl.mechanism from spec.kafka.secretRef and "
+            "spec.kafka.config); %s; exit code 3",
+            servers,
+            failure.message,
+        )
+    elif failure.kind == "tls":
+        log.error(
+            "TLS with Kafka at %s failed (check ssl.ca.pem from spec.kafka.caSecretRef or "
+            "spec.kafka.secretRef, and security.protocol); %s; exit code 3",
+            servers,
+            failure.message,
+        )
+    else:
+        log.error(
+            "no Kafka broker reachable at %s (spec.kafka.bootstrapServers) within %.0f s "
+            "(spec.kafka.connectTimeoutSeconds); last error: %s; exit code 3",
+            servers,
+            timeout,
+            failure.message,
+        )
     return False
 
 
