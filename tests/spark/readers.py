@@ -119,3 +119,21 @@ def read_everywhere(path: Path, spark: Any) -> list[Read]:
 def summary(reads: list[Read]) -> dict[str, int]:
     """Rows per reader, for a test's REPORT line."""
     return {r.reader: r.rows for r in reads}
+
+
+def json_rows_everywhere(path: Path, spark: Any) -> dict[str, int]:
+    """Rows of a json table (JSON lines files) per reader, default options, path as given."""
+    import duckdb
+    import polars as pl
+    import pyarrow.dataset as ds
+
+    with duckdb.connect() as con:
+        rows = con.sql(f"SELECT count(*) FROM read_json('{path}/**/*.json')").fetchall()
+    return {
+        "duckdb read_json('<path>/**/*.json')": int(rows[0][0]),
+        "polars.scan_ndjson('<path>/*.json')": int(
+            pl.scan_ndjson(f"{path}/*.json").select(pl.len()).collect().item()
+        ),
+        'pyarrow.dataset(format="json")': ds.dataset(path, format="json").count_rows(),
+        "spark.read.json": int(spark.read.json(str(path)).count()),
+    }

@@ -16,7 +16,7 @@ from offtake.sinks.spark import SparkSink
 from offtake.sinks.spark.fileops import HadoopFileOps
 from offtake.sinks.spark.writers import FileWriter, batch_of_file, staging_root
 
-from .readers import META, read_everywhere
+from .readers import META, json_rows_everywhere, read_everywhere
 from .support import Collector, item, items, metric, pipeline, run_sink
 
 pytestmark = pytest.mark.spark
@@ -62,6 +62,8 @@ def test_batches_written_then_rewritten_leave_each_record_once(
     assert names and all(batch_of_file(n) for n in names), names
     assert all(n.endswith(f".{fmt}") for n in names), names
     assert os.listdir(staging_root(str(path))) == []  # no staged leftovers
+    if fmt == "json":  # JSON lines files, which the usual readers take as they are
+        assert set(json_rows_everywhere(path, spark).values()) == {1400}
 
 
 def test_a_rewind_into_a_written_batch_loses_nothing(spark: Any, tmp_path: Path) -> None:
