@@ -49,7 +49,7 @@ def split_parent(path: str) -> tuple[str, str] | None:
     """``(parent, name)`` of a table path, or None when the path has no parent the sink may
     write beside it: a bucket or filesystem root, or a local mount point (a folder on
     another filesystem, where a rename would be a copy)."""
-    base = path.rstrip("/")
+    base = path.rstrip("/") or path  # "/" stays itself, never "" (the working directory)
     scheme, sep, after = base.partition("://")
     if sep:
         authority, _, key = after.partition("/")
