@@ -736,11 +736,16 @@ class KafkaBroker(Service):
 # --------------------------------------------------------------------------------------------
 
 
-def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Message]:
+def read_topic(
+    bootstrap: str, topic: str, timeout: float = 60.0, isolation: str = "read_committed"
+) -> list[Message]:
     """Every record of ``topic`` up to its log end as of this call, in no consumer group.
 
     Plain assignment from the beginning: no group join to wait for, and nothing committed,
-    so reading a topic never changes what a pipeline under test sees.
+    so reading a topic never changes what a pipeline under test sees. ``isolation`` is the
+    reader's isolation.level: read_committed (librdkafka's default) skips aborted transactions'
+    records and waits at an open transaction until it ends (a killed transactional producer's
+    is aborted by the broker after its transaction.timeout.ms).
     """
     consumer = Consumer(
         {
@@ -748,6 +753,7 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Messag
             "group.id": f"offtake-testbed-reader-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            "isolation.level": isolation,
             "logger": _log,
         }
     )
@@ -764,12 +770,18 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Messag
         while todo and time.monotonic() < deadline:
             for m in consumer.consume(1000, 0.5):
                 err = m.error()
+                p = m.partition() or 0
                 if err is None:
                     out.append(m)
-                    if (m.offset() or 0) + 1 >= ends[m.partition() or 0]:
-                        todo.discard(m.partition() or 0)
+                    if (m.offset() or 0) + 1 >= ends[p]:
+                        todo.discard(p)
                 elif err.code() == KafkaError._PARTITION_EOF:
-                    todo.discard(m.partition() or 0)
+                    # The end is the high watermark. A transactional log ends in a commit marker
+                    # that no record's offset reaches, and read_committed stops early at an open
+                    # transaction: only the position tells.
+                    (pos,) = consumer.position([TopicPartition(topic, p)])
+                    if pos.offset >= ends[p]:
+                        todo.discard(p)
     finally:
         consumer.close()
     if todo:
