@@ -30,6 +30,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 # Fields the operator reads and the worker accepts without interpreting (see loader.py).
 OPERATOR_ONLY = {
     ("spec", "rewind"),
+    ("spec", "redrive"),
     ("spec", "autoscaling"),
     ("spec", "template"),
     ("spec", "resources"),
@@ -159,6 +160,13 @@ CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     "!has(self.policy) || self.policy != 'dlq' || has(self.dlq)": lambda s: (
         not _has(s, "policy") or s["policy"] != "dlq" or _has(s, "dlq")
     ),
+    "!has(self.redrive) || has(self.redrive.from) || (has(self.errors) && has(self.errors.dlq))": (
+        lambda s: (
+            not _has(s, "redrive")
+            or _has(s["redrive"], "from")
+            or (_has(s, "errors") and _has(s["errors"], "dlq"))
+        )
+    ),
     "self.to != 'timestamp' || has(self.timestamp)": lambda s: (
         s["to"] != "timestamp" or _has(s, "timestamp")
     ),
@@ -201,6 +209,7 @@ SAMPLE_STRINGS = {
     "function": "pkg.mod:handle",
     "transform": "pkg.jobs:clean",
     "timestamp": "2024-05-01T12:00:00Z",
+    "until": "2024-05-01T12:00:00Z",
     "path": "/v1/process",
     "connectUrl": "sc://spark:15002",
 }
@@ -298,6 +307,9 @@ def fix_cross_field_rules(m: dict[str, Any]) -> None:
     rewind = spec.get("rewind")
     if rewind is not None and rewind.get("to") == "timestamp":
         rewind.setdefault("timestamp", "2024-05-01T12:00:00Z")
+    redrive = spec.get("redrive")
+    if redrive is not None and "dlq" not in spec.get("errors", {}):
+        redrive.setdefault("from", "dlq")
     auto = spec.get("autoscaling")
     if auto is not None and auto.get("minReplicas", 1) > auto.get("maxReplicas", 10):
         auto["maxReplicas"] = auto["minReplicas"]
@@ -566,6 +578,8 @@ def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
         spec["sink"] = {"spark": {"format": "json", "path": "/x", "submit": {"mode": "connect"}}}
     elif "dlq" in rule:
         spec["errors"] = {"policy": "dlq"}
+    elif "redrive" in rule:
+        spec["redrive"] = {"id": "r1", "until": "2024-05-01T12:00:00Z"}
     elif "timestamp" in rule:
         spec["rewind"] = {"to": "timestamp", "id": "r1"}
         loader_rejects = False

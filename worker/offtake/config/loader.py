@@ -13,6 +13,7 @@ from typing import Any, cast
 import yaml
 
 from offtake.config._fields import ConfigError, Fields
+from offtake.config.redrive import dlq_topic_of, parse_redrive
 from offtake.config.spec import (
     CommitSpec,
     ContainerSpec,
@@ -109,12 +110,17 @@ def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
     )
     spec._seen.update(_OPERATOR_ONLY_FIELDS)
     spec.done()
+    # Not the worker's to act on, but checked here so that a bad request is named by
+    # `offtake validate` and by the operator's pass through this loader alike.
+    raw_spec = doc["spec"]
+    parse_redrive(raw_spec.get("redrive"), dlq_topic_of(raw_spec))
     return pipeline
 
 
 # Fields the operator acts on and the worker has no use for: accepted, not interpreted here.
 _OPERATOR_ONLY_FIELDS = {
     "rewind",
+    "redrive",
     "autoscaling",
     "template",
     "resources",
