@@ -31,3 +31,12 @@ def slow(record: Record) -> Any:
     """Takes a while per record, so that work is in flight when a test stops the worker."""
     time.sleep(float(os.environ.get("OFFTAKE_TEST_SLOW_SECONDS", "0.002")))
     return record.value
+
+
+def poison_until_fixed(record: Record) -> Any:
+    """Fails on poison records until the file $OFFTAKE_TEST_FIXED_FILE exists: a bug, then its
+    fix (what a dead-letter redrive is for)."""
+    fixed = os.environ.get("OFFTAKE_TEST_FIXED_FILE")
+    if fixed and os.path.exists(fixed):
+        return {**record.value, "fixed": True}
+    return poison(record)
