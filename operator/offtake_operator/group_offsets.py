@@ -94,12 +94,18 @@ def reset_offsets(
 
 
 def redrive_progress(
-    pipeline: PipelineSpec, secret: Mapping[str, str], group: str, topic: str, timeout: float
+    pipeline: PipelineSpec,
+    secret: Mapping[str, str],
+    group: str,
+    topic: str,
+    request_id: str,
+    timeout: float,
 ) -> RedriveResult | None:
     """What a redrive's group committed on the dead-letter topic: the totals its commits carry
     (None if the topic does not exist). Blocking."""
     try:
-        return read_progress(admin_config(pipeline, secret, timeout), group, topic, timeout)
+        config = admin_config(pipeline, secret, timeout)
+        return read_progress(config, group, topic, request_id, timeout)
     except KafkaException as exc:
         raise KafkaAccessError(
             f"redrive group {group!r}: {exc.args[0] if exc.args else exc}"

@@ -24,7 +24,12 @@ class KafkaGateway(Protocol):
     ) -> dict[TP, int]: ...
 
     async def redrive_progress(
-        self, pipeline: PipelineSpec, secret: Mapping[str, str], group: str, topic: str
+        self,
+        pipeline: PipelineSpec,
+        secret: Mapping[str, str],
+        group: str,
+        topic: str,
+        request_id: str,
     ) -> RedriveResult | None:
         """A redrive group's totals on ``topic``; None if the topic does not exist."""
         ...
@@ -50,8 +55,13 @@ class AdminKafkaGateway:
         )
 
     async def redrive_progress(
-        self, pipeline: PipelineSpec, secret: Mapping[str, str], group: str, topic: str
+        self,
+        pipeline: PipelineSpec,
+        secret: Mapping[str, str],
+        group: str,
+        topic: str,
+        request_id: str,
     ) -> RedriveResult | None:
         return await asyncio.to_thread(
-            group_offsets.redrive_progress, pipeline, secret, group, topic, self.timeout
+            group_offsets.redrive_progress, pipeline, secret, group, topic, request_id, self.timeout
         )

@@ -76,7 +76,7 @@ async def advance(
     """One step of a pending redrive."""
     name, namespace = render.meta(body)
     old = old_status.get("redrive") or {}
-    group = redrive_group(pipeline.source.group_id, request.id)
+    group = redrive_group(pipeline.source.group_id)
     job_name = names.redrive_job_name(name)
     described = f"redrive {request.id} of {request.source} until {request.until_text}"
     base: dict[str, Any] = {
@@ -96,7 +96,9 @@ async def advance(
 
     properties = {} if secret is None else secret.properties
     try:
-        progress = await ctx.kafka.redrive_progress(pipeline, properties, group, request.source)
+        progress = await ctx.kafka.redrive_progress(
+            pipeline, properties, group, request.source, request.id
+        )
     except KafkaAccessError as exc:
         return step(f"{described}: waiting for Kafka: {exc}")
     if progress is None:

@@ -57,7 +57,12 @@ class FakeKafka:
         return {("orders", 0): 0, ("orders", 1): 0}
 
     async def redrive_progress(
-        self, pipeline: PipelineSpec, secret: Mapping[str, str], group: str, topic: str
+        self,
+        pipeline: PipelineSpec,
+        secret: Mapping[str, str],
+        group: str,
+        topic: str,
+        request_id: str,
     ) -> RedriveResult | None:
         self.progress_asked.append((group, topic))
         totals = self.dlq_totals.get(topic)

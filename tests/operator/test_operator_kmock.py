@@ -448,7 +448,7 @@ async def test_redrive_runs_a_job_once_and_records_what_it_replayed(
         "--until",
         UNTIL,
         "--group",
-        "g1.redrive.r1",
+        "g1.redrive",
     ]
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert container["securityContext"]["readOnlyRootFilesystem"] is True

@@ -107,11 +107,14 @@ def test_dead_letters_until_the_timestamp_go_back_to_their_partition_once(
 ) -> None:
     spec, source = setup["spec"], setup["source"]
     request = RedriveRequest("r1", setup["dlq"], setup["until"])
-    group = redrive_group(spec.source.group_id, "r1")
+    group = redrive_group(spec.source.group_id)
 
     result = redrive_mod.redrive(spec, request, group)
 
-    assert (result.totals.replayed, result.totals.left, result.totals.skipped) == (6, 2, 2)
+    # Per DLQ partition: three old dead letters, then one newer than until and one record that
+    # is not to be replayed (another topic's dead letter, not a dead letter): the partition stops
+    # at the first newer one, and what is behind it is left for the next redrive.
+    assert (result.totals.replayed, result.totals.left, result.totals.skipped) == (6, 4, 0)
     replayed = read_all(kafka_broker.bootstrap, source)
     assert sorted(m.value() for m in replayed) == [f"v{100 + i}".encode() for i in range(6)]
     for m in replayed:
@@ -124,19 +127,26 @@ def test_dead_letters_until_the_timestamp_go_back_to_their_partition_once(
         assert headers[redrive_mod.H_REDRIVE_SOURCE].startswith(setup["dlq"].encode() + b"/")
         assert not [k for k in headers if k.startswith("offtake.") and "redrive" not in k]
         assert abs(m.timestamp()[1] - time.time() * 1000) < 120_000, "stamped now, not 10 h ago"
-    assert read_all(kafka_broker.bootstrap, setup["other"]) == [], "not this pipeline's topic"
 
-    # The same redrive again: its group has everything committed, nothing is replayed twice.
+    # The same redrive again: everything up to until is behind its position, nothing is
+    # replayed twice; its totals are the group's, across runs.
     again = redrive_mod.redrive(spec, request, group)
-    assert again.totals.replayed == 6  # the totals are the group's, across runs
+    assert (again.totals.replayed, again.totals.left, again.totals.skipped) == (6, 4, 0)
     assert len(read_all(kafka_broker.bootstrap, source)) == 6
-
-    progress = redrive_mod.read_progress(
-        {"bootstrap.servers": kafka_broker.bootstrap}, group, setup["dlq"]
-    )
+    config = {"bootstrap.servers": kafka_broker.bootstrap}
+    progress = redrive_mod.read_progress(config, group, setup["dlq"], "r1")
     assert progress is not None
-    assert (progress.totals.replayed, progress.totals.left, progress.totals.skipped) == (6, 2, 2)
-    assert sum(progress.positions.values()) == 10, "every dead letter was looked at"
+    assert (progress.totals.replayed, progress.totals.left, progress.totals.skipped) == (6, 4, 0)
+    assert sum(progress.positions.values()) == 6, "held at the first dead letter after until"
+
+    # The next redrive starts there: the two newer dead letters, none of the first six again.
+    later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
+    second = redrive_mod.redrive(spec, RedriveRequest("r2", setup["dlq"], later), group)
+    assert (second.totals.replayed, second.totals.left, second.totals.skipped) == (2, 0, 2)
+    values = sorted(m.value() for m in read_all(kafka_broker.bootstrap, source))
+    assert values == sorted([f"v{100 + i}".encode() for i in range(6)] + [b"v200", b"v201"])
+    assert read_all(kafka_broker.bootstrap, setup["other"]) == [], "not this pipeline's topic"
+    assert redrive_mod.read_progress(config, group, setup["dlq"], "r1") is not None
 
 
 def test_a_redrive_that_crashes_resumes_without_replaying_twice(
@@ -144,7 +154,7 @@ def test_a_redrive_that_crashes_resumes_without_replaying_twice(
 ) -> None:
     spec, source = setup["spec"], setup["source"]
     request = RedriveRequest("crashy", setup["dlq"], setup["until"])
-    group = redrive_group(spec.source.group_id, "crashy")
+    group = redrive_group(spec.source.group_id)
     monkeypatch.setattr(redrive_mod, "BATCH", 1)
 
     class Crash(Exception):
@@ -169,8 +179,9 @@ def test_a_replayed_record_that_fails_again_is_not_replayed_again_by_the_same_re
     kafka_broker: KafkaBroker, setup: dict[str, Any]
 ) -> None:
     spec, source, dlq = setup["spec"], setup["source"], setup["dlq"]
-    request = RedriveRequest("loop", dlq, datetime.datetime.now(datetime.UTC))
-    group = redrive_group(spec.source.group_id, "loop")
+    later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
+    request = RedriveRequest("loop", dlq, later)
+    group = redrive_group(spec.source.group_id)
     first = redrive_mod.redrive(spec, request, group)
     assert first.totals.replayed == 8
     # The pipeline fails them again: the dead letters now carry this redrive's id.
@@ -201,9 +212,9 @@ def test_cli_redrives_and_prints_a_summary(
     done = run_cli("redrive", "--pipeline", str(setup["path"]), "--until", until, "--id", "cli")
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["replayed"] == 6 and summary["left"] == 2 and summary["skipped"] == 2
+    assert (summary["replayed"], summary["left"], summary["skipped"]) == (6, 4, 0)
     assert summary["from"] == setup["dlq"], "--from defaults to errors.dlq.topic"
-    assert summary["group"].endswith(".redrive.cli")
+    assert summary["group"] == setup["spec"].source.group_id + ".redrive"
 
 
 def test_bad_input_is_named(setup: dict[str, Any], tmp_path: Path) -> None:

@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         help="replay a pipeline's dead letters into its source topics, once per id",
         description="Replay the dead letters of --from (default: the pipeline's "
         "errors.dlq.topic) stamped at or before --until to the topics they came from. Progress "
-        "is committed to the group --group (default <groupId>.redrive.<id>): a rerun resumes "
-        "and replays nothing twice.",
+        "is committed to the group --group (default <groupId>.redrive): a rerun resumes, the "
+        "next redrive starts where this one stopped, nothing is replayed twice.",
     )
     r.add_argument("--pipeline", required=True, help="path of the ConsumerPipeline manifest")
     r.add_argument("--from", dest="source", help="the dead-letter topic (default errors.dlq.topic)")
@@ -135,7 +135,7 @@ def _redrive(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, spec.name)
     from offtake.redrive import RedriveError, redrive
 
-    group = args.group or redrive_group(spec.source.group_id, request.id)
+    group = args.group or redrive_group(spec.source.group_id)
     try:
         result = redrive(spec, request, group)
     except RedriveError as exc:

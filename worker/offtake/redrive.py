@@ -8,19 +8,23 @@ workers then consume it like any other record.
 
 Left where they are, and counted:
 
-- ``left``: dead letters stamped after ``until`` (the record timestamp of the dead letter);
+- ``left``: in each partition, the first dead letter stamped after ``until`` (the dead letter's
+  record timestamp: when it failed) and everything behind it. The partition's position stays
+  there, so the next redrive (another id) starts with it: a dead-letter partition is a queue
+  that each redrive drains up to its ``until``, and none passes over a dead letter;
 - ``skipped``: records without ``offtake.original.topic`` (not Offtake's dead letters), dead
   letters of topics the pipeline does not consume (a DLQ shared by several pipelines), and dead
   letters that carry this redrive's own id (a replayed record that failed again: replaying it
   again in the same redrive could loop forever).
 
-Once: progress is committed to the redrive's consumer group (``<groupId>.redrive.<id>``) after
-every batch, and only after the batch's records are acknowledged by the brokers (idempotent
-producer, ``acks=all``). A redrive that is stopped or crashes resumes from its last commit, so
-a dead letter is replayed once; a crash between the produce and the commit replays that batch
-again (at-least-once, at most one batch of duplicates). Each commit's metadata carries the
-partition's running counts, so the totals survive restarts and anyone (the operator) can read
-them from Kafka.
+Once: progress is committed to the pipeline's redrive group (``<groupId>.redrive``) after every
+batch, and only after the batch's records are acknowledged by the brokers (idempotent
+producer, ``acks=all``). A redrive that is stopped or crashes resumes from its last commit, and
+the next redrive starts where the previous one stopped, so a dead letter is replayed once; a
+crash between the produce and the commit replays that batch again (at-least-once, at most one
+batch of duplicates). Each commit's metadata carries the redrive's id and the partition's
+running counts, so the totals survive restarts and anyone (the operator) can read them from
+Kafka.
 
 A redrive reads each partition up to the end it had when the redrive started (the end is
 known by the partition-EOF event, which also copes with transaction markers in a DLQ written
@@ -75,17 +79,25 @@ class Counts:
         self.left += other.left
         self.skipped += other.skipped
 
-    def metadata(self) -> str:
-        return json.dumps({"replayed": self.replayed, "left": self.left, "skipped": self.skipped})
+    def metadata(self, request_id: str) -> str:
+        return json.dumps(
+            {
+                "id": request_id,
+                "replayed": self.replayed,
+                "left": self.left,
+                "skipped": self.skipped,
+            }
+        )
 
     @classmethod
-    def from_metadata(cls, text: str | None) -> Counts:
+    def from_metadata(cls, text: str | None, request_id: str) -> Counts:
+        """The counts a commit recorded for ``request_id`` (zero if it was another redrive's)."""
         try:
             raw = json.loads(text or "{}")
         except ValueError:
             raw = {}
-        if not isinstance(raw, dict):
-            raw = {}
+        if not isinstance(raw, dict) or raw.get("id") != request_id:
+            return cls()
         return cls(*(int(raw.get(k) or 0) for k in ("replayed", "left", "skipped")))
 
 
@@ -136,10 +148,11 @@ def _partitions(consumer: Consumer, topic: str, timeout: float) -> list[int] | N
 
 
 def read_progress(
-    config: Mapping[str, Any], group: str, topic: str, timeout: float = 10.0
+    config: Mapping[str, Any], group: str, topic: str, request_id: str, timeout: float = 10.0
 ) -> RedriveResult | None:
-    """What the redrive group has committed for ``topic``: totals and positions (None if the
-    topic does not exist). Used by the operator to report a finished redrive."""
+    """What the redrive group has committed for ``topic``: redrive ``request_id``'s totals and
+    the positions (None if the topic does not exist). The operator reports a finished redrive
+    with it."""
     consumer = Consumer(_consumer_conf(config, group))
     try:
         partitions = _partitions(consumer, topic, timeout)
@@ -150,7 +163,7 @@ def read_progress(
         for tp in committed:
             if tp.offset >= 0:
                 result.positions[tp.partition] = tp.offset
-                result.totals.add(Counts.from_metadata(tp.metadata))
+                result.totals.add(Counts.from_metadata(tp.metadata, request_id))
         return result
     finally:
         consumer.close()
@@ -270,9 +283,11 @@ def _run(
     start: dict[int, int] = {}
     committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout)
     for tp in committed:
-        counts[tp.partition] = Counts.from_metadata(tp.metadata if tp.offset >= 0 else None)
+        previous = Counts.from_metadata(tp.metadata if tp.offset >= 0 else None, request.id)
+        # Resuming this redrive: its replayed and skipped dead letters are behind the position;
+        # what is left beyond it is counted afresh.
+        counts[tp.partition] = Counts(replayed=previous.replayed, skipped=previous.skipped)
         start[tp.partition] = tp.offset
-    recorded = {p for p in partitions if start[p] >= 0}
     pending: set[int] = set()
     ends: dict[int, int] = {}
     for p in partitions:
@@ -281,6 +296,8 @@ def _run(
         if start[p] < ends[p]:
             pending.add(p)
     result.positions = dict(start)
+    #: Partitions whose position stays at their first dead letter newer than until.
+    held: set[int] = set()
     if pending:
         consumer.assign([TopicPartition(topic, p, start[p]) for p in sorted(pending)])
     log.info(
@@ -296,6 +313,17 @@ def _run(
             pending.discard(p)
             consumer.pause([TopicPartition(topic, p)])
 
+    def commit(parts: set[int] | list[int]) -> None:
+        consumer.commit(
+            offsets=[
+                TopicPartition(
+                    topic, p, result.positions[p], metadata=counts[p].metadata(request.id)
+                )
+                for p in sorted(parts)
+            ],
+            asynchronous=False,
+        )
+
     while pending:
         messages = consumer.consume(BATCH, timeout=1.0)
         touched: set[int] = set()
@@ -309,21 +337,29 @@ def _run(
                     raise KafkaException(err)
                 continue
             p = _int(msg.partition())
-            if p not in pending or _int(msg.offset()) >= ends[p]:
+            offset = _int(msg.offset())
+            if p not in pending or offset >= ends[p]:
                 # Written after the redrive started (a replayed record that failed again, say):
-                # not part of this redrive.
+                # for the next redrive.
                 finished(p)
                 continue
-            verdict = replayer.classify(msg)
-            if verdict == "replay":
-                counts[p].replayed += 1
-            elif verdict == "left":
+            if p in held:
                 counts[p].left += 1
             else:
-                counts[p].skipped += 1
-            result.positions[p] = _int(msg.offset()) + 1
-            touched.add(p)
-            if result.positions[p] >= ends[p]:
+                verdict = replayer.classify(msg)
+                if verdict == "left":
+                    # The partition is a queue: the next redrive starts here, so nothing newer
+                    # than this redrive's until is ever passed over.
+                    held.add(p)
+                    counts[p].left += 1
+                elif verdict == "replay":
+                    counts[p].replayed += 1
+                else:
+                    counts[p].skipped += 1
+                if p not in held:
+                    result.positions[p] = offset + 1
+                touched.add(p)
+            if offset + 1 >= ends[p]:
                 finished(p)
         if not touched:
             continue
@@ -333,26 +369,13 @@ def _run(
                 f"redrive {request.id}: {remaining} record(s) not acknowledged; "
                 + "; ".join(replayer.failures[:3])
             )
-        consumer.commit(
-            offsets=[
-                TopicPartition(topic, p, result.positions[p], metadata=counts[p].metadata())
-                for p in sorted(touched)
-            ],
-            asynchronous=False,
-        )
-        recorded |= touched
+        commit(touched)
         if on_batch is not None:
             result.totals = _sum(counts)
             on_batch(result)
-    # Partitions that had nothing to read get their position and counts committed too, so that
-    # the group tells the whole story (and a rerun of a finished redrive reads nothing).
-    untouched = [
-        TopicPartition(topic, p, result.positions[p], metadata=counts[p].metadata())
-        for p in partitions
-        if p not in recorded
-    ]
-    if untouched:
-        consumer.commit(offsets=untouched, asynchronous=False)
+    # Every partition's position and this redrive's counts, also where there was nothing to
+    # read: the group then tells the whole story of this id.
+    commit(partitions)
     result.totals = _sum(counts)
     return result
 

@@ -18,8 +18,8 @@ from offtake.config._fields import ConfigError
 
 @dataclass(frozen=True)
 class RedriveRequest:
-    #: A new id requests a new redrive; it names the redrive's consumer group and marks the
-    #: records it replays (header ``offtake.redrive.id``).
+    #: A new id requests a new redrive; it marks the records it replays (header
+    #: ``offtake.redrive.id``) and its counts in the redrive group's commits.
     id: str
     #: The dead-letter topic to read (``spec.redrive.from``, default ``errors.dlq.topic``).
     source: str
@@ -85,6 +85,7 @@ def parse_redrive(raw: Any, dlq_topic: str | None) -> RedriveRequest | None:
     return RedriveRequest(id=rid, source=source, until=parse_until(raw.get("until")))
 
 
-def redrive_group(group_id: str, request_id: str) -> str:
-    """The consumer group that records a redrive's progress: one per pipeline and id."""
-    return f"{group_id}.redrive.{request_id}"
+def redrive_group(group_id: str) -> str:
+    """The consumer group that records a pipeline's redrives: one group, so that each redrive
+    starts where the previous one stopped and no dead letter is replayed by two of them."""
+    return f"{group_id}.redrive"
