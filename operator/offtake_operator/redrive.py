@@ -11,8 +11,8 @@ spec, status, the Job and Kafka each time, so an operator restart resumes where 
 1. ``spec.redrive.id`` differs from ``status.redrive.lastId``: the redrive is pending. The
    dead-letter topic must exist (else a Warning naming ``spec.redrive.from``, and nothing runs
    until it does or the request changes).
-2. A Job of another id (an earlier redrive) is deleted with its pods; then the Job of this id
-   is created (``RedriveStarted``).
+2. A Job of another id (an earlier redrive) is deleted, in the foreground: once it and its pods
+   are gone, the Job of this id is created (``RedriveStarted``).
 3. The Job completes: the totals (replayed, left, skipped) are read from the redrive's consumer
    group, whose commits carry them, and the id is recorded in ``status.redrive.lastId``
    (``RedriveCompleted``). A failed Job (its retries exhausted) is reported
@@ -111,9 +111,12 @@ async def advance(
         ((job or {}).get("metadata") or {}).get("annotations", {}).get(names.REDRIVE_ID_ANNOTATION)
     )
     if job is not None and job_id != request.id:
-        # An earlier redrive's Job (done, failed or superseded): its pods go with it.
-        await ctx.api.delete(JOBS, namespace, job_name, propagation="Background")
-        return step(f"{described}: removing the Job of redrive {job_id}")
+        # An earlier redrive's Job (done, failed or superseded). Foreground: the Job stays until
+        # its pods are gone, so a superseded redrive still running has stopped before this one
+        # starts from the group's position (two at once would replay the same batch).
+        if not (job.get("metadata") or {}).get("deletionTimestamp"):
+            await ctx.api.delete(JOBS, namespace, job_name, propagation="Foreground")
+        return step(f"{described}: waiting for the Job of redrive {job_id} to be removed")
     if job is None:
         rendered = render.render_redrive_job(
             body,

@@ -55,14 +55,20 @@ def produce(bootstrap: str, topic: str, count: int) -> None:
     assert producer.flush(30) == 0
 
 
-def run_job_pod(kubectl: Kubectl, ns: str, job: str, workdir: Path) -> dict[str, Any]:
+def run_job_pod(
+    kubectl: Kubectl, ns: str, job: str, redrive_id: str, workdir: Path
+) -> dict[str, Any]:
     """Run the Job's pod as a kubelet would: its container's command with the ConfigMap
     mounted, then its exit on the Pod's status. Returns the summary the command printed."""
-    pod = wait_for(
-        lambda: next(iter(get(kubectl, "pods", "-n", ns, "-l", f"job-name={job}")["items"]), None),
-        timeout=60,
-        what=f"the pod of Job {job}",
-    )
+
+    def find() -> dict[str, Any] | None:
+        for pod in get(kubectl, "pods", "-n", ns, "-l", f"job-name={job}")["items"]:
+            annotations = pod["metadata"].get("annotations") or {}
+            if annotations.get(names.REDRIVE_ID_ANNOTATION) == redrive_id:
+                return dict(pod)
+        return None
+
+    pod = wait_for(find, timeout=60, what=f"the pod of Job {job} for {redrive_id}")
     spec = pod["spec"]
     (container,) = spec["containers"]
     assert names.PIPELINE_LABEL not in pod["metadata"]["labels"], "not a worker pod"
@@ -180,7 +186,7 @@ def test_redrive_replays_dead_letters_through_the_pipeline_once(
             timeout=60,
             what="redrive in progress",
         )
-        summary = run_job_pod(kubectl, ns, job, tmp_path)
+        summary = run_job_pod(kubectl, ns, job, "fix-1", tmp_path)
         assert (summary["replayed"], summary["left"], summary["skipped"]) == (len(POISON), 0, 0)
 
         recorded = wait_for(
@@ -215,4 +221,28 @@ def test_redrive_replays_dead_letters_through_the_pipeline_once(
         time.sleep(7)
         assert get(kubectl, "job", job, "-n", ns)["metadata"]["uid"] == job_obj["metadata"]["uid"]
         assert len(get(kubectl, "pods", "-n", ns, "-l", f"job-name={job}")["items"]) == 1
+
+        # A second redrive: the first one's Job goes (in the foreground, pods first), the new
+        # one starts where the first stopped, so nothing is replayed twice.
+        until2 = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        kubectl(
+            "patch",
+            "cpl/rd",
+            "-n",
+            ns,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"redrive": {"id": "fix-2", "until": until2}}}),
+        )
+        summary2 = run_job_pod(kubectl, ns, job, "fix-2", tmp_path)
+        assert (summary2["replayed"], summary2["left"], summary2["skipped"]) == (0, 0, 0)
+        wait_for(
+            lambda: status(kubectl, ns, "rd").get("redrive", {}).get("lastId") == "fix-2",
+            timeout=120,
+            what="the second redrive recorded",
+        )
+        assert status(kubectl, ns, "rd")["redrive"]["replayed"] == 0
+        assert get(kubectl, "job", job, "-n", ns)["metadata"]["uid"] != job_obj["metadata"]["uid"]
+        values = read_values(kafka_broker.bootstrap, output)
+        assert sorted(v["id"] for v in values) == list(range(40)), "still each record once"
     assert not kubelet.errors, kubelet.errors
