@@ -9,13 +9,13 @@ workers then consume it like any other record.
 Left where they are, and counted:
 
 - ``left``: in each partition, the first dead letter stamped after ``until`` (the dead letter's
-  record timestamp: when it failed) and everything behind it. The partition's position stays
-  there, so the next redrive (another id) starts with it: a dead-letter partition is a queue
-  that each redrive drains up to its ``until``, and none passes over a dead letter;
-- ``skipped``: records without ``offtake.original.topic`` (not Offtake's dead letters), dead
-  letters of topics the pipeline does not consume (a DLQ shared by several pipelines), and dead
-  letters that carry this redrive's own id (a replayed record that failed again: replaying it
-  again in the same redrive could loop forever).
+  record timestamp: when it failed) or carrying this redrive's own id (a replayed record that
+  failed again: replaying it again in the same redrive could loop forever), and everything
+  behind it. The partition's position stays there, so the next redrive (another id) starts
+  with it: a dead-letter partition is a queue that each redrive drains up to its ``until``, and
+  none passes over a dead letter;
+- ``skipped``: records without ``offtake.original.topic`` (not Offtake's dead letters) and dead
+  letters of topics the pipeline does not consume (a DLQ shared by several pipelines).
 
 Once: progress is committed to the pipeline's redrive group (``<groupId>.redrive``) after every
 batch, and only after the batch's records are acknowledged by the brokers (idempotent
@@ -206,10 +206,10 @@ class _Replayer:
         topic = _header(headers, H_TOPIC)
         if topic is None or topic not in self.topics:
             return "skipped"
-        if _header(headers, H_REDRIVE_ID) == self.request.id:
-            return "skipped"  # replayed by this redrive and failed again
         _kind, stamp = msg.timestamp()
-        if stamp > self.request.until_ms:
+        if stamp > self.request.until_ms or _header(headers, H_REDRIVE_ID) == self.request.id:
+            # Newer than until, or replayed by this very redrive and failed again (replaying it
+            # again now could loop forever): left for the next redrive.
             return "left"
         kept = [(k, v) for k, v in headers if not k.startswith(OFFTAKE_HEADER_PREFIX)]
         kept += [
