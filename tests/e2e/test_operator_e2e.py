@@ -86,9 +86,15 @@ def condition(kubectl: Kubectl, ns: str, name: str, ctype: str) -> dict[str, Any
 @pytest.fixture(scope="module")
 def pipelines_crd(control_plane: ControlPlane) -> None:
     control_plane.kubectl("apply", "-f", str(CRD))
-    control_plane.kubectl(
-        "wait", "--for=condition=Established", "crd/consumerpipelines.offtake.dev", "--timeout=60s"
-    )
+
+    # Not `kubectl wait --for=condition=Established`: right after the apply the CRD may have no
+    # status.conditions yet, and kubectl 1.34 then fails ("accessor error") instead of waiting.
+    def established() -> bool:
+        crd = get(control_plane.kubectl, "crd", "consumerpipelines.offtake.dev")
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    wait_for(established, timeout=60, what="the ConsumerPipeline CRD established")
 
 
 @pytest.fixture(scope="module")
