@@ -90,9 +90,13 @@ FROM runtime AS worker-spark
 # The JRE is not version-pinned (DL3008): Debian's mirror keeps only the current build of each
 # package, so a pinned version stops building at the next security update; the base's digest
 # fixes the release (bookworm) and so the major version.
+# man1: slim bases drop /usr/share/man, and the JRE's post-install (update-alternatives for
+# java.1.gz) fails without that folder.
 # hadolint ignore=DL3008
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        openjdk-17-jre-headless \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=worker-spark-venv /opt/offtake /opt/offtake
 USER 10001:10001
