@@ -1,49 +1,112 @@
-# The Offtake image: the worker (`offtake worker --pipeline /etc/offtake/pipeline.yaml`, the
-# default command) and the operator (`offtake-operator`, which the Helm chart runs). One image
-# for both, so the operator's default worker image is always its own.
+# Offtake's images, one Dockerfile with three targets:
 #
-#   docker build -t offtake:0.1.0 .
-#   docker build --build-arg WITH_JAVA=0 -t offtake:0.1.0-nojvm .   # no local Spark: ~1 GB smaller
+#   operator      offtake-operator only (kopf, aiohttp): no worker extras, no JRE, no Spark
+#   worker        offtake worker with the Kafka, log and sidecar sinks, and the example
+#                 functions (offtake_examples); no pyspark, no JRE
+#   worker-spark  the worker plus pyspark and a headless JRE 17 (sink.spark in any mode)
 #
-# Your processing functions: build FROM this image and pip install your package (as below for
-# the examples), then point spec.image at the result.
-FROM python:3.11-slim
+# The base is always pinned by digest: BASE_DIGEST has no default and a build without it stops
+# at the first FROM ("invalid reference format"). Read the digest of the tag you want with any of
+#   crane digest python:3.11-slim-bookworm
+#   skopeo inspect --format '{{.Digest}}' docker://docker.io/library/python:3.11-slim-bookworm
+#   docker buildx imagetools inspect python:3.11-slim-bookworm     (the "Digest:" line)
+# and build each target with it:
+#   docker build --build-arg BASE_DIGEST=sha256:... --target operator -t offtake-operator:0.1.0 .
+#   docker build --build-arg BASE_DIGEST=sha256:... --target worker -t offtake-worker:0.1.0 .
+#   docker build --build-arg BASE_DIGEST=sha256:... --target worker-spark \
+#       -t offtake-worker-spark:0.1.0 .
+# Any Debian bookworm image with python3 (3.11+) and python3-venv works as BASE_IMAGE:
+# scripts/build-image.sh builds one from Debian's packages (mmdebstrap) and builds these targets
+# with buildah, without a Docker engine.
+#
+# What runs here writes only under /tmp and $HOME (/home/offtake, uid 10001): the pods the
+# operator renders and the chart's operator Deployment have a read-only root filesystem with an
+# emptyDir at /tmp, and set HOME=/tmp for the worker, so Spark's ivy cache
+# ($HOME/.cache/offtake/ivy, or $OFFTAKE_CACHE/ivy) lands in that emptyDir. OFFTAKE_CACHE is
+# deliberately not set here: it would point the cache at the read-only image instead.
+#
+# Your processing functions: build FROM the worker (or worker-spark) image, switch to root to
+# pip install your package into /opt/offtake, then back to USER 10001:10001.
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+ARG BASE_DIGEST
 
-# Spark's local mode (sink.spark.submit.mode: local) runs a JVM inside the worker.
-ARG WITH_JAVA=1
+FROM ${BASE_IMAGE}@${BASE_DIGEST} AS base
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    LANG=C.UTF-8
 
-RUN if [ "$WITH_JAVA" = "1" ]; then \
-      apt-get update \
-      && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
-      && rm -rf /var/lib/apt/lists/*; \
-    fi
-
-WORKDIR /opt/offtake/src
+# -- the wheels ------------------------------------------------------------------------------
+# The test bed never reaches an image: this context has no testbed/ (.dockerignore, and no COPY
+# names it), so pyproject's package find over worker/, operator/ and testbed/ finds only
+# offtake and offtake_operator, and the wheel has no offtake_testbed (tests/image checks it).
+FROM base AS build
+WORKDIR /src
+RUN python3 -m venv /opt/build
 COPY pyproject.toml README.md ./
+# worker/offtake/config/consumerpipeline.yaml links to crds/: the wheel gets the CRD's text.
+COPY crds ./crds
 COPY worker ./worker
 COPY operator ./operator
-# pyproject finds packages in all three folders, the test bed included, so it must be present.
-COPY testbed ./testbed
-# worker/offtake/config/consumerpipeline.yaml links to the CRD, which `offtake validate` reads.
-COPY crds ./crds
-RUN pip install ".[operator,spark]" \
-    && cd / && rm -rf /opt/offtake/src
+COPY examples/pyproject.toml ./examples/pyproject.toml
+COPY examples/offtake_examples ./examples/offtake_examples
+RUN /opt/build/bin/pip wheel --no-deps --wheel-dir /wheels . ./examples
 
-# The example functions (offtake_examples.enrich:handle) for the examples/ manifests and demos,
-# installed as their own package (examples/pyproject.toml), the way you would install yours.
-COPY examples/pyproject.toml /opt/offtake/examples/pyproject.toml
-COPY examples/offtake_examples /opt/offtake/examples/offtake_examples
-RUN pip install --no-deps /opt/offtake/examples && rm -rf /opt/offtake/examples
+# -- one virtual environment per target, made in a throwaway stage (no wheels left behind) ---
+FROM base AS venv
+RUN python3 -m venv /opt/offtake
+ENV PATH=/opt/offtake/bin:$PATH
+COPY --from=build /wheels /wheels
 
-RUN useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin offtake
+FROM venv AS operator-venv
+RUN pip install "$(echo /wheels/offtake-[0-9]*.whl)[operator]"
+
+FROM venv AS worker-venv
+# offtake_examples: the functions the examples/ manifests name (offtake_examples.enrich:handle).
+RUN pip install /wheels/offtake-[0-9]*.whl /wheels/offtake_examples-*.whl
+
+FROM worker-venv AS worker-spark-venv
+RUN pip install "$(echo /wheels/offtake-[0-9]*.whl)[spark]"
+
+# -- what every target runs as ---------------------------------------------------------------
+FROM base AS runtime
+RUN useradd --uid 10001 --user-group --create-home --home-dir /home/offtake \
+        --shell /usr/sbin/nologin offtake \
+    && mkdir -p /home/offtake/.cache/offtake \
+    && chown -R 10001:10001 /home/offtake
+ENV PATH=/opt/offtake/bin:$PATH \
+    HOME=/home/offtake
+WORKDIR /home/offtake
+
+FROM runtime AS operator
+COPY --from=operator-venv /opt/offtake /opt/offtake
 USER 10001:10001
-WORKDIR /tmp
+# 8080: /healthz (liveness); 8081: the operator's /metrics.
+EXPOSE 8080 8081
+CMD ["offtake-operator"]
 
-# 9100: the worker's /metrics, /healthz, /readyz (spec.metrics.port); 8080: the operator's probe.
-EXPOSE 9100 8080
-ENTRYPOINT []
+FROM runtime AS worker-spark
+# The JRE is not version-pinned (DL3008): Debian's mirror keeps only the current build of each
+# package, so a pinned version stops building at the next security update; the base's digest
+# fixes the release (bookworm) and so the major version.
+# man1: slim bases drop /usr/share/man, and the JRE's post-install (update-alternatives for
+# java.1.gz) fails without that folder.
+# hadolint ignore=DL3008
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        openjdk-17-jre-headless \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=worker-spark-venv /opt/offtake /opt/offtake
+USER 10001:10001
+# 9100: /metrics, /healthz, /readyz (spec.metrics.port).
+EXPOSE 9100
+CMD ["offtake", "worker", "--pipeline", "/etc/offtake/pipeline.yaml"]
+
+# Last, so a build without --target gives the plain worker.
+FROM runtime AS worker
+COPY --from=worker-venv /opt/offtake /opt/offtake
+USER 10001:10001
+EXPOSE 9100
 CMD ["offtake", "worker", "--pipeline", "/etc/offtake/pipeline.yaml"]

@@ -183,7 +183,8 @@ def _worker_container(
         mounts.append({"name": "jdbc-secret", "mountPath": names.JDBC_SECRET_DIR, "readOnly": True})
     container: JSON = {
         "name": names.WORKER_CONTAINER,
-        "image": spec.get("image") or config.worker_image,
+        "image": spec.get("image")
+        or (config.worker_spark_image if pipeline.sink.spark is not None else config.worker_image),
         "command": ["offtake"],
         "args": ["worker", "--pipeline", names.PIPELINE_PATH],
         "env": env,

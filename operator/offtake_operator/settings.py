@@ -7,7 +7,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-DEFAULT_WORKER_IMAGE = "ghcr.io/offtake/offtake:0.1.0"
+# The Dockerfile's targets: `worker` (no JRE, no pyspark) and `worker-spark` (both).
+DEFAULT_WORKER_IMAGE = "ghcr.io/offtake/offtake-worker:0.1.0"
+DEFAULT_WORKER_SPARK_IMAGE = "ghcr.io/offtake/offtake-worker-spark:0.1.0"
 LAG_SOURCES = ("kafka", "off")
 
 
@@ -19,6 +21,9 @@ class SettingsError(ValueError):
 class OperatorConfig:
     #: The image of the worker containers (OFFTAKE_WORKER_IMAGE); spec.image overrides it.
     worker_image: str = DEFAULT_WORKER_IMAGE
+    #: The image of pipelines with a Spark sink, which need pyspark and a JRE
+    #: (OFFTAKE_WORKER_SPARK_IMAGE); spec.image overrides it too.
+    worker_spark_image: str = DEFAULT_WORKER_SPARK_IMAGE
     #: imagePullPolicy of the worker containers (OFFTAKE_WORKER_IMAGE_PULL_POLICY), "" = default.
     worker_image_pull_policy: str = ""
     #: Seconds between level-based reconciles of each pipeline (OFFTAKE_RESYNC_SECONDS).
@@ -59,8 +64,14 @@ class OperatorConfig:
                 "OFFTAKE_WORKER_IMAGE_PULL_POLICY: expected Always, IfNotPresent or Never, "
                 f"got {policy!r}"
             )
+        worker_image = env.get("OFFTAKE_WORKER_IMAGE", "")
+        # Only OFFTAKE_WORKER_IMAGE set: one image of the user's own for every pipeline.
+        spark_image = env.get("OFFTAKE_WORKER_SPARK_IMAGE", "") or (
+            worker_image or DEFAULT_WORKER_SPARK_IMAGE
+        )
         return cls(
-            worker_image=env.get("OFFTAKE_WORKER_IMAGE", "") or DEFAULT_WORKER_IMAGE,
+            worker_image=worker_image or DEFAULT_WORKER_IMAGE,
+            worker_spark_image=spark_image,
             worker_image_pull_policy=policy,
             resync_seconds=_seconds(env, "OFFTAKE_RESYNC_SECONDS", cls.resync_seconds),
             lag_interval_seconds=_seconds(

@@ -50,10 +50,11 @@ def test_chart_renders_the_operator_with_least_privilege(
     (container,) = dep["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["offtake-operator"]
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert (
-        env["OFFTAKE_PEERING"] == "offtake"
-        and env["OFFTAKE_WORKER_IMAGE"] == "ghcr.io/offtake/offtake:0.1.0"
-    )
+    assert env["OFFTAKE_PEERING"] == "offtake"
+    # Three images, the Dockerfile's three targets, one tag (the chart's appVersion).
+    assert container["image"] == "ghcr.io/offtake/offtake-operator:0.1.0"
+    assert env["OFFTAKE_WORKER_IMAGE"] == "ghcr.io/offtake/offtake-worker:0.1.0"
+    assert env["OFFTAKE_WORKER_SPARK_IMAGE"] == "ghcr.io/offtake/offtake-worker-spark:0.1.0"
     assert ("ClusterKopfPeering", "offtake") in docs
     rules = docs["ClusterRole", "offtake-offtake-operator-cluster"]["rules"]
     granted = {
@@ -264,6 +265,32 @@ BAD_VALUES = [
         "want string",
     ),
 ]
+
+
+@pytest.mark.parametrize(
+    ("values", "worker", "spark"),
+    [
+        ([], "ghcr.io/offtake/offtake-worker:1.2.3", "ghcr.io/offtake/offtake-worker-spark:1.2.3"),
+        # One image of the user's own serves every pipeline, Spark ones included.
+        (["worker.image=mine:1"], "mine:1", "mine:1"),
+        (["worker.image=mine:1", "worker.sparkImage=mine-spark:1"], "mine:1", "mine-spark:1"),
+        (
+            ["worker.repository=reg/w", "worker.sparkRepository=reg/ws"],
+            "reg/w:1.2.3",
+            "reg/ws:1.2.3",
+        ),
+    ],
+)
+def test_chart_passes_the_worker_images_to_the_operator(
+    helm: Helm, values: list[str], worker: str, spark: str
+) -> None:
+    sets = [arg for value in ["image.tag=1.2.3", *values] for arg in ("--set", value)]
+    out = helm("template", "offtake", str(CHART), *sets, *OFFLINE).stdout
+    [dep] = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment"]
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert container["image"] == "ghcr.io/offtake/offtake-operator:1.2.3"
+    assert (env["OFFTAKE_WORKER_IMAGE"], env["OFFTAKE_WORKER_SPARK_IMAGE"]) == (worker, spark)
 
 
 @pytest.mark.parametrize(("args", "field", "problem"), BAD_VALUES, ids=[a[1] for a in BAD_VALUES])

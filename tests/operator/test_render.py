@@ -237,6 +237,22 @@ def test_autoscalers_never_exceed_the_partition_count(
     }
 
 
+def test_spark_pipelines_get_the_spark_worker_image() -> None:
+    """Only the worker-spark image has pyspark and a JRE; spec.image still wins."""
+    config = OperatorConfig(
+        worker_image="registry.test/offtake-worker:1", worker_spark_image="registry.test/ws:1"
+    )
+    spark = {"spark": {"format": "parquet", "path": "/data/out"}}
+    for body, image in [
+        (pipeline_body(), "registry.test/offtake-worker:1"),
+        (pipeline_body(sink=spark), "registry.test/ws:1"),
+        (pipeline_body(sink=spark, image="mine:7"), "mine:7"),
+    ]:
+        dep = render.render_deployment(body, parsed(body), config, replicas=1)
+        (worker,) = dep["spec"]["template"]["spec"]["containers"]
+        assert worker["image"] == image
+
+
 def test_spark_jdbc_secret_is_mounted() -> None:
     body = pipeline_body(
         sink={

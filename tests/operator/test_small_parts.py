@@ -13,7 +13,12 @@ from offtake_operator.lag import compute_lag, lag_seconds
 from offtake_operator.main import parse_args
 from offtake_operator.operator_spec import Autoscaling, parse_operator_spec
 from offtake_operator.rewind import pending
-from offtake_operator.settings import DEFAULT_WORKER_IMAGE, OperatorConfig, SettingsError
+from offtake_operator.settings import (
+    DEFAULT_WORKER_IMAGE,
+    DEFAULT_WORKER_SPARK_IMAGE,
+    OperatorConfig,
+    SettingsError,
+)
 
 
 def test_settings_from_env() -> None:
@@ -33,6 +38,19 @@ def test_settings_from_env() -> None:
         and config.lag_source == "off"
     )
     assert OperatorConfig.from_env({}).worker_image == DEFAULT_WORKER_IMAGE
+
+
+def test_the_spark_worker_image_defaults_to_the_worker_spark_target() -> None:
+    defaults = OperatorConfig.from_env({})
+    assert defaults.worker_spark_image == DEFAULT_WORKER_SPARK_IMAGE
+    # One image of the user's own (OFFTAKE_WORKER_IMAGE only) serves every pipeline.
+    assert OperatorConfig.from_env({"OFFTAKE_WORKER_IMAGE": "mine:1"}).worker_spark_image == (
+        "mine:1"
+    )
+    both = OperatorConfig.from_env(
+        {"OFFTAKE_WORKER_IMAGE": "w:1", "OFFTAKE_WORKER_SPARK_IMAGE": "ws:1"}
+    )
+    assert (both.worker_image, both.worker_spark_image) == ("w:1", "ws:1")
 
 
 @pytest.mark.parametrize(

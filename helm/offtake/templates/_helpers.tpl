@@ -35,6 +35,18 @@ longest suffix (-operator-cluster) within 63 characters. */ -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{/* The workers' images: worker.image / worker.sparkImage, else <repository>:<tag>. */}}
+{{- define "offtake.workerImage" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- default (printf "%s:%s" .Values.worker.repository $tag) .Values.worker.image -}}
+{{- end -}}
+
+{{- define "offtake.workerSparkImage" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- $default := default (printf "%s:%s" .Values.worker.sparkRepository $tag) .Values.worker.image -}}
+{{- default $default .Values.worker.sparkImage -}}
+{{- end -}}
+
 {{- define "offtake.peering" -}}
 {{- if or .Values.peering.enabled (gt (int .Values.operator.replicas) 1) -}}
 {{- .Values.peering.name -}}
