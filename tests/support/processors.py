@@ -31,3 +31,23 @@ def slow(record: Record) -> Any:
     """Takes a while per record, so that work is in flight when a test stops the worker."""
     time.sleep(float(os.environ.get("OFFTAKE_TEST_SLOW_SECONDS", "0.002")))
     return record.value
+
+
+def fails_twice(record: Record) -> Any:
+    """Fails records marked flaky on their first two attempts, records marked poison always.
+
+    Each attempt at a marked record appends "id topic wall-clock-time" to
+    $OFFTAKE_TEST_ATTEMPTS_FILE (the worker is another process: the file is the memory across
+    attempts). Every result carries the wall-clock time it was processed at, ``at``.
+    """
+    value = dict(record.value)
+    if value.get("flaky") or value.get("poison"):
+        path = os.environ["OFFTAKE_TEST_ATTEMPTS_FILE"]
+        with open(path, "a+") as f:
+            f.seek(0)
+            before = sum(1 for line in f if line.split()[0] == str(value["id"]))
+            f.write(f"{value['id']} {record.topic} {time.time():.6f}\n")
+        if value.get("poison") or before < 2:
+            raise ValueError(f"record {value['id']} failed on attempt {before + 1}")
+    value["at"] = time.time()
+    return value
