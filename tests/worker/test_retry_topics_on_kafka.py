@@ -185,3 +185,25 @@ def test_a_record_failing_twice_waits_on_retry_topics_without_holding_back_the_o
         others_max_latency_s=round(max(latencies), 3),
         others_processed_during_first_wait=len(during_wait),
     )
+
+
+def test_missing_retry_topics_are_named_and_the_worker_exits_3(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    src = topic_factory(1)
+    kafka_broker.create_topic(f"{src}.retry-5s", 1)
+    try:
+        doc = manifest(
+            "retry-missing",
+            kafka_broker.bootstrap,
+            [src],
+            sink={"log": {}},
+            errors={"policy": "skip", "retryTopics": [{"delaySeconds": 5}, {"delaySeconds": 30}]},
+        )
+        worker = WorkerProcess(write_manifest(tmp_path / "p.yaml", doc), tmp_path / "w.log")
+        assert worker.start().wait(60) == 3
+        text = worker.output()
+        assert f"retry topic(s) {src}.retry-30s of spec.errors.retryTopics do not exist" in text
+        assert "Traceback" not in text
+    finally:
+        kafka_broker.delete_topic(f"{src}.retry-5s", missing_ok=True)
