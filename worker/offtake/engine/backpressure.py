@@ -82,17 +82,26 @@ class PartitionPauser:
         self.paused &= assigned
         self.metrics.paused_partitions.set(len(self.paused))
 
-    def hold(self, tp: TopicPartition, offset: int, until: float) -> None:
+    def hold(self, tp: TopicPartition, offset: int, until: float) -> bool:
         """Pause ``tp`` until ``until`` (wall clock) and fetch it from ``offset`` after.
 
         The record at ``offset`` and any fetched behind it were not taken; seeking back makes
         the consumer fetch them again on resume (librdkafka drops what it had fetched past it).
+        False if the consumer refused the seek: the record must then be taken now, early,
+        rather than skipped.
         """
+        try:
+            self.source.seek(tp, offset)
+        except Exception as exc:  # KafkaException: the partition's state does not allow it
+            log.warning(
+                "cannot hold %s at %d for its retry delay (%s): taking it now", tp, offset, exc
+            )
+            return False
         if tp not in self.paused and tp not in self.held:
             self.source.pause([tp])
-        self.source.seek(tp, offset)
         self.held[tp] = until
         self.metrics.delayed_partitions.set(len(self.held))
+        return True
 
     def release_due(self, now: float) -> None:
         """Resume the held partitions whose record is due (unless backpressure holds them)."""

@@ -238,7 +238,8 @@ class Worker:
         if due is None or due <= now_ms:
             return False
         offset = msg.offset() or 0
-        self.pauser.hold(tp, offset, due / 1000)
+        if not self.pauser.hold(tp, offset, due / 1000):
+            return False
         log.debug("%s@%d due in %.1fs: holding the partition", tp, offset, (due - now_ms) / 1000)
         return True
 
