@@ -62,6 +62,10 @@ def corpus() -> list[tuple[str, dict[str, Any]]]:
             "retry-topics-with-strict-ordering",
             _with({"errors": {"retryTopics": [{"delaySeconds": 10}], "ordering": "strict"}}),
         ),
+        (
+            "retry-topics-duplicate-delay",
+            _with({"errors": {"retryTopics": [{"delaySeconds": 10}, {"delaySeconds": 10}]}}),
+        ),
         ("in-flight-not-a-number", _with({"limits": {"maxInFlightMessages": "lots"}})),
         (
             "connect-timeout-zero",
