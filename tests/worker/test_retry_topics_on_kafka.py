@@ -6,6 +6,9 @@ has passed (within a second) while the records behind it on its partition flow o
 worker stays in its group although the longer delay exceeds ``max.poll.interval.ms``. A record
 that always fails ends in the dead-letter topic after the last retry topic, its headers naming
 where it came from. The measured delays are reported (``$OFFTAKE_REPORT``).
+
+In-place retries and errors.ordering: by default the records behind a retried one overtake
+it; with ``strict`` its partition keeps its order while the other partition flows on.
 """
 
 from __future__ import annotations
@@ -207,3 +210,50 @@ def test_missing_retry_topics_are_named_and_the_worker_exits_3(
         assert "Traceback" not in text
     finally:
         kafka_broker.delete_topic(f"{src}.retry-5s", missing_ok=True)
+
+
+@pytest.mark.parametrize("ordering", ["relaxed", "strict"])
+def test_in_place_retries_keep_partition_order_only_when_strict(
+    ordering: str, kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    src, out = topic_factory(2), topic_factory(1)  # one output partition: the sink's order
+    doc = manifest(
+        f"order-{ordering}",
+        kafka_broker.bootstrap,
+        [src],
+        sink={"kafka": {"topic": out}},
+        processor={"function": "support.processors:fails_twice"},
+        errors={
+            "policy": "stop",
+            "maxRetries": 3,
+            "retryBackoffSeconds": 0.3,
+            "ordering": ordering,
+        },
+    )
+    group = doc["spec"]["source"]["groupId"]
+    attempts_file = tmp_path / "attempts"
+    attempts_file.touch()
+    produce(kafka_broker.bootstrap, src, ({"id": i, "flaky": i == FLAKY} for i in range(60)))
+    partition_of = {
+        json.loads(m.value())["id"]: m.partition() for m in read_all(kafka_broker.bootstrap, src)
+    }
+    worker = WorkerProcess(
+        write_manifest(tmp_path / "p.yaml", doc),
+        tmp_path / "w.log",
+        env={"OFFTAKE_TEST_ATTEMPTS_FILE": str(attempts_file)},
+    ).start()
+    wait_caught_up(kafka_broker.bootstrap, group, src, 2, timeout=60)
+    assert worker.terminate() == 0, worker.output()[-3000:]
+    order = [json.loads(m.value())["id"] for m in read_all(kafka_broker.bootstrap, out)]
+    assert sorted(order) == list(range(60))
+    mine = partition_of[FLAKY]
+    same = [i for i in order if partition_of[i] == mine]
+    other = [i for i in order if partition_of[i] != mine]
+    assert other == sorted(other) and other  # never held, never reordered
+    if ordering == "strict":
+        assert same == sorted(same)  # the records behind it waited 0.3 + 0.6 s for it
+        assert order.index(max(other)) < order.index(FLAKY)  # only its partition waited
+    else:
+        assert same != sorted(same) and same[-1] == FLAKY  # overtaken by all behind it
+    overtaken_by = [i for i in same[: same.index(FLAKY)] if i > FLAKY]
+    report(f"ordering-{ordering}", order_kept=same == sorted(same), overtaken_by=len(overtaken_by))
