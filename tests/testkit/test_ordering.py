@@ -17,9 +17,10 @@ FAILING = 3  # fails on its first two attempts, then succeeds
 
 
 class FailsTwice:
-    """A processing function failing record FAILING twice; thread-safe attempt counts."""
+    """A processing function failing some records twice each; thread-safe attempt counts."""
 
-    def __init__(self) -> None:
+    def __init__(self, failing: frozenset[int] = frozenset({FAILING})) -> None:
+        self.failing = failing
         self.attempts: Counter[int] = Counter()
         self._lock = threading.Lock()
 
@@ -28,12 +29,12 @@ class FailsTwice:
         with self._lock:
             self.attempts[rid] += 1
             n = self.attempts[rid]
-        if rid == FAILING and n <= 2:
+        if rid in self.failing and n <= 2:
             raise ValueError(f"attempt {n} at {rid}")
         return record.value
 
 
-def run(ordering: str | None) -> list[int]:
+def run(ordering: str | None, failing: frozenset[int] = frozenset({FAILING})) -> list[int]:
     """Ids in the order the sink got them: partition 0 holds 0..9, partition 1 holds 100..109."""
     broker = MemoryBroker()
     broker.create_topic("orders", 2)
@@ -43,10 +44,10 @@ def run(ordering: str | None) -> list[int]:
     errors: dict[str, Any] = {"policy": "stop", "maxRetries": 3, "retryBackoffSeconds": 0.2}
     if ordering is not None:
         errors["ordering"] = ordering
-    processor = FailsTwice()
+    processor = FailsTwice(failing)
     result = run_pipeline(manifest(errors=errors), broker, processor=processor)
     assert result.ok, result
-    assert processor.attempts[FAILING] == 3
+    assert all(processor.attempts[i] == 3 for i in failing)
     order = [o["id"] for o in result.outputs]  # the output topic has one partition
     assert sorted(order) == [*range(10), *range(100, 110)]
     return order
@@ -69,3 +70,10 @@ def test_strict_ordering_keeps_each_partitions_order_and_holds_only_that_partiti
     # The other partition was not held: all of it reached the sink before 3 (which waited
     # 0.6 s for its two retries).
     assert order.index(109) < order.index(FAILING)
+
+
+def test_strict_ordering_with_a_second_failure_behind_the_first() -> None:
+    """6 fails in the same batch as 3: its failure waits behind 3, then holds 7..9 itself."""
+    order = run("strict", frozenset({3, 6}))
+    assert [i for i in order if i < 100] == list(range(10))
+    assert order.index(109) < order.index(3) < order.index(6)

@@ -68,10 +68,6 @@ class Work:
     messages: list[tuple[MessageLike, int]]  # message and the epoch of its partition's assignment
 
 
-# A record to process: the record, its partition's epoch, its attempt number on this topic.
-Todo = tuple[Record, int, int]
-
-
 @dataclass(slots=True)
 class _Block:
     """errors.ordering strict: a parked record and the records held behind it, in order."""
@@ -397,12 +393,12 @@ class ProcessingStage:
         processed now; if one blocks the partition again, the rest wait behind it.
         """
         block = self._blocked.pop(tp, None)
-        held = list(block.held) if block is not None else []
+        held = block.held if block is not None else deque()
         while held:
-            run = [held.pop(0)]
+            run = [held.popleft()]
             processed = run[0][3] is not None
             while held and (held[0][3] is not None) == processed and len(run) < CHUNK:
-                run.append(held.pop(0))
+                run.append(held.popleft())
             todo = [(r, e, a) for r, e, a, _ in run]
             if processed:
                 retry = self._route(todo, [o for *_, o in run if o is not None])
