@@ -71,6 +71,7 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     TIMESTAMP_LOG_APPEND_TIME,
     Consumer,
+    KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
@@ -448,6 +449,9 @@ def read_keys_and_times(bootstrap: str, topic: str) -> tuple[list[bytes | None],
             "bootstrap.servers": bootstrap,
             "group.id": f"bench-read-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
+            # A transactional writer's (offtake-eos) log ends in a commit marker, which no
+            # record's offset reaches: the end is where the position stands at EOF.
+            "enable.partition.eof": True,
         }
     )
     try:
@@ -462,7 +466,13 @@ def read_keys_and_times(bootstrap: str, topic: str) -> tuple[list[bytes | None],
         deadline = time.monotonic() + 120
         while left and time.monotonic() < deadline:
             for m in consumer.consume(10_000, 0.5):
-                if m.error() is not None:
+                err = m.error()
+                if err is not None:
+                    eof = m.partition() or 0
+                    if err.code() == KafkaError._PARTITION_EOF and eof in left:
+                        (pos,) = consumer.position([TopicPartition(topic, eof)])
+                        if pos.offset >= left[eof]:
+                            del left[eof]
                     continue
                 kind, stamp = m.timestamp()
                 if kind != TIMESTAMP_LOG_APPEND_TIME:

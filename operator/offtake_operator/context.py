@@ -70,6 +70,7 @@ class OperatorContext:
             names.service_name(name),
             names.pdb_name(name),
             names.autoscaler_name(name),
+            names.redrive_job_name(name),
         }
         for key in [k for k in self.written if k[1] == namespace and k[2] in children]:
             self.written.pop(key, None)

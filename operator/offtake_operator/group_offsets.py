@@ -2,17 +2,23 @@
 
 The operator's rewind (:mod:`offtake_operator.rewind`) uses these, through the
 :class:`~offtake_operator.kafka_gateway.KafkaGateway`, to wait for an empty group and move its
-offsets.
+offsets; the redrive (:mod:`offtake_operator.redrive`) reads its progress.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import (
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from offtake.config import PipelineSpec
+from offtake.redrive import RedriveResult, read_progress
 
 from .lag import (
     EARLIEST,
@@ -85,3 +91,22 @@ def reset_offsets(
     if failed:
         raise KafkaAccessError(f"altering offsets of group {group!r}: {'; '.join(failed)}")
     return offsets
+
+
+def redrive_progress(
+    pipeline: PipelineSpec,
+    secret: Mapping[str, str],
+    group: str,
+    topic: str,
+    request_id: str,
+    timeout: float,
+) -> RedriveResult | None:
+    """What a redrive's group committed on the dead-letter topic: the totals its commits carry
+    (None if the topic does not exist). Blocking."""
+    try:
+        config = admin_config(pipeline, secret, timeout)
+        return read_progress(config, group, topic, request_id, timeout)
+    except KafkaException as exc:
+        raise KafkaAccessError(
+            f"redrive group {group!r}: {exc.args[0] if exc.args else exc}"
+        ) from None

@@ -3,8 +3,9 @@
 Triggers, all funnelled into the same per-pipeline, serialised, coalesced reconcile:
 
 - create / update / resume of a ConsumerPipeline (kopf retries these on errors);
-- any change to a child (Deployment, ConfigMap, Service, PDB) carrying the pipeline label,
-  so a deleted or edited child is repaired at once and readiness shows up in status quickly;
+- any change to a child (Deployment, ConfigMap, Service, PDB, redrive Job) carrying the
+  pipeline label, so a deleted or edited child is repaired at once and readiness shows up in
+  status quickly;
 - a periodic tick per pipeline that reconciles every ``OFFTAKE_RESYNC_SECONDS`` (drift the
   watches missed) and measures lag every ``OFFTAKE_LAG_INTERVAL_SECONDS``.
 
@@ -32,6 +33,7 @@ CHILD_RESOURCES = (
     ("", "v1", "configmaps"),
     ("", "v1", "services"),
     ("policy", "v1", "poddisruptionbudgets"),
+    ("batch", "v1", "jobs"),  # spec.redrive's Job: its completion is the redrive's next step
 )
 
 

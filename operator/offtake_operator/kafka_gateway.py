@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from offtake.config import PipelineSpec
+from offtake.redrive import RedriveResult
 
 from . import group_offsets, lag
 from .lag import TP, LagReport
@@ -21,6 +22,17 @@ class KafkaGateway(Protocol):
     async def reset_offsets(
         self, pipeline: PipelineSpec, secret: Mapping[str, str], request: Rewind
     ) -> dict[TP, int]: ...
+
+    async def redrive_progress(
+        self,
+        pipeline: PipelineSpec,
+        secret: Mapping[str, str],
+        group: str,
+        topic: str,
+        request_id: str,
+    ) -> RedriveResult | None:
+        """A redrive group's totals on ``topic``; None if the topic does not exist."""
+        ...
 
 
 class AdminKafkaGateway:
@@ -40,4 +52,16 @@ class AdminKafkaGateway:
     ) -> dict[TP, int]:
         return await asyncio.to_thread(
             group_offsets.reset_offsets, pipeline, secret, request, self.timeout
+        )
+
+    async def redrive_progress(
+        self,
+        pipeline: PipelineSpec,
+        secret: Mapping[str, str],
+        group: str,
+        topic: str,
+        request_id: str,
+    ) -> RedriveResult | None:
+        return await asyncio.to_thread(
+            group_offsets.redrive_progress, pipeline, secret, group, topic, request_id, self.timeout
         )

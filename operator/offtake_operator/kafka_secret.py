@@ -138,6 +138,11 @@ async def _read(api: KubeApi, namespace: str, name: str, field: str) -> dict[str
         try:
             data[key] = base64.b64decode(value).decode().strip()
         except (binascii.Error, UnicodeDecodeError):
+            if key in STRIMZI_UNUSED:
+                # Strimzi's PKCS#12 keystores (user.p12, ca.p12) are binary: they are left
+                # out anyway, and refusing them would refuse every Strimzi Secret as it is.
+                data[key] = ""
+                continue
             raise KafkaSecretError(
                 f"{field}: Secret {namespace}/{name} key {key!r} is not UTF-8 text"
             ) from None

@@ -61,6 +61,7 @@ CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 SERVICES = Resource("", "v1", "services", "Service")
 SECRETS = Resource("", "v1", "secrets", "Secret")
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
+JOBS = Resource("batch", "v1", "jobs", "Job")
 PDBS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 HPAS = Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler")
 SERVICEMONITORS = Resource("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor")
@@ -205,10 +206,15 @@ class KubeApi:
             content_type="application/apply-patch+yaml",
         )
 
-    async def delete(self, res: Resource, namespace: str | None, name: str) -> bool:
-        """Delete the object; False if it was already gone."""
+    async def delete(
+        self, res: Resource, namespace: str | None, name: str, *, propagation: str | None = None
+    ) -> bool:
+        """Delete the object; False if it was already gone. ``propagation`` (Background,
+        Foreground, Orphan): what happens to its dependents (a Job's pods are orphaned by
+        default)."""
+        body = None if propagation is None else {"propagationPolicy": propagation}
         try:
-            await self.request("DELETE", res.path(namespace, name))
+            await self.request("DELETE", res.path(namespace, name), body=body)
         except ApiError as exc:
             if exc.status == 404:
                 return False

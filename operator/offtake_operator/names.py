@@ -29,7 +29,13 @@ KAFKA_SECRET_DIR = f"{CONFIG_DIR}/kafka-secret"
 #: The Spark JDBC sink's credentials (keys user and password), when sink.spark.jdbc.secretRef.
 JDBC_SECRET_DIR = f"{CONFIG_DIR}/jdbc-secret"
 
+#: On a redrive Job: the id of the redrive it runs (spec.redrive.id).
+REDRIVE_ID_ANNOTATION = f"{GROUP}/redrive-id"
+#: The label of a redrive Job's pods (not PIPELINE_LABEL: they are not workers).
+REDRIVE_LABEL = f"{GROUP}/redrive"
+
 WORKER_CONTAINER = "worker"
+REDRIVE_CONTAINER = "redrive"
 PROCESSOR_CONTAINER = "processor"
 METRICS_PORT_NAME = "metrics"
 PROCESSOR_PORT_NAME = "processor"
@@ -56,6 +62,11 @@ def pdb_name(pipeline: str) -> str:
 
 def autoscaler_name(pipeline: str) -> str:
     return pipeline
+
+
+def redrive_job_name(pipeline: str) -> str:
+    # At most 55 + 8 = 63 characters: a Job's name is also its pods' job-name label value.
+    return f"{pipeline}-redrive"
 
 
 def selector(pipeline: str) -> dict[str, str]:

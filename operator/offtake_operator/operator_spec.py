@@ -1,5 +1,5 @@
-"""The spec fields only the operator reads: rewind, autoscaling, serviceMonitor (the worker
-ignores them).
+"""The spec fields only the operator reads: rewind, redrive, autoscaling, serviceMonitor (the
+worker ignores them).
 
 The API server has already checked these against the CRD; this module checks them again
 because an object can reach the operator without that check (an older CRD, a test server),
@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from offtake.config import ConfigError
+from offtake.config import ConfigError, RedriveRequest, parse_redrive
+from offtake.config.redrive import dlq_topic_of
 
 RewindTarget = Literal["earliest", "latest", "timestamp"]
 
@@ -41,6 +42,8 @@ class Autoscaling:
 class OperatorSpec:
     rewind: Rewind | None
     autoscaling: Autoscaling
+    #: spec.redrive, read by the worker's own parser (offtake.config.redrive).
+    redrive: RedriveRequest | None = None
     #: Extra labels of the pipeline's ServiceMonitor (spec.serviceMonitor.labels), e.g. the
     #: ``release`` label kube-prometheus-stack selects ServiceMonitors by.
     service_monitor_labels: dict[str, str] = field(default_factory=dict)
@@ -52,6 +55,7 @@ def parse_operator_spec(spec: Mapping[str, Any]) -> OperatorSpec:
         rewind=_rewind(spec.get("rewind")),
         autoscaling=_autoscaling(spec.get("autoscaling")),
         service_monitor_labels=_service_monitor_labels(spec.get("serviceMonitor")),
+        redrive=parse_redrive(spec.get("redrive"), dlq_topic_of(spec)),
     )
 
 

@@ -18,7 +18,7 @@ import kopf
 
 from offtake.config import ConfigError, PipelineSpec, parse_pipeline
 
-from . import names, render, rewind, security
+from . import names, redrive, render, rewind, security
 from .apply import Applied, NotOursError, ensure, remove_owned
 from .context import OperatorContext
 from .kafka_secret import KafkaSecret, KafkaSecretError, kafka_properties, read_kafka_secret
@@ -253,6 +253,12 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
         outcome.status["autoscaler"] = await _apply_autoscaler(
             ctx, body, pipeline, extras, old_status, secret
         )
+        if extras.redrive is not None and redrive.pending(extras.redrive, old_status):
+            # Independent of the workers (they keep running and consume what it replays);
+            # the Job's watch and the resync bring the next step.
+            replay = await redrive.advance(ctx, body, pipeline, extras.redrive, secret, old_status)
+            outcome.status["redrive"] = replay.status
+            outcome.events += replay.events
     except NamespaceTerminatingError:
         return ReconcileResult(gone=True)
     except (ChildRejectedError, NotOursError) as exc:

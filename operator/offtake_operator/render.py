@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from offtake.config import PipelineSpec
+from offtake.config import PipelineSpec, RedriveRequest
 
 from . import names
 from .names import API_VERSION, KIND
@@ -31,6 +31,7 @@ DEPLOYMENT_ONLY_FIELDS = (
     "replicas",
     "paused",
     "rewind",
+    "redrive",
     "autoscaling",
     "template",
     "resources",
@@ -269,6 +270,39 @@ def _kafka_secret_volume(
     return {"name": "kafka-secret", "projected": {"sources": sources}}
 
 
+def _volumes(
+    name: str, pipeline: PipelineSpec, kafka_mounts: Sequence[tuple[str, Mapping[str, str]]] | None
+) -> list[JSON]:
+    volumes: list[JSON] = [
+        {"name": "pipeline", "configMap": {"name": names.configmap_name(name)}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    kafka_volume = _kafka_secret_volume(pipeline, kafka_mounts)
+    if kafka_volume is not None:
+        volumes.append(kafka_volume)
+    jdbc_secret = _jdbc_secret(pipeline)
+    if jdbc_secret is not None:
+        volumes.append({"name": "jdbc-secret", "secret": {"secretName": jdbc_secret}})
+    return volumes
+
+
+#: Pod settings of spec.template.spec copied to every pod the operator renders.
+POD_SETTINGS = (
+    "serviceAccountName",
+    "priorityClassName",
+    "nodeSelector",
+    "imagePullSecrets",
+    "tolerations",
+    "affinity",
+)
+
+
+def _copy_pod_settings(template_spec: Mapping[str, Any], pod_spec: JSON) -> None:
+    for key in POD_SETTINGS:
+        if template_spec.get(key):
+            pod_spec[key] = copy.deepcopy(template_spec[key])
+
+
 def render_deployment(
     body: Mapping[str, Any],
     pipeline: PipelineSpec,
@@ -297,16 +331,7 @@ def render_deployment(
         "prometheus.io/port": str(pipeline.metrics.port),
         "prometheus.io/path": "/metrics",
     }
-    volumes: list[JSON] = [
-        {"name": "pipeline", "configMap": {"name": names.configmap_name(name)}},
-        {"name": "tmp", "emptyDir": {}},
-    ]
-    kafka_volume = _kafka_secret_volume(pipeline, kafka_mounts)
-    if kafka_volume is not None:
-        volumes.append(kafka_volume)
-    jdbc_secret = _jdbc_secret(pipeline)
-    if jdbc_secret is not None:
-        volumes.append({"name": "jdbc-secret", "secret": {"secretName": jdbc_secret}})
+    volumes = _volumes(name, pipeline, kafka_mounts)
 
     pod_spec: JSON = {
         "containers": [_worker_container(body, pipeline, config)],
@@ -327,16 +352,7 @@ def render_deployment(
         pod_spec["initContainers"] = [_processor_container(body)]
         volumes.append({"name": "processor-tmp", "emptyDir": {}})
     pod_spec["securityContext"] = security_contexts(body)[0]
-    for key in (
-        "serviceAccountName",
-        "priorityClassName",
-        "nodeSelector",
-        "imagePullSecrets",
-        "tolerations",
-        "affinity",
-    ):
-        if template_spec.get(key):
-            pod_spec[key] = copy.deepcopy(template_spec[key])
+    _copy_pod_settings(template_spec, pod_spec)
 
     return {
         "apiVersion": "apps/v1",
@@ -355,6 +371,89 @@ def render_deployment(
             "progressDeadlineSeconds": 600,
             "template": {
                 "metadata": {"labels": pod_labels, "annotations": pod_annotations},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def render_redrive_job(
+    body: Mapping[str, Any],
+    pipeline: PipelineSpec,
+    config: OperatorConfig,
+    request: RedriveRequest,
+    group: str,
+    *,
+    kafka_mounts: Sequence[tuple[str, Mapping[str, str]]] | None = None,
+) -> JSON:
+    """The Job that runs ``offtake redrive`` once for ``request``: the worker's image, config
+    (the same ConfigMap), Kafka credentials, pod settings and restricted security contexts.
+
+    Its pods do not carry the pipeline label: they are not workers (the Deployment, the metrics
+    Service and the PodDisruptionBudget select by it).
+    """
+    name, _ = meta(body)
+    spec = body["spec"]
+    template = spec.get("template") or {}
+    template_spec = template.get("spec") or {}
+    worker = _worker_container(body, pipeline, config)
+    container: JSON = {
+        "name": names.REDRIVE_CONTAINER,
+        "image": worker["image"],
+        "command": ["offtake"],
+        "args": [
+            "redrive",
+            "--pipeline",
+            names.PIPELINE_PATH,
+            "--id",
+            request.id,
+            "--from",
+            request.source,
+            "--until",
+            request.until_text,
+            "--group",
+            group,
+        ],
+        "env": worker["env"],
+        "volumeMounts": worker["volumeMounts"],
+        "securityContext": worker["securityContext"],
+        # The summary line (replayed, left, skipped) shows in `kubectl describe pod`.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    for key in ("imagePullPolicy", "resources"):
+        if key in worker:
+            container[key] = worker[key]
+    pod_labels = {
+        **((template.get("metadata") or {}).get("labels") or {}),
+        "app.kubernetes.io/name": "offtake",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/component": "redrive",
+        names.COMPONENT_LABEL: "redrive",
+        names.REDRIVE_LABEL: name,
+    }
+    pod_labels.pop(names.PIPELINE_LABEL, None)
+    pod_spec: JSON = {
+        "containers": [container],
+        "volumes": _volumes(name, pipeline, kafka_mounts),
+        # A failed attempt's pod stays for its logs; the Job starts another (which resumes).
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "securityContext": security_contexts(body)[0],
+    }
+    _copy_pod_settings(template_spec, pod_spec)
+    metadata = _metadata(body, names.redrive_job_name(name), "redrive")
+    metadata["annotations"] = {names.REDRIVE_ID_ANNOTATION: request.id}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {
+            "backoffLimit": 4,
+            "template": {
+                "metadata": {
+                    "labels": pod_labels,
+                    "annotations": {names.REDRIVE_ID_ANNOTATION: request.id},
+                },
                 "spec": pod_spec,
             },
         },

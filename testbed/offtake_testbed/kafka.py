@@ -7,6 +7,12 @@ folder on loopback ports.
 
     python -m offtake_testbed.kafka install        # resolve the jars, print the folder
     python -m offtake_testbed.kafka run --port N   # foreground broker until Ctrl-C
+    python -m offtake_testbed.kafka run --scram-user alice:alice-pw --tls   # secured too
+
+On request (``scram_users=``, ``tls=True``) a broker also listens with authentication and
+encryption, beside its plain listener: SASL_PLAINTEXT with SCRAM-SHA-512 users, SSL with
+certificates the test bed makes for each start, SSL that requires a client certificate, and
+(with both) SASL_SSL with SCRAM-SHA-512.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, ClassVar
+from typing import IO, TYPE_CHECKING, ClassVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -48,6 +54,11 @@ from confluent_kafka.admin._metadata import ClusterMetadata
 from confluent_kafka.cimpl import NewTopic
 
 from ._cache import Progress, cache_dir, folder_size, megabytes
+
+if TYPE_CHECKING:
+    # Imported when a broker with TLS starts: a plain broker (and `install`) needs no
+    # cryptography package and pays nothing for it.
+    from ._pki import CertificateAuthority, KeyPair
 from ._service import Service
 
 __all__ = [
@@ -80,6 +91,23 @@ _log = logging.getLogger(__name__)
 _WORKDIR_PREFIX = "offtake-kafka-"
 
 _MetadataCheck = Callable[[ClusterMetadata], bool]
+
+# The secured listeners' names (the PLAINTEXT and CONTROLLER listeners are always there).
+SCRAM_LISTENER = "SCRAM"  # SASL_PLAINTEXT, mechanism SCRAM-SHA-512
+TLS_LISTENER = "TLS"  # SSL, server certificate only
+MTLS_LISTENER = "MTLS"  # SSL, and the client must present a certificate the CA signed
+SCRAM_TLS_LISTENER = "SCRAM_TLS"  # SASL_SSL with SCRAM-SHA-512: Strimzi's usual scram listener
+_PROTOCOLS = {
+    "PLAINTEXT": "PLAINTEXT",
+    "CONTROLLER": "PLAINTEXT",
+    SCRAM_LISTENER: "SASL_PLAINTEXT",
+    TLS_LISTENER: "SSL",
+    MTLS_LISTENER: "SSL",
+    SCRAM_TLS_LISTENER: "SASL_SSL",
+}
+# SCRAM users are written into the storage format command as name=...,password=...: keep them
+# to characters that need no quoting there (and that no shell or log mangles).
+_SCRAM_SAFE = re.compile(r"[A-Za-z0-9._-]+")
 
 
 class KafkaTestbedError(RuntimeError):
@@ -311,14 +339,29 @@ class KafkaBroker(Service):
         heap: str = "768m",
         start_timeout: float = 120.0,  # generous: a loaded 2-core CI box can take 15 s+
         extra_config: Mapping[str, str] | None = None,
+        scram_users: Mapping[str, str] | None = None,
+        tls: bool = False,
     ) -> None:
+        """``scram_users`` (name -> password) adds a SASL_PLAINTEXT listener with those
+        SCRAM-SHA-512 users; ``tls`` adds an SSL listener and one that requires a client
+        certificate, both with certificates made for this start (see :attr:`ca_pem`)."""
         self.version = version
         self.heap = heap
         self.start_timeout = start_timeout
         self.extra_config = dict(extra_config or {})
+        for name, password in (scram_users or {}).items():
+            if not (_SCRAM_SAFE.fullmatch(name) and _SCRAM_SAFE.fullmatch(password)):
+                raise KafkaTestbedError(
+                    f"SCRAM user {name!r}: names and passwords may use only A-Z a-z 0-9 . _ -"
+                )
+        self.scram_users = dict(scram_users or {})
+        self.tls = tls
         self._requested_port = port
         self._port: int | None = None
         self._controller_port: int | None = None
+        self._secured_ports: dict[str, int] = {}
+        self._ca: CertificateAuthority | None = None
+        self._server_pair: KeyPair | None = None
         self._workdir: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._admin: AdminClient | None = None
@@ -350,6 +393,31 @@ class KafkaBroker(Service):
     def is_running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    def listener_bootstrap(self, listener: str) -> str:
+        """``127.0.0.1:PORT`` of a secured listener: SCRAM_LISTENER, TLS_LISTENER,
+        MTLS_LISTENER, or SCRAM_TLS_LISTENER (with both ``scram_users`` and ``tls``)."""
+        if self._process is None:
+            raise KafkaTestbedError("the Kafka broker is not running; call start() first")
+        if listener not in self._secured_ports:
+            raise KafkaTestbedError(
+                f"this broker has no {listener} listener (start it with scram_users= or tls=True)"
+            )
+        return f"127.0.0.1:{self._secured_ports[listener]}"
+
+    @property
+    def ca_pem(self) -> str:
+        """The PEM certificate of the CA that signed the TLS listeners' certificate (and the
+        client certificates of :meth:`client_certificate`): what a client trusts."""
+        if self._ca is None:
+            raise KafkaTestbedError("this broker has no TLS listeners (start it with tls=True)")
+        return self._ca.cert_pem
+
+    def client_certificate(self, common_name: str = "offtake-client") -> KeyPair:
+        """A client certificate the MTLS listener accepts (principal ``User:CN=<name>``)."""
+        if self._ca is None:
+            raise KafkaTestbedError("this broker has no TLS listeners (start it with tls=True)")
+        return self._ca.client(common_name)
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> KafkaBroker:
@@ -364,6 +432,7 @@ class KafkaBroker(Service):
         try:
             self._port = self._requested_port or _free_port()
             self._controller_port = _free_port(exclude=self._port)
+            self._prepare_secured_listeners()
             self._write_config()
             self._format_storage(java, libs)
             self._launch(java, libs)
@@ -384,6 +453,8 @@ class KafkaBroker(Service):
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
         self._port = self._controller_port = None
+        self._secured_ports = {}
+        self._ca = self._server_pair = None
 
     # -- topics -------------------------------------------------------------------------------
 
@@ -427,18 +498,43 @@ class KafkaBroker(Service):
 
     # -- internals ----------------------------------------------------------------------------
 
+    def _prepare_secured_listeners(self) -> None:
+        names = ([SCRAM_LISTENER] if self.scram_users else []) + (
+            [TLS_LISTENER, MTLS_LISTENER] if self.tls else []
+        )
+        if self.scram_users and self.tls:
+            names.append(SCRAM_TLS_LISTENER)
+        taken = {self._port, self._controller_port}
+        for name in names:
+            port = _free_port()
+            while port in taken:
+                port = _free_port()
+            taken.add(port)
+            self._secured_ports[name] = port
+        if self.tls:
+            from ._pki import CertificateAuthority
+
+            # New for every start: nothing is cached, and a CA never outlives its broker.
+            self._ca = CertificateAuthority()
+            self._server_pair = self._ca.server("offtake-testbed-kafka")
+
     def _server_properties(self) -> dict[str, str]:
         controller = f"127.0.0.1:{self._controller_port}"
+        # The plain listener stays first and carries inter-broker traffic; the secured ones
+        # are only for clients under test.
+        served = {"PLAINTEXT": self._port, **self._secured_ports}
+        advertised = ",".join(f"{name}://127.0.0.1:{port}" for name, port in served.items())
+        protocols = {name: _PROTOCOLS[name] for name in [*served, "CONTROLLER"]}
         props = {
             "process.roles": "broker,controller",
             "node.id": "1",
             # A static voter set: formatting needs no --standalone and the quorum is instant.
             "controller.quorum.voters": f"1@{controller}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self._port},CONTROLLER://{controller}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self._port}",
+            "listeners": f"{advertised},CONTROLLER://{controller}",
+            "advertised.listeners": advertised,
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": ",".join(f"{k}:{v}" for k, v in protocols.items()),
             "log.dirs": str(self.workdir / "data"),
             "num.partitions": "1",
             "auto.create.topics.enable": "false",
@@ -458,11 +554,42 @@ class KafkaBroker(Service):
             "num.network.threads": "2",
             "num.io.threads": "4",
         }
+        props.update(self._secured_properties())
         props.update(self.extra_config)
         return props
 
+    def _secured_properties(self) -> dict[str, str]:
+        props: dict[str, str] = {}
+        for name in (SCRAM_LISTENER, SCRAM_TLS_LISTENER):
+            if name not in self._secured_ports:
+                continue
+            scram = f"listener.name.{name.lower()}"
+            props[f"{scram}.sasl.enabled.mechanisms"] = "SCRAM-SHA-512"
+            # The broker side of SCRAM needs no credentials of its own: the users live in the
+            # cluster metadata (written at format time, see _format_storage).
+            props[f"{scram}.scram-sha-512.sasl.jaas.config"] = (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            )
+        if self._ca is not None and self._server_pair is not None:
+            for name in (TLS_LISTENER, MTLS_LISTENER, SCRAM_TLS_LISTENER):
+                if name not in self._secured_ports:
+                    continue
+                prefix = f"listener.name.{name.lower()}"
+                # PEM text in the properties themselves: Kafka reads a PEM keystore *file*
+                # only with an encrypted key, and inline PEM needs no keytool or PKCS#12 step.
+                props[f"{prefix}.ssl.keystore.type"] = "PEM"
+                props[f"{prefix}.ssl.keystore.certificate.chain"] = self._server_pair.cert_pem
+                props[f"{prefix}.ssl.keystore.key"] = self._server_pair.key_pem
+            mtls = f"listener.name.{MTLS_LISTENER.lower()}"
+            props[f"{mtls}.ssl.client.auth"] = "required"
+            props[f"{mtls}.ssl.truststore.type"] = "PEM"
+            props[f"{mtls}.ssl.truststore.certificates"] = self._ca.cert_pem
+        return props
+
     def _write_config(self) -> None:
-        lines = [f"{key}={value}" for key, value in self._server_properties().items()]
+        lines = [
+            f"{key}={_escape_property(value)}" for key, value in self._server_properties().items()
+        ]
         (self.workdir / "server.properties").write_text("\n".join(lines) + "\n")
         (self.workdir / "log4j2.properties").write_text(_LOG4J2_PROPERTIES)
 
@@ -493,6 +620,12 @@ class KafkaBroker(Service):
             # it would be taken for an option (about one start in 64 failed that way).
             f"--cluster-id={cluster_id}",
             f"--config={self.workdir / 'server.properties'}",
+            # SCRAM credentials as bootstrap metadata records: KRaft has them from the first
+            # moment, with no kafka-configs call (and no wait for it) after the start.
+            *(
+                f"--add-scram=SCRAM-SHA-512=[name={name},password={password}]"
+                for name, password in self.scram_users.items()
+            ),
         ]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
         if done.returncode != 0:
@@ -521,7 +654,7 @@ class KafkaBroker(Service):
     def _wait_until_ready(self) -> None:
         deadline = time.monotonic() + self.start_timeout
         # A plain TCP probe first: the AdminClient would log a connection error every 50 ms.
-        while not _port_open(self.port):
+        while not all(_port_open(p) for p in (self.port, *self._secured_ports.values())):
             self._check_alive()
             if time.monotonic() > deadline:
                 raise self._timeout_error()
@@ -603,11 +736,16 @@ class KafkaBroker(Service):
 # --------------------------------------------------------------------------------------------
 
 
-def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Message]:
+def read_topic(
+    bootstrap: str, topic: str, timeout: float = 60.0, isolation: str = "read_committed"
+) -> list[Message]:
     """Every record of ``topic`` up to its log end as of this call, in no consumer group.
 
     Plain assignment from the beginning: no group join to wait for, and nothing committed,
-    so reading a topic never changes what a pipeline under test sees.
+    so reading a topic never changes what a pipeline under test sees. ``isolation`` is the
+    reader's isolation.level: read_committed (librdkafka's default) skips aborted transactions'
+    records and waits at an open transaction until it ends (a killed transactional producer's
+    is aborted by the broker after its transaction.timeout.ms).
     """
     consumer = Consumer(
         {
@@ -615,6 +753,7 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Messag
             "group.id": f"offtake-testbed-reader-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            "isolation.level": isolation,
             "logger": _log,
         }
     )
@@ -631,12 +770,18 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Messag
         while todo and time.monotonic() < deadline:
             for m in consumer.consume(1000, 0.5):
                 err = m.error()
+                p = m.partition() or 0
                 if err is None:
                     out.append(m)
-                    if (m.offset() or 0) + 1 >= ends[m.partition() or 0]:
-                        todo.discard(m.partition() or 0)
+                    if (m.offset() or 0) + 1 >= ends[p]:
+                        todo.discard(p)
                 elif err.code() == KafkaError._PARTITION_EOF:
-                    todo.discard(m.partition() or 0)
+                    # The end is the high watermark. A transactional log ends in a commit marker
+                    # that no record's offset reaches, and read_committed stops early at an open
+                    # transaction: only the position tells.
+                    (pos,) = consumer.position([TopicPartition(topic, p)])
+                    if pos.offset >= ends[p]:
+                        todo.discard(p)
     finally:
         consumer.close()
     if todo:
@@ -678,6 +823,11 @@ def _free_port(exclude: int | None = None) -> int:
             port: int = sock.getsockname()[1]
         if port != exclude:
             return port
+
+
+def _escape_property(value: str) -> str:
+    """A value for a Java .properties line: backslashes and line breaks (PEM text) escaped."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "")
 
 
 def _port_open(port: int) -> bool:
@@ -756,7 +906,29 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     commands.add_parser("install", parents=[common], help="fetch the jars, print their folder")
     run = commands.add_parser("run", parents=[common], help="run a broker until Ctrl-C")
     run.add_argument("--port", type=int, default=None, help="client port (default: a free one)")
+    run.add_argument(
+        "--scram-user",
+        action="append",
+        default=[],
+        metavar="NAME:PASSWORD",
+        help="add a SCRAM-SHA-512 user and a SASL_PLAINTEXT listener (repeatable)",
+    )
+    run.add_argument(
+        "--tls",
+        action="store_true",
+        help="add TLS listeners (and SASL_SSL with --scram-user); prints the CA file",
+    )
     return parser.parse_args(argv)
+
+
+def _scram_users(specs: list[str]) -> dict[str, str]:
+    users = {}
+    for spec in specs:
+        name, sep, password = spec.partition(":")
+        if not (sep and name and password):
+            raise KafkaTestbedError(f"--scram-user {spec!r}: expected NAME:PASSWORD")
+        users[name] = password
+    return users
 
 
 def _run_foreground(broker: KafkaBroker) -> int:
@@ -767,6 +939,12 @@ def _run_foreground(broker: KafkaBroker) -> int:
         print(f"Kafka {broker.version} ready in {time.monotonic() - began:.1f}s", flush=True)
         print(f"bootstrap: {broker.bootstrap}", flush=True)
         print(f"log: {broker.log_path}", flush=True)
+        for name, port in broker._secured_ports.items():
+            print(f"{name} ({_PROTOCOLS[name]}): 127.0.0.1:{port}", flush=True)
+        if broker.tls:
+            ca = broker.workdir / "ca.crt"
+            ca.write_text(broker.ca_pem)
+            print(f"CA certificate (ssl.ca.location): {ca}", flush=True)
         try:
             while broker.is_running():
                 time.sleep(0.5)
@@ -784,7 +962,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "install":
             print(install_kafka(args.kafka_version, progress=sys.stderr))
             return 0
-        return _run_foreground(KafkaBroker(args.port, version=args.kafka_version))
+        broker = KafkaBroker(
+            args.port,
+            version=args.kafka_version,
+            scram_users=_scram_users(args.scram_user),
+            tls=args.tls,
+        )
+        return _run_foreground(broker)
     except KafkaTestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -1,4 +1,5 @@
-"""pytest fixtures for a real Kafka broker: ``kafka_broker`` (session) and ``topic_factory``.
+"""pytest fixtures for a real Kafka broker: ``kafka_broker`` (session) and ``topic_factory``,
+and ``secured_kafka_broker`` (session) for SASL/SCRAM and TLS clients.
 
 Register with ``pytest_plugins = ["offtake_testbed.pytest_plugin"]`` in a conftest.py. Tests
 that use the broker are marked ``kafka`` automatically, so ``-m "not kafka"`` deselects them.
@@ -17,7 +18,12 @@ import pytest
 
 from .kafka import KafkaBroker, KafkaTestbedError, install_kafka
 
-__all__ = ["TopicFactory", "kafka_broker", "topic_factory"]
+__all__ = ["SCRAM_USER", "TopicFactory", "kafka_broker", "secured_kafka_broker", "topic_factory"]
+
+#: The SCRAM-SHA-512 user of ``secured_kafka_broker``; its password is
+#: ``secured_kafka_broker.scram_users[SCRAM_USER]``, new for every session.
+SCRAM_USER = "offtake-scram-user"
+_BROKER_FIXTURES = ("kafka_broker", "secured_kafka_broker")
 
 # Kafka topic names: at most 249 of [a-zA-Z0-9._-]; keep room for the unique suffix.
 _ILLEGAL_TOPIC_CHARS = re.compile(r"[^a-zA-Z0-9._-]+")
@@ -37,14 +43,34 @@ class TopicFactory(Protocol):
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if "kafka_broker" in getattr(item, "fixturenames", ()):
+        if set(_BROKER_FIXTURES) & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.kafka)
 
 
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[KafkaBroker]:
     """A started single-node KRaft broker shared by the whole test session."""
-    broker = KafkaBroker()
+    yield from _running(KafkaBroker())
+
+
+@pytest.fixture(scope="session")
+def secured_kafka_broker() -> Iterator[KafkaBroker]:
+    """A second broker whose clients authenticate: SCRAM-SHA-512 user ``SCRAM_USER`` on
+    ``listener_bootstrap(SCRAM_LISTENER)`` and, over TLS, ``SCRAM_TLS_LISTENER``; TLS on
+    ``TLS_LISTENER`` and TLS with client certificates on ``MTLS_LISTENER`` (CA: ``ca_pem``).
+    Its plain listener (``bootstrap``) is for the tests' own producers and checks.
+
+    A broker of its own rather than more listeners on ``kafka_broker``: the default broker
+    starts exactly as before, with nothing to generate or configure, and the cost of this one
+    (a JVM start, some seconds) is paid only by sessions that select a test using it.
+    """
+    # Distinctive and new every session, so a test can grep outputs for it (it must never
+    # appear) without matching anything else by chance.
+    password = f"offtake-canary-{uuid.uuid4().hex}"
+    yield from _running(KafkaBroker(heap="512m", scram_users={SCRAM_USER: password}, tls=True))
+
+
+def _running(broker: KafkaBroker) -> Iterator[KafkaBroker]:
     began = time.monotonic()
     problem = _start(broker)
     if problem is not None:

@@ -30,6 +30,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 # Fields the operator reads and the worker accepts without interpreting (see loader.py).
 OPERATOR_ONLY = {
     ("spec", "rewind"),
+    ("spec", "redrive"),
     ("spec", "autoscaling"),
     ("spec", "template"),
     ("spec", "resources"),
@@ -163,6 +164,13 @@ CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     "|| self.ordering != 'strict'": lambda s: (
         not s.get("retryTopics") or s.get("ordering") != "strict"
     ),
+    "!has(self.redrive) || has(self.redrive.from) || (has(self.errors) && has(self.errors.dlq))": (
+        lambda s: (
+            not _has(s, "redrive")
+            or _has(s["redrive"], "from")
+            or (_has(s, "errors") and _has(s["errors"], "dlq"))
+        )
+    ),
     "self.to != 'timestamp' || has(self.timestamp)": lambda s: (
         s["to"] != "timestamp" or _has(s, "timestamp")
     ),
@@ -205,6 +213,7 @@ SAMPLE_STRINGS = {
     "function": "pkg.mod:handle",
     "transform": "pkg.jobs:clean",
     "timestamp": "2024-05-01T12:00:00Z",
+    "until": "2024-05-01T12:00:00Z",
     "path": "/v1/process",
     "connectUrl": "sc://spark:15002",
 }
@@ -302,6 +311,9 @@ def fix_cross_field_rules(m: dict[str, Any]) -> None:
     rewind = spec.get("rewind")
     if rewind is not None and rewind.get("to") == "timestamp":
         rewind.setdefault("timestamp", "2024-05-01T12:00:00Z")
+    redrive = spec.get("redrive")
+    if redrive is not None and "dlq" not in spec.get("errors", {}):
+        redrive.setdefault("from", "dlq")
     auto = spec.get("autoscaling")
     if auto is not None and auto.get("minReplicas", 1) > auto.get("maxReplicas", 10):
         auto["maxReplicas"] = auto["minReplicas"]
@@ -584,6 +596,8 @@ def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
         spec["errors"] = {"retryTopics": [{"delaySeconds": 10}], "ordering": "strict"}
     elif "dlq" in rule:
         spec["errors"] = {"policy": "dlq"}
+    elif "redrive" in rule:
+        spec["redrive"] = {"id": "r1", "until": "2024-05-01T12:00:00Z"}
     elif "timestamp" in rule:
         spec["rewind"] = {"to": "timestamp", "id": "r1"}
         loader_rejects = False

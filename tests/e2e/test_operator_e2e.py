@@ -8,7 +8,9 @@ their readiness on the Pod objects, and stops them when the ReplicaSet deletes t
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
 import os
 import shutil
 import signal
@@ -31,8 +33,9 @@ from confluent_kafka import Consumer, Producer
 from support.kube import exists, get, wait_for
 
 from offtake.config import load_pipeline
+from offtake_testbed.kafka import SCRAM_TLS_LISTENER, KafkaBroker
 from offtake_testbed.kube import ControlPlane
-from offtake_testbed.pytest_plugin import TopicFactory
+from offtake_testbed.pytest_plugin import SCRAM_USER, TopicFactory
 from offtake_testbed.pytest_plugin_kube import Kubectl
 
 # Read when the handlers module is first imported: a one-second tick keeps the tests brisk.
@@ -83,9 +86,15 @@ def condition(kubectl: Kubectl, ns: str, name: str, ctype: str) -> dict[str, Any
 @pytest.fixture(scope="module")
 def pipelines_crd(control_plane: ControlPlane) -> None:
     control_plane.kubectl("apply", "-f", str(CRD))
-    control_plane.kubectl(
-        "wait", "--for=condition=Established", "crd/consumerpipelines.offtake.dev", "--timeout=60s"
-    )
+
+    # Not `kubectl wait --for=condition=Established`: right after the apply the CRD may have no
+    # status.conditions yet, and kubectl 1.34 then fails ("accessor error") instead of waiting.
+    def established() -> bool:
+        crd = get(control_plane.kubectl, "crd", "consumerpipelines.offtake.dev")
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    wait_for(established, timeout=60, what="the ConsumerPipeline CRD established")
 
 
 @pytest.fixture(scope="module")
@@ -422,11 +431,14 @@ class LocalKubelet:
     For each Pod object: native sidecars first (init containers with restartPolicy Always,
     started from ``sidecar_commands[image]`` and waited for until their startup probe answers),
     then the worker container's command and args, with the ConfigMap mounted as a file,
-    POD_NAME from the downward API and a free metrics port (each pod has its own network
-    namespace; here they share the host's). Readiness (/readyz) is written to the Pod's status,
-    so the ReplicaSet and Deployment controllers count ready replicas. A deleted pod's worker
-    gets SIGTERM (SIGKILL after the grace period), and only once it has exited do its sidecars
-    get SIGTERM: Kubernetes' order for native sidecars. ``timeline`` records it all.
+    Secret and projected Secret volumes written out as the kubelet would (``items`` naming the
+    files; the Kafka secret directory reaches the worker through OFFTAKE_KAFKA_SECRET_DIR,
+    since /etc/offtake does not exist here), POD_NAME from the downward API and a free metrics
+    port (each pod has its own network namespace; here they share the host's). Readiness
+    (/readyz) is written to the Pod's status, so the ReplicaSet and Deployment controllers count
+    ready replicas. A deleted pod's worker gets SIGTERM (SIGKILL after the grace period), and
+    only once it has exited do its sidecars get SIGTERM: Kubernetes' order for native sidecars.
+    ``timeline`` records it all.
     """
 
     def __init__(
@@ -538,7 +550,7 @@ class LocalKubelet:
         log = (self.workdir / f"{name}.log").open("wb")
         proc = subprocess.Popen(
             [*command, *args, "--metrics-port", str(port)],
-            env=self._env(container, name),
+            env={**self._env(container, name), **self._mount_secrets(name, spec, container)},
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=self.workdir,
@@ -548,6 +560,33 @@ class LocalKubelet:
             proc, port, float(spec["terminationGracePeriodSeconds"]), sidecars
         )
         self.started += 1
+
+    def _mount_secrets(
+        self, pod: str, spec: dict[str, Any], container: dict[str, Any]
+    ) -> dict[str, str]:
+        """Write the container's Secret volumes to folders; the env that points the worker at
+        its Kafka secret directory."""
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        env: dict[str, str] = {}
+        for mount in container.get("volumeMounts", []):
+            volume = volumes[mount["name"]]
+            if "secret" in volume:
+                sources = [{**volume["secret"], "name": volume["secret"]["secretName"]}]
+            else:
+                projected = (volume.get("projected") or {}).get("sources", [])
+                sources = [source["secret"] for source in projected if "secret" in source]
+            if not sources:
+                continue
+            folder = self.workdir / pod / mount["name"]
+            folder.mkdir(parents=True)
+            for source in sources:
+                data = get(self.kubectl, "secret", source["name"], "-n", self.namespace)["data"]
+                items = source.get("items") or [{"key": k, "path": k} for k in data]
+                for item in items:
+                    (folder / item["path"]).write_bytes(base64.b64decode(data[item["key"]]))
+            if mount["mountPath"] == names.KAFKA_SECRET_DIR:
+                env["OFFTAKE_KAFKA_SECRET_DIR"] = str(folder)
+        return env
 
     def _is_ready(self, name: str) -> bool:
         pod = self.pods[name]
@@ -942,3 +981,93 @@ def test_a_strimzi_kafkauser_secret_works_and_its_values_stay_secret(
     for kind in ("deployments", "replicasets", "pods", "configmaps", "services", "events", "cpl"):
         text = kubectl("get", kind, "-n", ns, "-o", "json").stdout
         assert password not in text, kind
+
+
+def test_strimzi_secrets_take_a_pipeline_through_scram_over_tls_and_its_password_leaks_nowhere(
+    kubectl: Kubectl,
+    kube_namespace: str,
+    operator: OperatorContext,
+    secured_kafka_broker: KafkaBroker,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Strimzi's Secrets as they are -> the operator's ConfigMap and Secret volume -> a worker
+    that consumes through SASL_SSL with SCRAM-SHA-512, and the operator's own lag client too.
+    Then the password is looked for everywhere it could have been copied to."""
+    ns = kube_namespace
+    broker = secured_kafka_broker
+    password = broker.scram_users[SCRAM_USER]
+    source, output = (
+        f"e2e-secured-{uuid.uuid4().hex[:8]}",
+        f"e2e-secured-out-{uuid.uuid4().hex[:8]}",
+    )
+    broker.create_topic(source, 3)
+    broker.create_topic(output, 1)
+    produce(broker.bootstrap, source, 200)
+    jaas = (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{SCRAM_USER}" password="{password}";'
+    )
+    kubectl(
+        "create", "secret", "generic", "orders-user", "-n", ns,
+        f"--from-literal=password={password}", f"--from-literal=sasl.jaas.config={jaas}",
+    )  # fmt: skip
+    # The cluster CA Secret as Strimzi writes it: the PEM certificate and a binary keystore.
+    (tmp_path / "ca.crt").write_text(broker.ca_pem)
+    (tmp_path / "ca.p12").write_bytes(bytes(range(256)))
+    kubectl(
+        "create", "secret", "generic", "my-cluster-cluster-ca-cert", "-n", ns,
+        f"--from-file=ca.crt={tmp_path / 'ca.crt'}", f"--from-file=ca.p12={tmp_path / 'ca.p12'}",
+        "--from-literal=ca.password=p12-password",
+    )  # fmt: skip
+    apply(
+        kubectl,
+        ns,
+        pipeline(
+            "secured",
+            replicas=1,
+            kafka={
+                "bootstrapServers": broker.listener_bootstrap(SCRAM_TLS_LISTENER),
+                "secretRef": {"name": "orders-user"},
+                "caSecretRef": {"name": "my-cluster-cluster-ca-cert"},
+                "config": {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"},
+            },
+            source={"topics": [source], "groupId": f"e2e.{source}", "format": "json"},
+            sink={"kafka": {"topic": output}},
+            shutdown={"drainTimeoutSeconds": 5},
+        ),
+    )
+    pages: list[str] = []
+    with caplog.at_level(logging.DEBUG), LocalKubelet(kubectl, ns, "secured", tmp_path) as kubelet:
+        wait_for(
+            lambda: status(kubectl, ns, "secured").get("phase") == "Running",
+            timeout=120,
+            what=f"phase Running (kubelet errors: {kubelet.errors})",
+        )
+        # Lag comes from the operator's own admin client, with the same Secrets' properties.
+        wait_for(lambda: status(kubectl, ns, "secured").get("lag") == 0, timeout=120, what="lag 0")
+        assert sorted(set(read_all(broker.bootstrap, output))) == list(range(200))
+        for pod in kubelet.pods.values():
+            for path in ("/metrics", "/healthz", "/readyz"):
+                url = f"http://127.0.0.1:{pod.metrics_port}{path}"
+                with urllib.request.urlopen(url, timeout=5) as answer:
+                    pages.append(answer.read().decode())
+    assert not kubelet.errors, kubelet.errors
+    assert any("offtake_" in page for page in pages)
+    cm = get(kubectl, "configmap", "secured-pipeline", "-n", ns)
+    assert f"sasl.username: {SCRAM_USER}" in cm["data"]["pipeline.yaml"]
+    # Everything the operator writes, the Events it posts, the status it reports ...
+    seen = {
+        kind: kubectl("get", kind, "-n", ns, "-o", "json").stdout
+        for kind in ("deployments", "replicasets", "pods", "configmaps", "services", "events")
+    }
+    seen["status"] = json.dumps(status(kubectl, ns, "secured"))
+    # ... the worker's stdout/stderr, its /metrics and probes, and the operator's own logs.
+    seen.update({f"log {p.name}": p.read_text() for p in tmp_path.glob("*.log")})
+    seen.update({f"page {i}": page for i, page in enumerate(pages)})
+    seen["operator log"] = caplog.text
+    assert caplog.records, "the operator's log records were captured"
+    for where, text in seen.items():
+        assert password not in text, where
+    for topic in (source, output):
+        broker.delete_topic(topic, missing_ok=True)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from offtake.health import Health, MetricsServer
+from offtake.health import READY_STALL_SECONDS, Health, MetricsServer
 from offtake.metrics import Metrics
 
 
@@ -135,3 +135,17 @@ def test_stop_releases_the_port_and_a_busy_port_names_the_setting() -> None:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
     again = MetricsServer(Metrics(), Health(10), port, host="127.0.0.1").start()
     again.stop()
+
+
+def test_readiness_turns_false_while_the_poll_loop_stalls_and_back_when_it_polls() -> None:
+    now = [0.0]
+    health = Health(max_poll_interval_s=300.0, clock=lambda: now[0])
+    health.set_ready(True)
+    now[0] = READY_STALL_SECONDS - 0.5
+    assert health.readiness() == (True, "ready")
+    now[0] = READY_STALL_SECONDS + 0.5
+    ready, reason = health.readiness()
+    assert not ready and reason.startswith("poll loop stalled: last poll 10.5s ago")
+    assert health.liveness()[0]  # stalled, not dead: that takes max.poll.interval.ms
+    health.heartbeat()
+    assert health.readiness() == (True, "ready")

@@ -14,6 +14,7 @@ import kmock
 import yaml
 
 from offtake.config import PipelineSpec
+from offtake.redrive import Counts, RedriveResult
 from offtake_operator.context import OperatorContext
 from offtake_operator.embedded import OperatorThread
 from offtake_operator.lag import TP, LagReport
@@ -26,6 +27,7 @@ CONFIGMAPS = "v1/configmaps"
 SERVICES = "v1/services"
 PDBS = "policy/v1/poddisruptionbudgets"
 HPAS = "autoscaling/v2/horizontalpodautoscalers"
+JOBS = "batch/v1/jobs"
 SECRETS = "v1/secrets"
 
 
@@ -38,6 +40,9 @@ class FakeKafka:
     )
     members: int = 0
     resets: list[tuple[str, Rewind]] = field(default_factory=list)
+    #: Dead-letter topics that exist, with what a redrive group committed there.
+    dlq_totals: dict[str, Counts] = field(default_factory=dict)
+    progress_asked: list[tuple[str, str]] = field(default_factory=list)
 
     async def lag(self, pipeline: PipelineSpec, secret: Mapping[str, str]) -> LagReport:
         return self.lag_report
@@ -50,6 +55,18 @@ class FakeKafka:
     ) -> dict[TP, int]:
         self.resets.append((pipeline.source.group_id, request))
         return {("orders", 0): 0, ("orders", 1): 0}
+
+    async def redrive_progress(
+        self,
+        pipeline: PipelineSpec,
+        secret: Mapping[str, str],
+        group: str,
+        topic: str,
+        request_id: str,
+    ) -> RedriveResult | None:
+        self.progress_asked.append((group, topic))
+        totals = self.dlq_totals.get(topic)
+        return None if totals is None else RedriveResult(group, topic, totals)
 
 
 def declare_resources(server: Any) -> None:
@@ -68,6 +85,7 @@ def declare_resources(server: Any) -> None:
         (SERVICES, "Service"),
         (PDBS, "PodDisruptionBudget"),
         (HPAS, "HorizontalPodAutoscaler"),
+        (JOBS, "Job"),
         (SECRETS, "Secret"),
         ("v1/events", "Event"),
         ("v1/namespaces", "Namespace"),

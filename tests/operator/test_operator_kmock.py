@@ -20,6 +20,7 @@ from kmock_operator import (
     CONFIGMAPS,
     DEPLOYMENTS,
     HPAS,
+    JOBS,
     PDBS,
     PIPELINES,
     SECRETS,
@@ -32,6 +33,7 @@ from kmock_operator import (
 )
 from operator_testkit import pipeline_body
 
+from offtake.redrive import Counts
 from offtake_operator import metrics, names
 from offtake_operator.context import OperatorContext
 from offtake_operator.lag import LagReport
@@ -120,6 +122,7 @@ async def ns(cluster: Cluster) -> AsyncIterator[str]:
     """A fresh namespace; its pipelines are deleted afterwards so they stop costing resyncs."""
     KAFKA.members = 0
     KAFKA.resets.clear()
+    KAFKA.dlq_totals.clear()
     namespace = f"t-{uuid.uuid4().hex[:8]}"
     yield namespace
     for (res, ns_, name), obj in list(cluster.server.objects.items()):
@@ -396,3 +399,158 @@ async def test_a_strimzi_kafkauser_secret_is_mounted_as_properties(
         )
         assert count is not None and count > 0, result
     assert metrics.REGISTRY.get_sample_value("offtake_operator_reconcile_duration_seconds_count")
+
+
+UNTIL = "2026-05-01T12:00:00Z"
+
+
+async def test_redrive_runs_a_job_once_and_records_what_it_replayed(
+    cluster: Cluster, ns: str
+) -> None:
+    spec = {
+        "replicas": 2,
+        "source": {"topics": ["orders"], "groupId": "g1"},
+        "errors": {"policy": "dlq", "dlq": {"topic": "orders.dlq"}},
+        "redrive": {"id": "r1", "until": UNTIL},
+    }
+    await cluster.create(pipeline_body("orders", namespace=ns, **spec))
+    # The dead-letter topic does not exist yet: the field is named, no Job, workers unaffected.
+    await eventually(
+        lambda: (
+            "spec.redrive.from: the dead-letter topic 'orders.dlq' does not exist"
+            in cluster.status(ns, "orders")["redrive"]["message"]
+        ),
+        what="missing DLQ named",
+    )
+    assert not cluster.exists(JOBS, ns, "orders-redrive")
+    assert cluster.obj(DEPLOYMENTS, ns, "orders")["spec"]["replicas"] == 2
+    warnings = await eventually(
+        lambda: [e for e in cluster.events(ns) if e["reason"] == "RedriveFailed"], what="warning"
+    )
+    assert len(warnings) == 1 and "spec.redrive.from" in warnings[0]["message"]
+
+    KAFKA.dlq_totals["orders.dlq"] = Counts()
+    job = await eventually(lambda: cluster.obj(JOBS, ns, "orders-redrive"), what="redrive Job")
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "ConsumerPipeline"
+    assert job["metadata"]["annotations"][names.REDRIVE_ID_ANNOTATION] == "r1"
+    pod = job["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == "registry.test/offtake:1"
+    assert container["command"] == ["offtake"]
+    assert container["args"] == [
+        "redrive",
+        "--pipeline",
+        names.PIPELINE_PATH,
+        "--id",
+        "r1",
+        "--from",
+        "orders.dlq",
+        "--until",
+        UNTIL,
+        "--group",
+        "g1.redrive",
+    ]
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert pod["spec"]["restartPolicy"] == "Never"
+    assert names.PIPELINE_LABEL not in pod["metadata"]["labels"], "not a worker pod"
+    await eventually(
+        lambda: "RedriveStarted" in [e["reason"] for e in cluster.events(ns)], what="started"
+    )
+    status = cluster.status(ns, "orders")["redrive"]
+    assert status["activeId"] == "r1" and "lastId" not in status
+    # The workers keep running: they consume what the redrive replays.
+    assert cluster.obj(DEPLOYMENTS, ns, "orders")["spec"]["replicas"] == 2
+
+    KAFKA.dlq_totals["orders.dlq"] = Counts(replayed=5, left=2, skipped=1)
+    await cluster.request(
+        "PATCH",
+        f"/apis/batch/v1/namespaces/{ns}/jobs/orders-redrive",
+        {"status": {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}},
+    )
+    await eventually(
+        lambda: cluster.status(ns, "orders")["redrive"].get("lastId") == "r1", what="recorded"
+    )
+    status = cluster.status(ns, "orders")["redrive"]
+    assert (status["replayed"], status["left"], status["skipped"]) == (5, 2, 1)
+    assert status["from"] == "orders.dlq" and status["until"] == UNTIL
+    assert status["completedAt"] and "activeId" not in status
+    assert "replayed 5 dead letter(s)" in status["message"]
+    completed = await eventually(
+        lambda: [e for e in cluster.events(ns) if e["reason"] == "RedriveCompleted"]
+    )
+    assert len(completed) == 1
+    # Resyncs do not run it again.
+    await asyncio.sleep(1.5)
+    assert len(cluster.history(JOBS, ns, "orders-redrive")) >= 1
+    assert (
+        cluster.obj(JOBS, ns, "orders-redrive")["metadata"]["annotations"][
+            names.REDRIVE_ID_ANNOTATION
+        ]
+        == "r1"
+    )
+    assert len([e for e in cluster.events(ns) if e["reason"] == "RedriveCompleted"]) == 1
+
+    # A new id: the finished Job makes way for the new one.
+    await cluster.patch_pipeline(ns, "orders", {"spec": {"redrive": {"id": "r2", "until": UNTIL}}})
+    await eventually(
+        lambda: (
+            cluster.obj(JOBS, ns, "orders-redrive")["metadata"]["annotations"][
+                names.REDRIVE_ID_ANNOTATION
+            ]
+            == "r2"
+        ),
+        what="the Job of r2",
+    )
+    assert cluster.status(ns, "orders")["redrive"]["activeId"] == "r2"
+    assert cluster.status(ns, "orders")["redrive"]["lastId"] == "r1"
+
+
+async def test_a_failed_redrive_job_is_reported(cluster: Cluster, ns: str) -> None:
+    KAFKA.dlq_totals["dlq"] = Counts()
+    spec = {"redrive": {"id": "x", "from": "dlq", "until": UNTIL}}
+    await cluster.create(pipeline_body("orders", namespace=ns, **spec))
+    await eventually(lambda: cluster.obj(JOBS, ns, "orders-redrive"), what="redrive Job")
+    await cluster.request(
+        "PATCH",
+        f"/apis/batch/v1/namespaces/{ns}/jobs/orders-redrive",
+        {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Failed",
+                        "status": "True",
+                        "reason": "BackoffLimitExceeded",
+                        "message": "Job has reached the specified backoff limit",
+                    }
+                ]
+            }
+        },
+    )
+    await eventually(
+        lambda: "failed: BackoffLimitExceeded" in cluster.status(ns, "orders")["redrive"]["message"]
+    )
+    assert "lastId" not in cluster.status(ns, "orders")["redrive"]
+    failed = await eventually(
+        lambda: [e for e in cluster.events(ns) if e["reason"] == "RedriveFailed"], what="warning"
+    )
+    await asyncio.sleep(1)  # resyncs do not repeat it
+    failed = [e for e in cluster.events(ns) if e["reason"] == "RedriveFailed"]
+    assert len(failed) == 1 and "BackoffLimitExceeded" in failed[0]["message"]
+
+
+async def test_an_unparsable_redrive_until_degrades_naming_the_field(
+    cluster: Cluster, ns: str
+) -> None:
+    await cluster.create(pipeline_body("orders", namespace=ns, replicas=2))
+    await eventually(lambda: cluster.obj(DEPLOYMENTS, ns, "orders")["spec"]["replicas"] == 2)
+    await cluster.patch_pipeline(
+        ns, "orders", {"spec": {"redrive": {"id": "r1", "from": "dlq", "until": "yesterday"}}}
+    )
+    await eventually(lambda: cluster.status(ns, "orders").get("phase") == "Degraded")
+    degraded = cluster.condition(ns, "orders", "Degraded")
+    assert degraded["reason"] == "InvalidSpec"
+    assert degraded["message"].startswith("spec.redrive.until: expected an RFC 3339 timestamp")
+    assert not cluster.exists(JOBS, ns, "orders-redrive")
+    assert cluster.obj(DEPLOYMENTS, ns, "orders")["spec"]["replicas"] == 2

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from operator_testkit import example, pipeline_body
 
-from offtake.config import ConfigError, parse_pipeline
+from offtake.config import ConfigError, RedriveRequest, parse_pipeline
 from offtake.sinks.spark.jdbc import credentials, secret_credentials
-from offtake_operator import render
+from offtake_operator import names, render
 from offtake_operator.apply import covers, stamped
 from offtake_operator.kafka_secret import KafkaSecretError, map_secret
 from offtake_operator.operator_spec import parse_operator_spec
@@ -372,3 +373,101 @@ def test_min_replicas_zero_scales_to_zero_with_keda_and_to_one_with_an_hpa() -> 
     assert render.render_hpa(body, extras.autoscaling, 6)["spec"]["minReplicas"] == 1
     with pytest.raises(ConfigError, match="minReplicas"):
         parse_operator_spec({"autoscaling": {"minReplicas": -1}})
+
+
+def test_strimzi_secrets_with_their_binary_keystores_are_read_as_they_are() -> None:
+    """Strimzi's user.p12 and ca.p12 are PKCS#12 bytes, not text: they are left out like
+    the other keys librdkafka has no use for, instead of refusing the whole Secret."""
+    import asyncio
+    import base64
+
+    from offtake_operator.kafka_secret import read_kafka_secret
+
+    p12 = bytes(range(256))  # not UTF-8
+    secrets = {
+        "orders-user": {
+            "password": b"s3cret-pw",
+            "sasl.jaas.config": STRIMZI_SCRAM["sasl.jaas.config"].encode(),
+        },
+        "my-cluster-cluster-ca-cert": {"ca.crt": b"CA", "ca.p12": p12, "ca.password": b"x"},
+        "broken": {"sasl.password": p12},
+    }
+
+    class Secrets:
+        async def get(self, _res: Any, _ns: str, name: str) -> dict[str, Any]:
+            data = {k: base64.b64encode(v).decode() for k, v in secrets[name].items()}
+            return {"data": data}
+
+    body = pipeline_body()
+    body["spec"]["kafka"]["secretRef"] = {"name": "orders-user"}
+    body["spec"]["kafka"]["caSecretRef"] = {"name": "my-cluster-cluster-ca-cert"}
+    spec = parse_pipeline(worker_manifest(body))
+    secret = asyncio.run(read_kafka_secret(Secrets(), "shop", spec))  # type: ignore[arg-type]
+    assert secret is not None
+    assert secret.properties == {
+        "sasl.password": "s3cret-pw",
+        "sasl.username": "orders-user",
+        "ssl.ca.pem": "CA",
+    }
+    # A key that would be used must still be text.
+    body["spec"]["kafka"]["secretRef"] = {"name": "broken"}
+    spec = parse_pipeline(worker_manifest(body))
+    with pytest.raises(KafkaSecretError, match=r"key 'sasl\.password' is not UTF-8 text"):
+        asyncio.run(read_kafka_secret(Secrets(), "shop", spec))  # type: ignore[arg-type]
+
+
+def test_the_redrive_job_runs_like_a_worker_and_is_not_one() -> None:
+    """spec.redrive's Job: the workers' image, config, Kafka Secret, pod settings, resources and
+    restricted security contexts (with the pipeline's overrides); not selected as a worker."""
+
+    body = pipeline_body(
+        "orders",
+        kafka={"bootstrapServers": "k:9093", "secretRef": {"name": "orders-user"}},
+        resources={"limits": {"memory": "256Mi"}},
+        template={
+            "metadata": {"labels": {"team": "shop"}},
+            "spec": {
+                "serviceAccountName": "orders-sa",
+                "nodeSelector": {"pool": "data"},
+                "env": [{"name": "EXTRA", "value": "1"}],
+                "securityContext": {"runAsUser": 12345},
+            },
+        },
+    )
+    p = parse_pipeline(worker_manifest(body))
+    until = datetime.datetime(2026, 5, 1, 12, tzinfo=datetime.UTC)
+    request = RedriveRequest("fix-1", "orders-dlq", until)
+    mounts = (("orders-user", {"password": "sasl.password"}),)
+    job = render.render_redrive_job(body, p, CONFIG, request, "g.redrive", kafka_mounts=mounts)
+    assert job["apiVersion"] == "batch/v1" and job["metadata"]["name"] == "orders-redrive"
+    assert job["metadata"]["ownerReferences"][0]["controller"] is True
+    assert job["metadata"]["labels"][names.PIPELINE_LABEL] == "orders"  # watched as a child
+    template = job["spec"]["template"]
+    labels = template["metadata"]["labels"]
+    assert names.PIPELINE_LABEL not in labels, "the Deployment, Service and PDB select by it"
+    assert labels[names.REDRIVE_LABEL] == "orders" and labels["team"] == "shop"
+    spec = template["spec"]
+    assert spec["restartPolicy"] == "Never"
+    assert spec["serviceAccountName"] == "orders-sa" and spec["nodeSelector"] == {"pool": "data"}
+    assert spec["securityContext"]["runAsUser"] == 12345
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = spec["containers"]
+    assert_restricted(container)
+    assert container["image"] == CONFIG.worker_image
+    assert container["resources"] == {"limits": {"memory": "256Mi"}}
+    assert {"name": "EXTRA", "value": "1"} in container["env"]
+    assert container["args"][-6:] == [
+        "--from",
+        "orders-dlq",
+        "--until",
+        "2026-05-01T12:00:00Z",
+        "--group",
+        "g.redrive",
+    ]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["pipeline"]["configMap"]["name"] == "orders-pipeline"
+    assert volumes["kafka-secret"]["secret"]["items"] == [
+        {"key": "password", "path": "sasl.password"}
+    ]
+    mounts_at = {m["mountPath"] for m in container["volumeMounts"]}
+    assert {names.PIPELINE_PATH, names.KAFKA_SECRET_DIR, "/tmp"} <= mounts_at

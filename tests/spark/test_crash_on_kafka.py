@@ -4,8 +4,11 @@ Each crash test produces JSON records, starts a worker with ``sink.spark``, SIGK
 worker's whole process tree (the Python worker and its Spark JVM, as when a pod's container is
 killed) while a batch is being written and after an earlier batch was written but not yet
 committed, restarts it, waits until the group's committed offsets reach the log end and then
-reads the sink: every record id must be there exactly once. Each test prints a ``REPORT`` line
-(json; appended to ``$OFFTAKE_REPORT`` when set) with rows written against records produced.
+reads the sink: every record id must be there exactly once. The parquet table is read with
+every reader its users use (pandas, pyarrow, DuckDB, Polars, Spark; tests/spark/readers.py),
+each of which must count every record once and see only the documented columns. Each test
+prints a ``REPORT`` line (json; appended to ``$OFFTAKE_REPORT`` when set) with rows written
+against records produced, per reader for parquet.
 """
 
 from __future__ import annotations
@@ -37,9 +40,11 @@ from support.workers import (
     write_manifest,
 )
 
+from offtake.sinks.spark.writers import batch_of_file, staging_root
 from offtake_testbed.kafka import KafkaBroker
 
 from .connect_server import ConnectServer
+from .readers import META, read_everywhere
 
 pytestmark = pytest.mark.spark
 
@@ -190,27 +195,34 @@ def crash_and_recover(
 
 
 # -- parquet ----------------------------------------------------------------------------------
-def _batch_dirs(path: Path) -> list[str]:
+def _data_files(path: Path) -> list[str]:
+    """The table's data files (relative paths), whose names carry their batch's identity."""
     if not path.exists():
         return []
-    return [n for n in os.listdir(path) if n.startswith("_offtake_batch=")]
+    return [
+        str(f.relative_to(path)) for f in path.rglob("*") if f.is_file() and batch_of_file(f.name)
+    ]
+
+
+def _batches(path: Path) -> int:
+    return len({batch_of_file(Path(f).name) for f in _data_files(path)})
 
 
 def _staged(path: Path) -> list[str]:
-    staging = path / "_offtake_staging"
+    staging = Path(staging_root(str(path)))
     return os.listdir(staging) if staging.exists() else []
 
 
-def _rows_in_batch_dirs(path: Path) -> int:
-    """Rows of the swapped-in batches, from their names (``topic-partition-start-end``)."""
-    total = 0
-    for name in _batch_dirs(path):
-        start, end = name.rsplit("-", 2)[1:]
-        total += int(end) - int(start) + 1
-    return total
+def _rows_in_table(path: Path) -> int:
+    """Rows in the table now (only moved-in files, never staged ones)."""
+    import pyarrow.dataset as ds
+
+    return ds.dataset(path).count_rows() if _data_files(path) else 0
 
 
-def test_parquet_sigkill_mid_batch_then_restart_leaves_every_record_once(
+@pytest.mark.parametrize("partition_by", [(), ("customer",)], ids=["flat", "partitionBy"])
+def test_parquet_sigkill_mid_batch_then_restart_leaves_every_record_once_for_every_reader(
+    partition_by: tuple[str, ...],
     kafka_broker: KafkaBroker,
     topic_factory: Any,
     spark: Any,
@@ -220,43 +232,59 @@ def test_parquet_sigkill_mid_batch_then_restart_leaves_every_record_once(
     topic = topic_factory(PARTITIONS)
     table = tmp_path / "table"
     produced = produce(kafka_broker.bootstrap, topic, (value(i) for i in range(RECORDS)))
-    doc = manifest(
-        "spark-crash-parquet",
-        kafka_broker.bootstrap,
-        [topic],
-        sink=spark_sink(format="parquet", path=str(table)),
-    )
+    name = "spark-crash-parquet" + ("-partitioned" if partition_by else "")
+    fields: dict[str, Any] = {"format": "parquet", "path": str(table)}
+    if partition_by:
+        fields["partitionBy"] = list(partition_by)
+    doc = manifest(name, kafka_broker.bootstrap, [topic], sink=spark_sink(**fields))
     numbers = crash_and_recover(
         bootstrap=kafka_broker.bootstrap,
         topic=topic,
         doc=doc,
         tmp_path=tmp_path,
         workers=workers,
-        # One batch swapped in and the next one being written to its staging folder.
-        mid_batch=lambda: bool(_batch_dirs(table)) and bool(_staged(table)),
-        rows_written=lambda: _rows_in_batch_dirs(table),
+        # One batch moved into the table and the next one being written to its staging folder.
+        mid_batch=lambda: bool(_data_files(table)) and bool(_staged(table)),
+        rows_written=lambda: _rows_in_table(table),
     )
-    df = spark.read.parquet(str(table))
-    rows = df.select("id", "partition", "offset").collect()
-    counts = Counter(int(r["id"]) for r in rows)
-    lost, duplicated = lost_and_duplicated(produced, counts)
+    # What a user would do next: point pandas, pyarrow, DuckDB, Polars or Spark at the path.
+    reads = read_everywhere(table, spark)
     leftovers = _staged(table)
+    per_reader = {
+        r.reader: dict(
+            zip(("lost", "duplicated"), lost_and_duplicated(produced, r.ids), strict=True)
+        )
+        | {"rows": r.rows}
+        for r in reads
+    }
     report(
-        "spark-crash-parquet",
+        name,
         produced=produced,
-        rows_written=len(rows),
-        lost=lost,
-        duplicated=duplicated,
-        batches=len(_batch_dirs(table)),
+        rows_written=reads[-1].rows,
+        readers=per_reader,
+        batches=_batches(table),
         staging_leftovers=len(leftovers),
         **numbers,
     )
-    assert (lost, duplicated) == (0, 0)
-    assert len(rows) == produced
-    # Kafka metadata rode along: each (partition, offset) once, matching the log.
-    assert len({(r["partition"], r["offset"]) for r in rows}) == produced
+    for r in reads:
+        assert per_reader[r.reader] == {"lost": 0, "duplicated": 0, "rows": produced}, r
+        # Kafka metadata rode along: each (partition, offset) once, matching the log.
+        assert len(r.positions) == produced, r
+        # The record's columns and the documented metadata, nothing of the sink's own; a
+        # partitionBy column comes back last from the folder names (customer=c3), except in
+        # pyarrow.dataset, which reads folder names only with partitioning="hive".
+        if not partition_by:
+            assert r.columns == [*META, "id", "customer", "amount"], r
+        elif r.reader == "pyarrow.dataset":
+            assert r.columns == [*META, "id", "amount"], r
+        else:
+            assert r.columns == [*META, "id", "amount", "customer"], r
     # The staged folder of the killed job belonged to a batch the restart replaced.
     assert leftovers == []
+    files = sorted(str(f.relative_to(table)) for f in table.rglob("*") if f.is_file())
+    assert files == sorted(_data_files(table)), "only data files in the table"
+    if partition_by:
+        assert all(f.startswith("customer=") for f in os.listdir(table))
 
 
 # -- jdbc -------------------------------------------------------------------------------------
@@ -438,7 +466,7 @@ def test_failing_transform_commits_nothing_retries_then_applies_the_policy(
     assert batches
     assert attempts() == (retries + 1) * len(batches)
     assert output.count("retrying in") == retries * len(batches)
-    assert _batch_dirs(table) == []
+    assert _data_files(table) == []
     report(
         f"spark-failing-transform-{policy}",
         records=records,
@@ -498,7 +526,7 @@ def test_connect_mode_worker_writes_every_record_once(
         rows_written=len(rows),
         lost=lost,
         duplicated=duplicated,
-        batches=len(_batch_dirs(table)),
+        batches=_batches(table),
         caught_up_after_seconds=round(elapsed, 1),
     )
     assert (lost, duplicated) == (0, 0)

@@ -33,6 +33,15 @@ def slow(record: Record) -> Any:
     return record.value
 
 
+def poison_until_fixed(record: Record) -> Any:
+    """Fails on poison records until the file $OFFTAKE_TEST_FIXED_FILE exists: a bug, then its
+    fix (what a dead-letter redrive is for)."""
+    fixed = os.environ.get("OFFTAKE_TEST_FIXED_FILE")
+    if fixed and os.path.exists(fixed):
+        return {**record.value, "fixed": True}
+    return poison(record)
+
+
 def fails_twice(record: Record) -> Any:
     """Fails records marked flaky on their first two attempts, records marked poison always.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import subprocess
 import sys
@@ -9,12 +10,33 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
 
-from offtake_testbed.kafka import KAFKA_VERSION, KafkaBroker, install_kafka
-from offtake_testbed.pytest_plugin import TopicFactory
+from offtake_testbed._pki import CertificateAuthority
+from offtake_testbed.kafka import (
+    KAFKA_VERSION,
+    MTLS_LISTENER,
+    SCRAM_LISTENER,
+    SCRAM_TLS_LISTENER,
+    TLS_LISTENER,
+    KafkaBroker,
+    KafkaTestbedError,
+    install_kafka,
+)
+from offtake_testbed.pytest_plugin import SCRAM_USER, TopicFactory
 
 MESSAGES = 1000
+# librdkafka's retries of a refused connection, many a second: to logging (pytest keeps them
+# with the test's report), not to stderr.
+_quiet = logging.getLogger("tests.testbed.librdkafka")
 
 
 def test_cached_install_is_complete_and_not_repeated(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -176,3 +198,103 @@ def test_a_cluster_id_starting_with_a_dash_is_not_taken_for_an_option(
     monkeypatch.setattr(testbed_kafka.base64, "urlsafe_b64encode", lambda raw: b"-" + real(raw)[1:])
     with KafkaBroker() as broker:
         assert broker.admin().list_topics(timeout=10).brokers
+
+
+# ------------------------------------------------------------------ the secured listeners
+
+
+def _metadata_errors(conf: dict[str, str]) -> tuple[set[str], list[KafkaError]]:
+    """The topics a client of ``conf`` sees, and the errors its error_cb got meanwhile."""
+    errors: list[KafkaError] = []
+    client = AdminClient({**conf, "error_cb": errors.append, "logger": _quiet})
+    try:
+        return set(client.list_topics(timeout=10).topics), errors
+    except KafkaException:
+        client.poll(1)
+        return set(), errors
+
+
+def test_the_default_broker_has_only_its_plain_listener(kafka_broker: KafkaBroker) -> None:
+    props = (kafka_broker.workdir / "server.properties").read_text()
+    assert f"listeners=PLAINTEXT://127.0.0.1:{kafka_broker.port},CONTROLLER://" in props
+    assert "sasl" not in props and "ssl" not in props
+    with pytest.raises(KafkaTestbedError, match="no SCRAM listener"):
+        kafka_broker.listener_bootstrap(SCRAM_LISTENER)
+
+
+def test_each_secured_listener_serves_a_client_with_the_right_credentials(
+    secured_kafka_broker: KafkaBroker,
+) -> None:
+    broker = secured_kafka_broker
+    topic = f"secured-{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic)  # through the plain listener
+    client = broker.client_certificate()
+    clients = {
+        SCRAM_LISTENER: {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": SCRAM_USER,
+            "sasl.password": broker.scram_users[SCRAM_USER],
+        },
+        SCRAM_TLS_LISTENER: {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": SCRAM_USER,
+            "sasl.password": broker.scram_users[SCRAM_USER],
+            "ssl.ca.pem": broker.ca_pem,
+        },
+        TLS_LISTENER: {"security.protocol": "SSL", "ssl.ca.pem": broker.ca_pem},
+        MTLS_LISTENER: {
+            "security.protocol": "SSL",
+            "ssl.ca.pem": broker.ca_pem,
+            "ssl.certificate.pem": client.cert_pem,
+            "ssl.key.pem": client.key_pem,
+        },
+    }
+    for listener, conf in clients.items():
+        # localhost, not 127.0.0.1: the certificate's subjectAltName names both.
+        bootstrap = broker.listener_bootstrap(listener).replace("127.0.0.1", "localhost")
+        topics, errors = _metadata_errors({"bootstrap.servers": bootstrap, **conf})
+        assert topic in topics, (listener, [e.str() for e in errors])
+
+
+def test_secured_listeners_refuse_wrong_credentials(secured_kafka_broker: KafkaBroker) -> None:
+    broker = secured_kafka_broker
+    _, errors = _metadata_errors(
+        {
+            "bootstrap.servers": broker.listener_bootstrap(SCRAM_LISTENER),
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": SCRAM_USER,
+            "sasl.password": "not-the-password",
+        }
+    )
+    assert KafkaError._AUTHENTICATION in {e.code() for e in errors}
+    # Another CA's certificate is not trusted, and the MTLS listener wants a client certificate.
+    _, errors = _metadata_errors(
+        {
+            "bootstrap.servers": broker.listener_bootstrap(TLS_LISTENER),
+            "security.protocol": "SSL",
+            "ssl.ca.pem": CertificateAuthority("another-ca").cert_pem,
+        }
+    )
+    assert any("certificate verify failed" in e.str() for e in errors), errors
+    _, errors = _metadata_errors(
+        {
+            "bootstrap.servers": broker.listener_bootstrap(MTLS_LISTENER),
+            "security.protocol": "SSL",
+            "ssl.ca.pem": broker.ca_pem,
+        }
+    )
+    assert any("certificate" in e.str() for e in errors), errors
+
+
+def test_cli_run_refuses_a_scram_user_without_a_password(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from offtake_testbed.kafka import main
+
+    assert main(["run", "--scram-user", "alice"]) == 1
+    assert "--scram-user 'alice': expected NAME:PASSWORD" in capsys.readouterr().err
+    with pytest.raises(KafkaTestbedError, match="only A-Z a-z 0-9"):
+        KafkaBroker(scram_users={"alice": "pass word"})

@@ -78,7 +78,7 @@ CASES = [
     (
         "spec.sink",
         {"kafka": {"topic": "a", "delivery": "exactly-twice"}},
-        "spec.sink.kafka.delivery: expected one of at-least-once, exactly-once, got 'exactly-tw"
+        "spec.sink.kafka.delivery: expected one of at-least-once, exactly-once, got 'exactly-tw",
     ),
     (
         "spec.processor",
@@ -255,3 +255,35 @@ def test_exactly_once_without_transactions_is_a_clear_error() -> None:
     with pytest.raises(ConfigError) as info:
         build_worker(spec, clients=MemoryBroker().clients())
     assert str(info.value).startswith("spec.sink.kafka.delivery: exactly-once needs Kafka")
+
+
+@pytest.mark.parametrize(
+    ("protocol", "expected"),
+    [
+        (None, {"partition.assignment.strategy": "cooperative-sticky"}),
+        ("range", {"partition.assignment.strategy": "range"}),
+        ("consumer", {"group.protocol": "consumer"}),
+    ],
+)
+def test_group_protocol_becomes_the_consumer_settings(
+    protocol: str | None, expected: dict[str, str]
+) -> None:
+    from offtake.kafka.config import consumer_config
+
+    doc = with_change("spec.kafka.config", {"session.timeout.ms": "6000"})
+    if protocol is not None:
+        doc["spec"]["kafka"]["groupProtocol"] = protocol
+    conf = consumer_config(parse_pipeline(doc))
+    assert {k: conf.get(k) for k in expected} == expected
+    if protocol == "consumer":  # KIP-848: the broker assigns and times sessions
+        assert "partition.assignment.strategy" not in conf and "session.timeout.ms" not in conf
+    else:
+        assert conf["session.timeout.ms"] == "6000" and "group.protocol" not in conf
+
+
+def test_group_protocol_and_an_assignment_strategy_in_config_conflict() -> None:
+    doc = with_change("spec.kafka.config", {"partition.assignment.strategy": "range"})
+    doc["spec"]["kafka"]["groupProtocol"] = "consumer"
+    with pytest.raises(ConfigError) as info:
+        parse_pipeline(doc)
+    assert str(info.value).startswith("spec.kafka.groupProtocol: set either groupProtocol or")

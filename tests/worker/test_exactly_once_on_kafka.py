@@ -11,12 +11,10 @@ import random
 import signal
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from support.reports import lost_and_duplicated, report
 from support.workers import (
     WorkerProcess,
@@ -28,7 +26,7 @@ from support.workers import (
     write_manifest,
 )
 
-from offtake_testbed.kafka import KafkaBroker
+from offtake_testbed.kafka import KafkaBroker, read_topic
 
 pytestmark = pytest.mark.kafka
 
@@ -40,41 +38,14 @@ SINK = {"transaction.timeout.ms": "10000"}
 
 def eos_manifest(name: str, bootstrap: str, src: str, out: str, **spec: Any) -> dict[str, Any]:
     sink = {"kafka": {"topic": out, "delivery": "exactly-once", "config": dict(SINK)}}
+    # A transaction ends only once everything handed out is settled, within the drain budget
+    # (else it aborts and the worker exits 3): generous, for a loaded test machine.
+    spec.setdefault("shutdown", {"drainTimeoutSeconds": 30})
     return manifest(name, bootstrap, [src], sink=sink, **spec)
 
 
-def read_isolated(bootstrap: str, topic: str, isolation: str, timeout: float = 90.0) -> list[Any]:
-    """What a reader with this isolation level sees of ``topic``, to each partition's end."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"eos-reader-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-        }
-    )
-    try:
-        parts = list(c.list_topics(topic, timeout=10).topics[topic].partitions)
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
-        c.assign([TopicPartition(topic, p, 0) for p in parts])
-        todo, out = set(parts), []
-        deadline = time.monotonic() + timeout
-        while todo:
-            assert time.monotonic() < deadline, f"{topic}: partitions {sorted(todo)} never ended"
-            for m in c.consume(1000, 0.5):
-                err = m.error()
-                if err is None:
-                    out.append(m)
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    # read_committed ends early at the first open transaction (a killed
-                    # worker's, until the broker aborts it): the end is the high watermark.
-                    (pos,) = c.position([TopicPartition(topic, m.partition())])
-                    if pos.offset >= ends[m.partition()]:
-                        todo.discard(m.partition())
-        return out
-    finally:
-        c.close()
+def read_isolated(bootstrap: str, topic: str, isolation: str) -> list[Any]:
+    return read_topic(bootstrap, topic, timeout=90.0, isolation=isolation)
 
 
 def test_sigkills_mid_stream_lose_and_duplicate_nothing(

@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Mapping
@@ -49,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         "--instance-id",
         default=_instance_id_from_env(),
         help="static group membership (group.instance.id); default $OFFTAKE_GROUP_INSTANCE_ID, "
-        "or the pod name ($POD_NAME) when $OFFTAKE_STATIC_MEMBERSHIP is true",
+        "or the pod name ($POD_NAME) when spec.kafka.staticMembership or "
+        "$OFFTAKE_STATIC_MEMBERSHIP is true",
     )
     v = sub.add_parser("validate", help="check a ConsumerPipeline manifest and print the result")
     v.add_argument("pipeline")
@@ -60,7 +62,25 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--metrics", help="a running worker's metrics (host:port): in-flight, paused")
     s.add_argument("--once", action="store_true", help="print once instead of refreshing")
     s.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
+    r = sub.add_parser(
+        "redrive",
+        help="replay a pipeline's dead letters into its source topics, once per id",
+        description="Replay the dead letters of --from (default: the pipeline's "
+        "errors.dlq.topic) stamped at or before --until to the topics they came from. Progress "
+        "is committed to the group --group (default <groupId>.redrive): a rerun resumes, the "
+        "next redrive starts where this one stopped, nothing is replayed twice.",
+    )
+    r.add_argument("--pipeline", required=True, help="path of the ConsumerPipeline manifest")
+    r.add_argument("--from", dest="source", help="the dead-letter topic (default errors.dlq.topic)")
+    r.add_argument("--until", required=True, help="RFC 3339: dead letters stamped later are left")
+    r.add_argument("--id", help="the redrive's id (default: derived from --until)")
+    r.add_argument(
+        "--group", help="consumer group recording progress (default <groupId>.redrive.<id>)"
+    )
+    r.add_argument("--log-level", default=os.environ.get("OFFTAKE_LOG_LEVEL", "INFO"))
     args = parser.parse_args(argv)
+    if args.command == "redrive":
+        return _redrive(args)
     if args.command == "validate":
         return _validate(args.pipeline)
     if args.command == "status":
@@ -88,6 +108,46 @@ def _status(args: argparse.Namespace) -> int:
     except Exception as exc:  # KafkaException: brokers unreachable, group not authorised
         print(f"offtake status: cannot read the group from Kafka: {exc}", file=sys.stderr)
         return 3
+
+
+def _redrive(args: argparse.Namespace) -> int:
+    """Exit 0 with a JSON summary on stdout; 2 for bad input (naming the option), 3 for Kafka."""
+    import json
+
+    from offtake.config import parse_until, redrive_group
+    from offtake.config.redrive import parse_redrive
+    from offtake.logs import configure_logging
+
+    try:
+        spec = load_pipeline(args.pipeline)
+        until = parse_until(args.until, "--until")
+        rid = args.id or until.strftime("until-%Y%m%dT%H%M%SZ")
+        dlq = spec.errors.dlq.topic if spec.errors.dlq is not None else None
+        raw = {"id": rid, "until": args.until}
+        if args.source:
+            raw["from"] = args.source
+        request = parse_redrive(raw, dlq)
+    except ConfigError as exc:
+        message = str(exc).replace("spec.redrive.from:", "--from:").replace("spec.redrive.", "--")
+        print(f"offtake redrive: {message}", file=sys.stderr)
+        return EXIT_CONFIG
+    assert request is not None
+    configure_logging(args.log_level, spec.name)
+    from offtake.redrive import RedriveError, redrive
+
+    group = args.group or redrive_group(spec.source.group_id)
+    try:
+        result = redrive(spec, request, group)
+    except RedriveError as exc:
+        print(
+            f"offtake redrive: {str(exc).replace('spec.redrive.from:', '--from:')}", file=sys.stderr
+        )
+        return EXIT_CONFIG
+    except Exception as exc:  # KafkaException: brokers unreachable, not authorised
+        print(f"offtake redrive: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 3
+    print(json.dumps(result.summary(request)), flush=True)
+    return 0
 
 
 def _instance_id_from_env() -> str | None:
@@ -168,8 +228,11 @@ def _worker(args: argparse.Namespace) -> int:
     metrics = Metrics(spec.name)
     max_poll_ms = float(spec.kafka.config.get("max.poll.interval.ms", 300_000))
     health = Health(max_poll_interval_s=max_poll_ms / 1000)
+    instance_id = args.instance_id
+    if instance_id is None and spec.kafka.static_membership:
+        instance_id = os.environ.get("POD_NAME") or socket.gethostname()
     try:
-        worker = build_worker(spec, metrics=metrics, health=health, instance_id=args.instance_id)
+        worker = build_worker(spec, metrics=metrics, health=health, instance_id=instance_id)
     except (FunctionLoadError, ConfigError, ValueError) as exc:
         print(f"offtake: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -195,7 +258,7 @@ def _worker(args: argparse.Namespace) -> int:
     worker_stopping = [False]
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    if not _reach_kafka(spec, args.instance_id, worker.stopping, log):
+    if not _reach_kafka(spec, instance_id, worker.stopping, log):
         server.stop()
         return 0 if worker.stopping.is_set() else EXIT_FATAL
     if not _retry_topics_exist(spec, args.instance_id, log):
@@ -234,7 +297,8 @@ def _reach_kafka(
 
     Without this bound a worker whose brokers are unreachable retries forever and looks alive;
     exiting lets the pod restart with back-off and shows the cause in one line. Readiness stays
-    false meanwhile: the worker has no partitions yet.
+    false meanwhile: the worker has no partitions yet. A broker that refuses the credentials or
+    the TLS handshake ends the wait at once: waiting longer would only repeat the refusal.
     """
     from offtake.kafka.config import consumer_config
     from offtake.kafka.real import reach_brokers
@@ -244,13 +308,31 @@ def _reach_kafka(
     failure = reach_brokers(consumer_config(spec, instance_id), timeout, stopping)
     if failure is None:
         return not stopping.is_set()
-    log.error(
-        "no Kafka broker reachable at %s (spec.kafka.bootstrapServers) within %.0f s "
-        "(spec.kafka.connectTimeoutSeconds); last error: %s; exit code 3",
-        servers,
-        timeout,
-        failure,
-    )
+    if failure.kind == "authentication":
+        # Only the fields are named, never a value: the error is librdkafka's, which carries
+        # the mechanism and the broker, not the password.
+        log.error(
+            "Kafka at %s refused the worker's credentials: authentication failed (check "
+            "sasl.username, sasl.password and sasl.mechanism from spec.kafka.secretRef and "
+            "spec.kafka.config); %s; exit code 3",
+            servers,
+            failure.message,
+        )
+    elif failure.kind == "tls":
+        log.error(
+            "TLS with Kafka at %s failed (check ssl.ca.pem from spec.kafka.caSecretRef or "
+            "spec.kafka.secretRef, and security.protocol); %s; exit code 3",
+            servers,
+            failure.message,
+        )
+    else:
+        log.error(
+            "no Kafka broker reachable at %s (spec.kafka.bootstrapServers) within %.0f s "
+            "(spec.kafka.connectTimeoutSeconds); last error: %s; exit code 3",
+            servers,
+            timeout,
+            failure.message,
+        )
     return False
 
 

@@ -8,7 +8,10 @@ step of shutdown). ``MetricsServer`` serves it over HTTP on ``spec.metrics.port`
 - ``/healthz``: 200 while the poll loop polled within ``max.poll.interval.ms``, else 503. Past
   that budget Kafka itself has already evicted the consumer from the group, so a loop that is
   stuck that long is broken and the pod should be restarted;
-- ``/readyz``: 200 only while ready.
+- ``/readyz``: 200 only while ready: after the first partition assignment, before shutdown
+  starts, and while the poll loop polled within :data:`READY_STALL_SECONDS` (a loop held up
+  that long, say draining a revoke behind slow records, is not consuming: a rolling update
+  should wait for it and a PodDisruptionBudget count it as unavailable).
 
 The server is stdlib ``http.server`` in a daemon thread: scrapes and probes are tiny and rare,
 and the worker must not need an event loop or extra dependency to serve them.
@@ -28,7 +31,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from offtake.metrics import Metrics
 
-__all__ = ["Health", "MetricsServer"]
+__all__ = ["READY_STALL_SECONDS", "Health", "MetricsServer"]
+
+READY_STALL_SECONDS = 10.0
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +83,13 @@ class Health:
 
     def readiness(self) -> tuple[bool, str]:
         """(ready, reason)."""
+        age = self.seconds_since_heartbeat()
         with self._lock:
+            if self._ready and age > READY_STALL_SECONDS:
+                return False, (
+                    f"poll loop stalled: last poll {age:.1f}s ago (ready again once it polls; "
+                    f"not ready after {READY_STALL_SECONDS:.0f}s)"
+                )
             return self._ready, self._ready_reason
 
 

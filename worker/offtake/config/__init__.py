@@ -2,6 +2,7 @@
 
 from offtake.config._fields import ConfigError
 from offtake.config.loader import API_VERSION, KIND, load_pipeline, parse_pipeline, read_manifest
+from offtake.config.redrive import RedriveRequest, parse_redrive, parse_until, redrive_group
 from offtake.config.spec import PipelineSpec
 
 __all__ = [
@@ -9,7 +10,11 @@ __all__ = [
     "KIND",
     "ConfigError",
     "PipelineSpec",
+    "RedriveRequest",
     "load_pipeline",
     "parse_pipeline",
+    "parse_redrive",
+    "parse_until",
     "read_manifest",
+    "redrive_group",
 ]

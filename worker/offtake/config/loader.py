@@ -13,6 +13,7 @@ from typing import Any, cast
 import yaml
 
 from offtake.config._fields import ConfigError, Fields
+from offtake.config.redrive import dlq_topic_of, parse_redrive
 from offtake.config.spec import (
     CommitSpec,
     ContainerSpec,
@@ -111,12 +112,17 @@ def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
     )
     spec._seen.update(_OPERATOR_ONLY_FIELDS)
     spec.done()
+    # Not the worker's to act on, but checked here so that a bad request is named by
+    # `offtake validate` and by the operator's pass through this loader alike.
+    raw_spec = doc["spec"]
+    parse_redrive(raw_spec.get("redrive"), dlq_topic_of(raw_spec))
     return pipeline
 
 
 # Fields the operator acts on and the worker has no use for: accepted, not interpreted here.
 _OPERATOR_ONLY_FIELDS = {
     "rewind",
+    "redrive",
     "autoscaling",
     "template",
     "resources",
@@ -157,9 +163,21 @@ def _kafka(f: Fields | None) -> KafkaSpec:
         connect_timeout_seconds=f.number(
             "connectTimeoutSeconds", 60.0, minimum=1.0, maximum=3600.0
         ),
+        group_protocol=(
+            f.choice("groupProtocol", GROUP_PROTOCOLS) if f.has("groupProtocol") else None
+        ),
+        static_membership=f.flag("staticMembership", False),
     )
+    if out.group_protocol is not None and "partition.assignment.strategy" in config:
+        raise ConfigError(
+            f.at("groupProtocol"),
+            "set either groupProtocol or kafka.config's partition.assignment.strategy, not both",
+        )
     f.done()
     return out
+
+
+GROUP_PROTOCOLS = ("cooperative-sticky", "range", "roundrobin", "consumer")
 
 
 def _secret_ref(f: Fields | None) -> SecretRef | None:

@@ -31,6 +31,12 @@ class KafkaSpec:
     #: operator mounts it with the credentials as ssl.ca.pem.
     ca_secret_ref: SecretRef | None = None
     connect_timeout_seconds: float = 60.0
+    #: cooperative-sticky, range, roundrobin (classic protocol, client-side assignors) or
+    #: consumer (KIP-848: the broker assigns); None: kafka.config's strategy, else
+    #: cooperative-sticky.
+    group_protocol: str | None = None
+    #: group.instance.id from the pod name (KIP-345): a restarted container keeps its partitions.
+    static_membership: bool = False
 
 
 @dataclass(frozen=True)

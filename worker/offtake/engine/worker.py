@@ -367,7 +367,9 @@ class Worker:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            self.health.heartbeat()
+            # No heartbeat here: the consumer is not polled while we wait, and /readyz should
+            # say so if that lasts (health.READY_STALL_SECONDS). /healthz fails only past
+            # max.poll.interval.ms, where Kafka would have expelled the member anyway.
             self.stage.request_flush(partitions)
             self.stage.wait_for_progress(min(DRAIN_STEP, left))
 

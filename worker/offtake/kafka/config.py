@@ -105,6 +105,7 @@ def consumer_config(spec: PipelineSpec, instance_id: str | None = None) -> dict[
                 conf[key],
             )
         conf[key] = value
+    _apply_group_protocol(conf, spec.kafka.group_protocol)
     if spec.sink.kafka is not None and spec.sink.kafka.exactly_once:
         # Read only committed input: an upstream transaction that aborts must not reach the
         # output of ours (librdkafka's default too, but a kafka.config override must not win).
@@ -136,6 +137,34 @@ def producer_config(spec: PipelineSpec, overrides: dict[str, str] | None = None)
     # once, even when the producer retried; that is what "done" has to mean for commits.
     conf.update({"enable.idempotence": "true", "acks": "all"})
     return conf
+
+
+# KIP-848: the broker assigns partitions and times sessions, so these classic-protocol client
+# settings do not apply (librdkafka refuses or ignores them under group.protocol=consumer).
+_CLASSIC_PROTOCOL_ONLY = (
+    "partition.assignment.strategy",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "group.protocol.type",
+)
+
+
+def _apply_group_protocol(conf: dict[str, Any], protocol: str | None) -> None:
+    """spec.kafka.groupProtocol: an assignor of the classic protocol, or KIP-848's consumer."""
+    if protocol is None:
+        return  # kafka.config's partition.assignment.strategy, else cooperative-sticky
+    if protocol != "consumer":
+        conf["partition.assignment.strategy"] = protocol
+        return
+    conf["group.protocol"] = "consumer"
+    for key in _CLASSIC_PROTOCOL_ONLY:
+        if key in conf and key != "partition.assignment.strategy":  # ours, not the user's
+            log.warning(
+                "spec.kafka.config.%s is ignored with groupProtocol consumer (KIP-848): "
+                "the broker's group.consumer.* settings govern sessions and heartbeats",
+                key,
+            )
+        conf.pop(key, None)
 
 
 TRANSACTION_TIMEOUT_MS = "60000"

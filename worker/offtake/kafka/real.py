@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, cast
 
 import confluent_kafka
@@ -24,23 +25,45 @@ class ConfluentClients:
         return confluent_kafka.TopicPartition(topic, partition, offset)
 
 
-def reach_brokers(config: dict[str, Any], timeout_s: float, abort: threading.Event) -> str | None:
+#: Errors that are a broker's definite answer, not a failure to reach it: retrying the same
+#: credentials or certificates gets the same answer, so the worker stops waiting at once.
+_REFUSALS = {
+    -169: "authentication",  # _AUTHENTICATION: e.g. SCRAM with a wrong password or user
+    -181: "tls",  # _SSL: e.g. the broker's certificate is not signed by the CA we trust
+}
+
+
+@dataclass(frozen=True)
+class ReachFailure:
+    """Why no broker answered: ``kind`` is "unreachable", "authentication" or "tls"."""
+
+    kind: str
+    message: str
+
+
+def reach_brokers(
+    config: dict[str, Any], timeout_s: float, abort: threading.Event
+) -> ReachFailure | None:
     """Wait until some broker of ``config`` answers a metadata request, for up to ``timeout_s``.
 
-    Returns None once one answered (or when ``abort`` is set), else the last error seen, e.g.
-    "Connect to ipv4#127.0.0.1:9092 failed: Connection refused". A throwaway client of the
-    worker's own settings (security included) asks, on this thread only, and is closed before
-    returning; it never joins the group. Its log lines go where ``config["logger"]`` says.
+    Returns None once one answered (or when ``abort`` is set), else why not: the last error
+    seen, e.g. "Connect to ipv4#127.0.0.1:9092 failed: Connection refused". An authentication
+    or TLS error ends the wait at once (see _REFUSALS). A throwaway client of the worker's own
+    settings (security included) asks, on this thread only, and is closed before returning; it
+    never joins the group. Its log lines go where ``config["logger"]`` says.
     """
-    errors: list[str] = []
-    probe = confluent_kafka.Consumer({**config, "error_cb": lambda err: errors.append(err.str())})
+    errors: list[confluent_kafka.KafkaError] = []
+    probe = confluent_kafka.Consumer({**config, "error_cb": errors.append})
     deadline = time.monotonic() + timeout_s
     last = "no broker answered"
     try:
         while not abort.is_set():
+            refused = next((e for e in errors if e.code() in _REFUSALS), None)
+            if refused is not None:
+                return ReachFailure(_REFUSALS[refused.code()], refused.str())
             left = deadline - time.monotonic()
             if left <= 0:
-                return errors[-1] if errors else last
+                return ReachFailure("unreachable", errors[-1].str() if errors else last)
             try:
                 probe.list_topics(timeout=min(1.0, left))
                 return None

@@ -116,6 +116,10 @@ def session_config(spec: SparkSinkSpec, pipeline: str = "offtake") -> SessionCon
         # mostly schedule empty tasks.
         "spark.sql.shuffle.partitions": "8",
         "spark.sql.session.timeZone": "UTC",
+        # Parquet timestamps as the standard INT64 microseconds marked UTC rather than Spark's
+        # default INT96 (deprecated in Parquet, no time zone): pandas, pyarrow, DuckDB and
+        # Polars then read the `timestamp` column as a UTC timestamp, as documented.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.jars.ivy": str(ivy_dir()),
     }
     if spec.format == "delta":

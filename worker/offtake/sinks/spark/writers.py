@@ -7,11 +7,12 @@ same partition that starts inside its offset range (BatchId.supersedes), not onl
 same name. Those earlier batches were never committed (otherwise the records would not have
 come back), and the records they held that this batch lacks come back in the next batches.
 
-- parquet / json: the batch is written to ``<path>/_offtake_staging/<id>.<uuid>`` (Spark skips
-  folders starting with "_" when reading), superseded ``_offtake_batch=<id>`` folders are
-  deleted, and the staged folder is renamed to ``<path>/_offtake_batch=<id>``. Reading
-  ``<path>`` gives a ``_offtake_batch`` column from the folder name. The rename is atomic on
-  HDFS and local disks; on object stores it is a copy, so prefer delta there.
+- parquet / json: the table is plain files any reader opens: ``<path>/[<partition
+  folders>/]part-<id>-<n>.<ext>``, nothing else, no extra column. The batch identity lives in
+  the file names: a write deletes the files of the batches it supersedes, then moves its own
+  files (written by Spark to a staging folder beside the table) into place one by one. Each
+  file appears whole (a rename, or an object store's copy); a batch as a whole does not, so a
+  reader listing the table during a move sees part of that batch. See FileWriter.
 - delta: one transaction that overwrites with ``replaceWhere`` on the lineage columns.
 - jdbc: Spark writes the batch to a staging table; then, in one database transaction, rows
   of superseded batches are deleted and the staged rows inserted.
@@ -33,7 +34,7 @@ from typing import Any
 from offtake.config.spec import SparkSinkSpec
 from offtake.records import TopicPartition
 from offtake.sinks.spark.batching import BatchId
-from offtake.sinks.spark.fileops import ArrowFileOps, FileOps, HadoopFileOps, join
+from offtake.sinks.spark.fileops import ArrowFileOps, FileOps, HadoopFileOps, join, split_parent
 from offtake.sinks.spark.jdbc import (
     JdbcError,
     JvmStatements,
@@ -45,7 +46,7 @@ from offtake.sinks.spark.session import is_remote
 
 log = logging.getLogger(__name__)
 
-BATCH_DIR_PREFIX = "_offtake_batch="
+DATA_FILE_PREFIX = "part-"
 STAGING_DIR = "_offtake_staging"
 
 StillOwned = Callable[[], bool]
@@ -74,17 +75,27 @@ def with_lineage(df: Any, batch: BatchId) -> Any:
 
 
 class FileWriter(Writer):
-    """parquet or json under ``path``: one folder per batch, swapped in by a rename."""
+    """parquet or json under ``path``: each batch's files moved into place under its name.
+
+    See the module docstring for the layout; a batch goes through these steps, each of which
+    a crash may interrupt without a record landing twice once the batch is written again:
+
+    1. Spark writes the batch to ``<staging>/<id>.<uuid>`` (outside the table).
+    2. Files of batches this one supersedes are deleted from the table.
+    3. Each staged data file is moved to ``[partition folders/]part-<id>-<n><ext>``.
+    4. The staged folder, and staged folders of superseded batches, are deleted.
+
+    A crash after 2 or inside 3 leaves part of the batch, or none of it, in the table; the
+    batch was not committed, so it is written again, and step 2 of that write deletes whatever
+    of it (or of an earlier cut of its records) landed.
+    """
 
     def __init__(self, fmt: str, path: str, partition_by: tuple[str, ...], fs: FileOps) -> None:
         self.fmt, self.path, self.partition_by, self.fs = fmt, path.rstrip("/"), partition_by, fs
-
-    def batch_dir(self, batch: BatchId) -> str:
-        return join(self.path, f"{BATCH_DIR_PREFIX}{batch}")
+        self.staging_root = staging_root(self.path)
 
     def write(self, df: Any, batch: BatchId, still_owned: StillOwned) -> None:
-        staging_root = join(self.path, STAGING_DIR)
-        staged = join(staging_root, f"{batch}.{uuid.uuid4().hex}")
+        staged = join(self.staging_root, f"{batch}.{uuid.uuid4().hex}")
         writer = df.write.format(self.fmt).mode("error")
         if self.partition_by:
             writer = writer.partitionBy(*self.partition_by)
@@ -92,24 +103,64 @@ class FileWriter(Writer):
         if not still_owned():
             self.fs.delete(staged)
             raise BatchAbandoned(f"batch {batch}: partition revoked before the swap")
-        for name in self.fs.list_names(self.path):
-            old = _batch_of_dir(name)
+        superseded: dict[BatchId, int] = {}
+        for rel in self.fs.walk(self.path):
+            old = batch_of_file(rel.rpartition("/")[2])
             if old is not None and batch.supersedes(old):
-                log.info("batch %s replaces earlier uncommitted batch %s", batch, old)
-                self.fs.delete(join(self.path, name))
-        self.fs.rename(staged, self.batch_dir(batch))
+                self.fs.delete(join(self.path, rel))
+                superseded[old] = superseded.get(old, 0) + 1
+        for old, files in sorted(superseded.items()):
+            log.info(
+                "batch %s replaces earlier uncommitted batch %s (%d file(s))", batch, old, files
+            )
+        # Spark's own files only: not _SUCCESS, not checksums, nothing it left half-written
+        # in a _temporary folder.
+        for n, rel in enumerate(self.fs.walk(staged)):
+            folder, _, name = rel.rpartition("/")
+            target = data_file_name(batch, n, name)
+            if folder:  # a partitionBy folder such as customer=c1
+                target = join(folder, target)
+            self.fs.move_file(join(staged, rel), join(self.path, target))
+        self.fs.delete(staged)
         # Staged folders of crashed attempts at superseded batches would otherwise pile up.
-        for name in self.fs.list_names(staging_root):
+        for name in self.fs.list_names(self.staging_root):
             old = _batch_of_staging(name)
             if old is not None and batch.supersedes(old):
-                self.fs.delete(join(staging_root, name))
+                self.fs.delete(join(self.staging_root, name))
 
 
-def _batch_of_dir(name: str) -> BatchId | None:
-    if not name.startswith(BATCH_DIR_PREFIX):
+def staging_root(path: str) -> str:
+    """Where a file sink's batches are written before they move into the table.
+
+    Beside the table, not in it: pyarrow, pandas and Spark skip folders starting with '_',
+    but DuckDB's ``**`` glob and Polars' folder reads do not, and would read a batch that is
+    still being written (or one a crash left behind). Inside the table only when it has no
+    parent to write beside (a bucket root, a mount point); see docs/spark-sink.md.
+    """
+    split = split_parent(path)
+    if split is None:
+        return join(path, STAGING_DIR)
+    parent, name = split
+    return join(join(parent, STAGING_DIR), name)
+
+
+def data_file_name(batch: BatchId, n: int, spark_name: str) -> str:
+    """``part-<topic>-<partition>-<start>-<end>-<n>`` plus the extension of Spark's file
+    (``.snappy.parquet``, ``.json``): readers glob on the extension, the sink on the id."""
+    ext = spark_name[spark_name.find(".") :] if "." in spark_name else ""
+    return f"{DATA_FILE_PREFIX}{batch}-{n:05d}{ext}"
+
+
+def batch_of_file(name: str) -> BatchId | None:
+    """The batch a data file belongs to, from its name; None for any other file (Spark's own
+    ``part-00000-<uuid>-c000...`` names do not parse: their last field is not a number)."""
+    if not name.startswith(DATA_FILE_PREFIX):
+        return None
+    head, _, tail = name[len(DATA_FILE_PREFIX) :].rpartition("-")
+    if not tail.split(".", 1)[0].isdigit():
         return None
     try:
-        return BatchId.parse(name[len(BATCH_DIR_PREFIX) :])
+        return BatchId.parse(head)
     except ValueError:
         return None
 
