@@ -160,6 +160,10 @@ CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     "!has(self.policy) || self.policy != 'dlq' || has(self.dlq)": lambda s: (
         not _has(s, "policy") or s["policy"] != "dlq" or _has(s, "dlq")
     ),
+    "!has(self.retryTopics) || size(self.retryTopics) == 0 || !has(self.ordering) "
+    "|| self.ordering != 'strict'": lambda s: (
+        not s.get("retryTopics") or s.get("ordering") != "strict"
+    ),
     "!has(self.redrive) || has(self.redrive.from) || (has(self.errors) && has(self.errors.dlq))": (
         lambda s: (
             not _has(s, "redrive")
@@ -429,7 +433,9 @@ def test_every_leaf_field_accepted_by_the_crd_parses(path: FieldPath, node: Node
         got = spec_value(parsed, path)
         if dataclasses.is_dataclass(got):
             continue  # an empty object such as sink.log: parsed into its (field-less) class
-        if isinstance(value, list):
+        if isinstance(value, list) and got and dataclasses.is_dataclass(got[0]):
+            assert [_as_manifest(g) for g in got] == value  # a list of objects
+        elif isinstance(value, list):
             assert list(got) == value
         elif isinstance(value, dict):
             assert got == {k: str(v) for k, v in value.items()}
@@ -437,6 +443,14 @@ def test_every_leaf_field_accepted_by_the_crd_parses(path: FieldPath, node: Node
             assert got == value
         else:
             assert got == pytest.approx(value)
+
+
+def _as_manifest(obj: Any) -> dict[str, Any]:
+    """A spec dataclass back as its manifest mapping (camelCase keys)."""
+    return {
+        re.sub(r"_([a-z])", lambda m: m.group(1).upper(), k): v
+        for k, v in dataclasses.asdict(obj).items()
+    }
 
 
 def _dataclass_defaults(cls: type, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
@@ -503,6 +517,8 @@ def test_every_dataclass_field_is_in_the_crd() -> None:
         node: Mapping[str, Any] = {"properties": {"spec": spec_node}}
         for key in path:
             node = node["properties"][key]
+            if node.get("type") == "array":
+                node = node["items"]  # a list of objects: its items are the dataclass
         for f in dataclasses.fields(cls):
             if path == ("spec",) and f.name in ("name", "namespace"):
                 continue
@@ -576,6 +592,8 @@ def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
         spec["sink"] = {"spark": {"format": "parquet"}}
     elif "connectUrl" in rule:
         spec["sink"] = {"spark": {"format": "json", "path": "/x", "submit": {"mode": "connect"}}}
+    elif "retryTopics" in rule:
+        spec["errors"] = {"retryTopics": [{"delaySeconds": 10}], "ordering": "strict"}
     elif "dlq" in rule:
         spec["errors"] = {"policy": "dlq"}
     elif "redrive" in rule:

@@ -38,6 +38,13 @@ def corpus() -> list[tuple[str, dict[str, Any]]]:
     ]
     good.append(("minimal", minimal()))
     good.append(("dlq-with-topic", _with({"errors": {"policy": "dlq", "dlq": {"topic": "d"}}})))
+    good.append(
+        (
+            "retry-topics",
+            _with({"errors": {"retryTopics": [{"delaySeconds": 10}, {"delaySeconds": 60}]}}),
+        )
+    )
+    good.append(("strict-ordering", _with({"errors": {"ordering": "strict"}})))
     bad = [
         ("name-too-long", minimal("p" * 56)),
         ("name-not-a-dns-label", minimal("9lives")),
@@ -51,6 +58,14 @@ def corpus() -> list[tuple[str, dict[str, Any]]]:
         ),
         ("dlq-without-topic", _with({"errors": {"policy": "dlq"}})),
         ("unknown-policy", _with({"errors": {"policy": "retry-forever"}})),
+        (
+            "retry-topics-with-strict-ordering",
+            _with({"errors": {"retryTopics": [{"delaySeconds": 10}], "ordering": "strict"}}),
+        ),
+        (
+            "retry-topics-duplicate-delay",
+            _with({"errors": {"retryTopics": [{"delaySeconds": 10}, {"delaySeconds": 10}]}}),
+        ),
         ("in-flight-not-a-number", _with({"limits": {"maxInFlightMessages": "lots"}})),
         (
             "connect-timeout-zero",
@@ -62,4 +77,9 @@ def corpus() -> list[tuple[str, dict[str, Any]]]:
     return [*good, *bad]
 
 
-GOOD = {case for case, _ in corpus() if case.startswith("example-")} | {"minimal", "dlq-with-topic"}
+GOOD = {case for case, _ in corpus() if case.startswith("example-")} | {
+    "minimal",
+    "dlq-with-topic",
+    "retry-topics",
+    "strict-ordering",
+}

@@ -40,3 +40,23 @@ def poison_until_fixed(record: Record) -> Any:
     if fixed and os.path.exists(fixed):
         return {**record.value, "fixed": True}
     return poison(record)
+
+
+def fails_twice(record: Record) -> Any:
+    """Fails records marked flaky on their first two attempts, records marked poison always.
+
+    Each attempt at a marked record appends "id topic wall-clock-time" to
+    $OFFTAKE_TEST_ATTEMPTS_FILE (the worker is another process: the file is the memory across
+    attempts). Every result carries the wall-clock time it was processed at, ``at``.
+    """
+    value = dict(record.value)
+    if value.get("flaky") or value.get("poison"):
+        path = os.environ["OFFTAKE_TEST_ATTEMPTS_FILE"]
+        with open(path, "a+") as f:
+            f.seek(0)
+            before = sum(1 for line in f if line.split()[0] == str(value["id"]))
+            f.write(f"{value['id']} {record.topic} {time.time():.6f}\n")
+        if value.get("poison") or before < 2:
+            raise ValueError(f"record {value['id']} failed on attempt {before + 1}")
+    value["at"] = time.time()
+    return value

@@ -97,6 +97,42 @@ CASES = [
         "spec.errors.policy: expected one of dlq, skip, stop",
     ),
     (
+        "spec.errors",
+        {"retryTopics": [{"delaySeconds": 10}], "ordering": "strict"},
+        "spec.errors: retryTopics and ordering: strict cannot be combined",
+    ),
+    (
+        "spec.errors",
+        {"ordering": "fifo"},
+        "spec.errors.ordering: expected one of relaxed, strict, got 'fifo'",
+    ),
+    (
+        "spec.errors",
+        {"retryTopics": [{"delaySeconds": 10}, {"delaySeconds": 10}]},
+        "spec.errors.retryTopics[1].delaySeconds: 10 appears twice",
+    ),
+    (
+        "spec.errors",
+        {"retryTopics": [{"delaySeconds": 0}]},
+        "spec.errors.retryTopics[0].delaySeconds: expected at least 1, got 0",
+    ),
+    (
+        "spec.errors",
+        {"retryTopics": [{"delaySeconds": 1.5}]},
+        "spec.errors.retryTopics[0].delaySeconds: expected an integer, got the number 1.5",
+    ),
+    ("spec.errors", {"retryTopics": [{}]}, "spec.errors.retryTopics[0].delaySeconds: is required"),
+    (
+        "spec.errors",
+        {"retryTopics": [{"delay": 10}]},
+        "spec.errors.retryTopics[0].delay: unknown field",
+    ),
+    (
+        "spec.errors",
+        {"retryTopics": {"delaySeconds": 10}},
+        "spec.errors.retryTopics: expected a list of mappings, got a mapping",
+    ),
+    (
         "spec.kafka.config",
         {"linger.ms": {"nested": 1}},
         "spec.kafka.config.linger.ms: expected a string or number, got a mapping",
@@ -139,6 +175,20 @@ def test_good_manifest_gets_documented_defaults() -> None:
     )
     assert spec.errors.policy == "stop" and spec.errors.max_retries == 3
     assert spec.shutdown.drain_timeout_seconds == 25.0 and spec.metrics.port == 9100
+    assert spec.errors.retry_topics == () and spec.errors.ordering == "relaxed"
+
+
+def test_retry_topics_are_named_after_each_source_topic_in_order() -> None:
+    doc = with_change("spec.errors", {"retryTopics": [{"delaySeconds": 10}, {"delaySeconds": 60}]})
+    doc["spec"]["source"]["topics"] = ["orders", "refunds"]
+    spec = parse_pipeline(doc)
+    assert [r.delay_seconds for r in spec.errors.retry_topics] == [10, 60]
+    assert spec.errors.retry_topic_names(spec.source.topics) == [
+        "orders.retry-10s",
+        "orders.retry-60s",
+        "refunds.retry-10s",
+        "refunds.retry-60s",
+    ]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

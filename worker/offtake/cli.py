@@ -261,6 +261,9 @@ def _worker(args: argparse.Namespace) -> int:
     if not _reach_kafka(spec, instance_id, worker.stopping, log):
         server.stop()
         return 0 if worker.stopping.is_set() else EXIT_FATAL
+    if not _retry_topics_exist(spec, args.instance_id, log):
+        server.stop()
+        return EXIT_FATAL
     wait_ready = getattr(worker.processor, "wait_ready", None)
     if wait_ready is not None and not wait_ready(timeout=120.0, abort=worker.stopping):
         server.stop()
@@ -331,6 +334,36 @@ def _reach_kafka(
             failure.message,
         )
     return False
+
+
+def _retry_topics_exist(spec: PipelineSpec, instance_id: str | None, log: logging.Logger) -> bool:
+    """errors.retryTopics: the topics must exist; the worker does not create them.
+
+    Without them every retry send would fail (and stop the worker) and the subscription would
+    silently miss them; saying so at start names the topics to create. Exit code 3, like an
+    unreachable broker: the pod restarts with back-off and starts once they exist.
+    """
+    names = spec.errors.retry_topic_names(spec.source.topics)
+    if not names:
+        return True
+    from offtake.kafka.config import consumer_config
+    from offtake.kafka.real import missing_topics
+
+    try:
+        missing = missing_topics(
+            consumer_config(spec, instance_id), names, spec.kafka.connect_timeout_seconds
+        )
+    except Exception as exc:  # the brokers answered a moment ago: say so and go on
+        log.warning("could not check that the retry topics exist: %s", exc)
+        return True
+    if missing:
+        log.error(
+            "retry topic(s) %s of spec.errors.retryTopics do not exist (or are not visible to "
+            "this principal): create them (the worker does not), with a retention well above "
+            "their delay; exit code 3",
+            ", ".join(missing),
+        )
+    return not missing
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ _JOB_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 # alerts see a flat 0 (not "no data") before the first event, and rate()/increase() see the
 # first event at all (a counter born at 1 has no earlier sample to rise from).
 STATES = ("busy", "idle", "backpressure")
-OUTCOMES = ("delivered", "dropped", "dlq", "skipped", "failed")
+OUTCOMES = ("delivered", "dropped", "dlq", "retried", "skipped", "failed")
 ERROR_STAGES = ("decode", "process", "sink")
 COMMIT_RESULTS = ("success", "failure")
 REBALANCE_KINDS = ("assign", "revoke", "lost")
@@ -164,6 +164,11 @@ class Metrics:
         r.register(self.states)
         self.paused_partitions = Gauge(
             "offtake_paused_partitions", "Assigned partitions paused for backpressure.", registry=r
+        )
+        self.delayed_partitions = Gauge(
+            "offtake_delayed_partitions",
+            "Retry-topic partitions paused until their next record is due.",
+            registry=r,
         )
         self.assigned_partitions = Gauge(
             "offtake_assigned_partitions", "Partitions assigned to this worker.", registry=r

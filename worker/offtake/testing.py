@@ -200,7 +200,7 @@ class PipelineHarness:
     ``processor`` replaces the manifest's processor: a :class:`Processor` (shared by all
     workers, so it must be thread-safe) or a plain function of a :class:`Record` (wrapped per
     worker like ``processor.function``). Topics the spec names and the broker lacks are
-    created, source topics with ``partitions`` partitions.
+    created, source and retry topics with ``partitions`` partitions.
     """
 
     def __init__(
@@ -216,12 +216,17 @@ class PipelineHarness:
         self.processor = processor
         self.workers: list[WorkerHandle] = []
         existing = broker.topics()
-        for topic in self.spec.source.topics:
+        for topic in self._input_topics():
             if topic not in existing:
                 broker.create_topic(topic, partitions)
         for topic in self._output_topics():
             if topic not in existing:
                 broker.create_topic(topic, 1)
+
+    def _input_topics(self) -> list[str]:
+        """Source topics and their retry topics (errors.retryTopics), which the group reads."""
+        source = self.spec.source.topics
+        return [*source, *self.spec.errors.retry_topic_names(source)]
 
     def _output_topics(self) -> list[str]:
         out = []
@@ -311,7 +316,7 @@ class PipelineHarness:
     # -- waiting -------------------------------------------------------------------------
     def lag(self) -> dict[tuple[str, int], int]:
         lag: dict[tuple[str, int], int] = self.broker.lag(
-            self.spec.source.group_id, self.spec.source.topics
+            self.spec.source.group_id, self._input_topics()
         )
         return lag
 

@@ -144,6 +144,15 @@ class Fields:
             out[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
         return out
 
+    def sub_list(self, key: str) -> list[Fields]:
+        """A list of mappings, each read with its own Fields (path ``key[i]``)."""
+        value = self._get(key, False)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise ConfigError(self.at(key), f"expected a list of mappings, got {_kind(value)}")
+        return [Fields(item, f"{self.at(key)}[{i}]") for i, item in enumerate(value)]
+
     def sub(self, key: str, *, required: bool = False) -> Fields | None:
         value = self._get(key, required)
         if value is None:

@@ -41,6 +41,7 @@ def crd_problems(manifest: Mapping[str, Any]) -> list[str]:
         f"{_where(error.absolute_path)}: {error.message}"
         for error in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
     ]
+    problems += _list_map_duplicates(schema, doc, ())
     schema_ok = not problems
     for path, rule, message, value in _cel_targets(schema, doc, ()):
         holds = _cel_holds(rule, value)
@@ -94,6 +95,29 @@ def _json_schema(node: Any) -> Any:
             out[key] = _json_schema(value)
     if node.get("x-kubernetes-int-or-string"):
         out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    return out
+
+
+def _list_map_duplicates(node: Node, value: Any, path: tuple[Any, ...]) -> list[str]:
+    """Items of an ``x-kubernetes-list-type: map`` list that repeat their keys (the server
+    refuses them as duplicate values)."""
+    out: list[str] = []
+    if isinstance(value, Mapping):
+        for key, sub in node.get("properties", {}).items():
+            if key in value:
+                out += _list_map_duplicates(sub, value[key], (*path, key))
+    elif isinstance(value, list) and isinstance(node.get("items"), Mapping):
+        keys = node.get("x-kubernetes-list-map-keys", [])
+        seen: set[tuple[Any, ...]] = set()
+        for i, item in enumerate(value):
+            if node.get("x-kubernetes-list-type") == "map" and isinstance(item, Mapping):
+                ident = tuple(repr(item.get(k)) for k in keys)
+                if ident in seen:
+                    named = ", ".join(f"{k}={item.get(k)!r}" for k in keys)
+                    at = (*path, i, *keys) if len(keys) == 1 else (*path, i)
+                    out.append(f"{_where(at)}: duplicate value ({named})")
+                seen.add(ident)
+            out += _list_map_duplicates(node["items"], item, (*path, i))
     return out
 
 

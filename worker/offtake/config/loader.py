@@ -27,8 +27,10 @@ from offtake.config.spec import (
     LimitsSpec,
     LogSinkSpec,
     MetricsSpec,
+    Ordering,
     PipelineSpec,
     ProcessorSpec,
+    RetryTopicSpec,
     SecretRef,
     ShutdownSpec,
     SinkSpec,
@@ -337,14 +339,50 @@ def _errors(f: Fields | None) -> ErrorsSpec:
         d.done()
     if policy == "dlq" and dlq is None:
         raise ConfigError(f.at("dlq.topic"), "is required when policy is dlq")
+    ordering = cast(Ordering, f.choice("ordering", ("relaxed", "strict"), "relaxed"))
+    retry_topics = _retry_topics(f)
+    if retry_topics and ordering == "strict":
+        raise ConfigError(
+            f.path,
+            "retryTopics and ordering: strict cannot be combined: a record sent to a retry "
+            "topic is overtaken by the records behind it; drop errors.retryTopics to keep "
+            "order, or errors.ordering to retry without holding the partition",
+        )
     out = ErrorsSpec(
         policy=policy,
         max_retries=f.integer("maxRetries", 3, minimum=0, maximum=100),
         retry_backoff_seconds=f.number("retryBackoffSeconds", 0.5, minimum=0.0, maximum=3600),
         dlq=dlq,
+        retry_topics=retry_topics,
+        ordering=ordering,
     )
     f.done()
     return out
+
+
+MAX_RETRY_TOPICS = 10
+MAX_RETRY_DELAY_SECONDS = 604_800  # a week; the retry topic's retention must exceed it
+
+
+def _retry_topics(f: Fields) -> tuple[RetryTopicSpec, ...]:
+    items = f.sub_list("retryTopics")
+    if len(items) > MAX_RETRY_TOPICS:
+        raise ConfigError(
+            f.at("retryTopics"), f"expected at most {MAX_RETRY_TOPICS} entries, got {len(items)}"
+        )
+    out: list[RetryTopicSpec] = []
+    for item in items:
+        delay = item.integer("delaySeconds", 0, minimum=1, maximum=MAX_RETRY_DELAY_SECONDS)
+        item.done()  # first: a misspelt delaySeconds is named as such
+        if not item.has("delaySeconds"):
+            raise ConfigError(item.at("delaySeconds"), "is required")
+        if any(r.delay_seconds == delay for r in out):
+            raise ConfigError(
+                item.at("delaySeconds"),
+                f"{delay} appears twice: each delay names its own topic (<topic>.retry-{delay}s)",
+            )
+        out.append(RetryTopicSpec(delay_seconds=delay))
+    return tuple(out)
 
 
 def _shutdown(f: Fields | None) -> ShutdownSpec:

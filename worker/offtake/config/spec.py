@@ -12,6 +12,7 @@ from typing import Literal
 Format = Literal["json", "string", "bytes"]
 StartFrom = Literal["earliest", "latest"]
 ErrorPolicyName = Literal["dlq", "skip", "stop"]
+Ordering = Literal["relaxed", "strict"]
 SparkFormat = Literal["parquet", "json", "delta", "jdbc"]
 SparkMode = Literal["local", "connect", "kubernetes"]
 
@@ -147,11 +148,33 @@ class DlqSpec:
 
 
 @dataclass(frozen=True)
+class RetryTopicSpec:
+    """One step of non-blocking retries: the record waits ``delay_seconds`` on its retry topic."""
+
+    delay_seconds: int
+
+
+def retry_topic_name(topic: str, delay_seconds: int) -> str:
+    """The retry topic of a source topic for one delay: ``orders.retry-10s``."""
+    return f"{topic}.retry-{delay_seconds}s"
+
+
+@dataclass(frozen=True)
 class ErrorsSpec:
     policy: ErrorPolicyName = "stop"
     max_retries: int = 3
     retry_backoff_seconds: float = 0.5
     dlq: DlqSpec | None = None
+    #: Non-blocking retries, in order, before the policy applies (docs/worker.md, Errors).
+    retry_topics: tuple[RetryTopicSpec, ...] = ()
+    #: "strict": a failing record holds the records behind it on its partition until settled.
+    ordering: Ordering = "relaxed"
+
+    def retry_topic_names(self, source_topics: tuple[str, ...]) -> list[str]:
+        """Every retry topic the pipeline produces to and consumes, per source topic in order."""
+        return [
+            retry_topic_name(t, r.delay_seconds) for t in source_topics for r in self.retry_topics
+        ]
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from offtake.engine.completions import Completions
 from offtake.engine.dead_letters import DeadLetterQueue
 from offtake.engine.errors import ErrorPolicy
 from offtake.engine.processing_stage import ProcessingStage
+from offtake.engine.retry_topics import RetryRoute, RetrySender
 from offtake.engine.worker import Worker, WorkerParts
 from offtake.health import Health
 from offtake.kafka.config import (
@@ -52,16 +53,23 @@ def build_worker(
     sink = sink or make_sink(spec, clients, metrics, instance_id)
     completions = Completions()
     dlq: DeadLetterQueue | None = None
-    if spec.errors.policy == "dlq" and spec.errors.dlq is not None:
-        # Exactly-once: dead letters are part of the sink's transaction, so they share its
-        # producer (a record is dead-lettered once, with its offset, or not at all).
+    retries: RetrySender | None = None
+    route = RetryRoute.of(spec.errors, spec.source.topics)
+    wants_dlq = spec.errors.policy == "dlq" and spec.errors.dlq is not None
+    if wants_dlq or route is not None:
+        # Exactly-once: dead letters and retry sends are part of the sink's transaction, so
+        # they share its producer (a record is sent on once, with its offset, or not at all).
+        # Otherwise one producer serves both.
         producer = (
             sink.producer
             if isinstance(sink, TransactionalKafkaSink)
             else clients.producer(producer_config(spec))
         )
-        dlq = DeadLetterQueue(producer, spec.errors.dlq.topic)
-    policy = ErrorPolicy(spec.errors, completions, dlq, metrics)
+        if wants_dlq and spec.errors.dlq is not None:
+            dlq = DeadLetterQueue(producer, spec.errors.dlq.topic)
+        if route is not None:
+            retries = RetrySender(producer, route)
+    policy = ErrorPolicy(spec.errors, completions, dlq, metrics, retries)
     stage = ProcessingStage(
         processor,
         sink,
@@ -70,6 +78,7 @@ def build_worker(
         completions,
         metrics,
         spec.errors.max_retries,
+        strict_ordering=spec.errors.ordering == "strict",
     )
 
     def probe_consumer() -> ConsumerLike:
@@ -78,11 +87,14 @@ def build_worker(
     source = KafkaSource(
         clients,
         consumer_config(spec, instance_id),
-        list(spec.source.topics),
+        [*spec.source.topics, *spec.errors.retry_topic_names(spec.source.topics)],
         spec.source.start_from,
         probe_consumer,
+        # A retry topic is read from its start when the group has no offset there yet: its
+        # records were sent by this pipeline and must not be skipped (startFrom: latest).
+        earliest_topics=route.topics if route is not None else frozenset(),
     )
-    parts = WorkerParts(spec, source, stage, completions, processor, sink, metrics, health)
+    parts = WorkerParts(spec, source, stage, completions, processor, sink, metrics, health, route)
     return Worker(parts)
 
 

@@ -46,16 +46,21 @@ class Backpressure:
 
 
 class PartitionPauser:
-    """Pauses every assigned partition while backpressure is engaged, resumes them after.
+    """The one owner of pause state: which partitions are paused, and why.
 
-    Keeps the set of partitions it paused, so a partition assigned under backpressure is
-    paused too and a revoked one is forgotten. Runs on the poll loop's thread.
+    Two reasons, either keeps a partition paused: backpressure (or a shutdown), which pauses
+    every assigned partition, and a retry delay, which holds one retry-topic partition until
+    its next record is due (see :mod:`offtake.engine.retry_topics`). A partition resumes only
+    once neither holds. Keeps the set of partitions paused for backpressure, so a partition
+    assigned under backpressure is paused too and a revoked one is forgotten. Runs on the poll
+    loop's thread.
     """
 
     def __init__(self, source: KafkaSource, metrics: Metrics) -> None:
         self.source = source
         self.metrics = metrics
-        self.paused: set[TopicPartition] = set()
+        self.paused: set[TopicPartition] = set()  # for backpressure or shutdown
+        self.held: dict[TopicPartition, float] = {}  # retry delay: until (time.time())
 
     def apply(
         self, assigned: set[TopicPartition], pause: bool, why: str = "", quiet: bool = False
@@ -64,18 +69,52 @@ class PartitionPauser:
         if pause:
             todo = assigned - self.paused
             if todo:
-                self.source.pause(todo)
+                self.source.pause(todo - self.held.keys())  # held ones are paused already
                 self.paused |= todo
                 if not quiet:
                     log.info("backpressure: paused %d partition(s)%s", len(todo), why)
         elif self.paused:
             todo = self.paused & assigned
             if todo:
-                self.source.resume(todo)
+                self.source.resume(todo - self.held.keys())  # still waiting for a due record
                 log.info("backpressure released: resumed %d partition(s)", len(todo))
             self.paused = set()
         self.paused &= assigned
         self.metrics.paused_partitions.set(len(self.paused))
 
+    def hold(self, tp: TopicPartition, offset: int, until: float) -> bool:
+        """Pause ``tp`` until ``until`` (wall clock) and fetch it from ``offset`` after.
+
+        The record at ``offset`` and any fetched behind it were not taken; seeking back makes
+        the consumer fetch them again on resume (librdkafka drops what it had fetched past it).
+        False if the consumer refused the seek: the record must then be taken now, early,
+        rather than skipped.
+        """
+        try:
+            self.source.seek(tp, offset)
+        except Exception as exc:  # KafkaException: the partition's state does not allow it
+            log.warning(
+                "cannot hold %s at %d for its retry delay (%s): taking it now", tp, offset, exc
+            )
+            return False
+        if tp not in self.paused and tp not in self.held:
+            self.source.pause([tp])
+        self.held[tp] = until
+        self.metrics.delayed_partitions.set(len(self.held))
+        return True
+
+    def release_due(self, now: float) -> None:
+        """Resume the held partitions whose record is due (unless backpressure holds them)."""
+        due = [tp for tp, until in self.held.items() if until <= now]
+        if not due:
+            return
+        for tp in due:
+            del self.held[tp]
+        self.source.resume([tp for tp in due if tp not in self.paused])
+        self.metrics.delayed_partitions.set(len(self.held))
+
     def forget(self, partitions: set[TopicPartition]) -> None:
         self.paused -= partitions
+        for tp in partitions:
+            self.held.pop(tp, None)
+        self.metrics.delayed_partitions.set(len(self.held))

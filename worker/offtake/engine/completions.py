@@ -1,10 +1,10 @@
 """The one channel through which finished work reaches the poll loop.
 
-The processing thread settles records (delivered, dropped, dead-lettered, skipped, failed);
-only the poll loop touches the offset tracker, so every settlement goes through this queue and
-the loop applies them in order. A request to stop the worker (``errors.policy: stop``, an
-internal error) travels the same way, so no other thread ever calls into the worker. A deque's
-append and popleft are atomic, so no lock is needed.
+The processing thread settles records (delivered, dropped, dead-lettered, sent to a retry
+topic, skipped, failed); only the poll loop touches the offset tracker, so every settlement goes
+through this queue and the loop applies them in order. A request to stop the worker
+(``errors.policy: stop``, an internal error) travels the same way, so no other thread ever
+calls into the worker. A deque's append and popleft are atomic, so no lock is needed.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Literal
 
 from offtake.records import TopicPartition
 
-Settlement = Literal["delivered", "dropped", "dlq", "skipped", "failed"]
+Settlement = Literal["delivered", "dropped", "dlq", "retried", "skipped", "failed"]
 
 
 @dataclass(frozen=True, slots=True)

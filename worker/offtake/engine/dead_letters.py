@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from offtake.kafka.produce import produce_waiting
@@ -30,21 +30,58 @@ def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+H_RETRY_DUE = "offtake.retry.due"  # on retry topics: when to process it, ms since the epoch
+H_RETRY_TOPIC = "offtake.retry.topic"  # on retry topics: the retry topic it was sent to
+_ORIGIN = (H_TOPIC, H_PARTITION, H_OFFSET, H_TIMESTAMP)
+_OURS = frozenset(
+    {*_ORIGIN, H_ERROR_CLASS, H_ERROR_MESSAGE, H_ATTEMPTS, H_STAGE, H_RETRY_DUE, H_RETRY_TOPIC}
+)
+
+
 def dlq_headers(
-    record: Record, error: BaseException, attempts: int, stage: str
+    record: Record,
+    error: BaseException,
+    attempts: int,
+    stage: str,
+    *,
+    retried: bool = False,
+    extra: dict[str, str] | None = None,
 ) -> list[tuple[str, bytes | None]]:
-    """The original headers followed by Offtake's, so nothing the producer set is lost."""
-    ours = {
+    """The original headers followed by Offtake's, so nothing the producer set is lost.
+
+    ``retried``: the record was consumed from one of the pipeline's retry topics, so Offtake's
+    headers on it are from an earlier attempt. They are replaced, except where it first came
+    from (``offtake.original.*``), which is carried forward unchanged.
+    """
+    origin = {
         H_TOPIC: record.topic,
         H_PARTITION: str(record.partition),
         H_OFFSET: str(record.offset),
         H_TIMESTAMP: "" if record.timestamp is None else str(record.timestamp),
+    }
+    headers = list(record.headers)
+    if retried:
+        earlier = {k: v for k, v in headers if k in _ORIGIN and v is not None}
+        origin.update({k: v.decode("utf-8", "replace") for k, v in earlier.items()})
+        headers = [(k, v) for k, v in headers if k not in _OURS]
+    ours = {
+        **origin,
         H_ERROR_CLASS: f"{type(error).__module__}.{type(error).__qualname__}",
         H_ERROR_MESSAGE: describe_error(error)[:4096],
         H_ATTEMPTS: str(attempts),
         H_STAGE: stage,
+        **(extra or {}),
     }
-    return [*record.headers, *((k, v.encode("utf-8")) for k, v in ours.items())]
+    return [*headers, *((k, v.encode("utf-8")) for k, v in ours.items())]
+
+
+def header(headers: Sequence[tuple[str, bytes | None]] | None, name: str) -> str | None:
+    """The last value of header ``name`` as text, or None."""
+    found = None
+    for k, v in headers or ():
+        if k == name and v is not None:
+            found = v
+    return None if found is None else found.decode("utf-8", "replace")
 
 
 class DeadLetterQueue:
@@ -65,13 +102,15 @@ class DeadLetterQueue:
         attempts: int,
         stage: str,
         on_done: Callable[[BaseException | None], None],
+        *,
+        retried: bool = False,
     ) -> None:
         def delivered(err: Any, _msg: Any) -> None:
             on_done(
                 None if err is None else RuntimeError(f"DLQ delivery to {self.topic} failed: {err}")
             )
 
-        headers = dlq_headers(record, error, attempts, stage)
+        headers = dlq_headers(record, error, attempts, stage, retried=retried)
         produce_waiting(
             self.producer,
             self.topic,

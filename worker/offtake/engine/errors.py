@@ -1,7 +1,8 @@
-"""What happens to a record that failed for good: errors.policy (dlq | skip | stop).
+"""What happens to a record whose in-place retries are spent: the next retry topic
+(errors.retryTopics), then errors.policy (dlq | skip | stop).
 
-Runs on the processing thread, which owns the dead-letter producer; a stop is reported to the
-poll loop as a "failed" settlement, never by calling into the worker.
+Runs on the processing thread, which owns the dead-letter and retry producer; a stop is
+reported to the poll loop as a "failed" settlement, never by calling into the worker.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import logging
 from offtake.config.spec import ErrorsSpec
 from offtake.engine.completions import Completions
 from offtake.engine.dead_letters import DeadLetterQueue, describe_error
+from offtake.engine.retry_topics import RetrySender
+from offtake.kafka.protocols import ProducerLike
 from offtake.metrics import Metrics
 from offtake.records import Record
 
@@ -20,7 +23,11 @@ MAX_BACKOFF_SECONDS = 60.0
 
 
 class ErrorPolicy:
-    """Applies the policy once retries are spent; every path ends in exactly one completion."""
+    """Routes failed records; every path ends in exactly one completion.
+
+    ``attempts`` passed in count the tries on the topic the record was consumed from; a record
+    from a retry topic adds those it had before (its ``offtake.attempts`` header).
+    """
 
     def __init__(
         self,
@@ -28,20 +35,73 @@ class ErrorPolicy:
         completions: Completions,
         dlq: DeadLetterQueue | None,
         metrics: Metrics,
+        retries: RetrySender | None = None,
     ) -> None:
         self.spec = spec
         self.completions = completions
         self.dlq = dlq
         self.metrics = metrics
+        self.retries = retries
+        producers: list[ProducerLike] = []
+        for p in (dlq.producer if dlq else None, retries.producer if retries else None):
+            if p is not None and all(p is not q for q in producers):
+                producers.append(p)
+        self._producers = producers  # shared, usually: one producer for both
 
     def backoff(self, attempt: int) -> float:
         """Delay before retry number ``attempt`` (1-based): exponential, capped."""
         return min(float(self.spec.retry_backoff_seconds * 2 ** (attempt - 1)), MAX_BACKOFF_SECONDS)
 
+    # -- the producers' service, on the processing thread -----------------------------------
+    def poll(self) -> None:
+        for p in self._producers:
+            p.poll(0)
+
+    def in_flight(self) -> int:
+        """Dead letters and retry sends not yet reported on."""
+        return sum(len(p) for p in self._producers)
+
+    def flush(self, timeout: float) -> None:
+        for p in self._producers:
+            p.flush(timeout)
+
+    # -- routing ------------------------------------------------------------------------------
+    def exhausted(
+        self, record: Record, epoch: int, error: BaseException, attempts: int, stage: str
+    ) -> None:
+        """In-place retries are spent (or the sink failed): the next retry topic, or the policy."""
+        hop = self.retries.route.next_hop(record.topic) if self.retries is not None else None
+        if self.retries is None or hop is None:
+            self.give_up(record, epoch, error, attempts, stage)
+            return
+        total = self._total(record, attempts)
+        self.metrics.errors.labels(stage).inc()
+        self.metrics.retries.inc()
+
+        def sent(err: BaseException | None) -> None:
+            if err is None:
+                self.completions.put(record.tp, record.offset, epoch, "retried")
+            else:
+                self._stop(record, epoch, err, "retry")
+
+        log.info(
+            "record %s failed (attempt %d) in %s: %s; sending it to %s, due in %ds",
+            record.where(),
+            total,
+            stage,
+            describe_error(error),
+            hop[0],
+            hop[1],
+            extra={"topic": record.topic, "partition": record.partition, "offset": record.offset},
+        )
+        self.retries.send(record, error, total, stage, hop, sent)
+
     def give_up(
         self, record: Record, epoch: int, error: BaseException, attempts: int, stage: str
     ) -> None:
         self.metrics.errors.labels(stage).inc()
+        attempts = self._total(record, attempts)
+        retried = self.retries is not None and self.retries.route.is_retry(record.topic)
         extra = {"topic": record.topic, "partition": record.partition, "offset": record.offset}
         if self.spec.policy == "dlq" and self.dlq is not None:
             dlq = self.dlq
@@ -62,7 +122,7 @@ class ErrorPolicy:
                 dlq.topic,
                 extra=extra,
             )
-            dlq.send(record, error, attempts, stage, sent)
+            dlq.send(record, error, attempts, stage, sent, retried=retried)
         elif self.spec.policy == "skip":
             log.warning(
                 "record %s failed after %d attempt(s) in %s: %s; skipped (errors.policy=skip)",
@@ -75,6 +135,11 @@ class ErrorPolicy:
             self.completions.put(record.tp, record.offset, epoch, "skipped")
         else:
             self._stop(record, epoch, error, stage)
+
+    def _total(self, record: Record, attempts: int) -> int:
+        if self.retries is None:
+            return attempts
+        return attempts + self.retries.route.prior_attempts(record)
 
     def _stop(self, record: Record, epoch: int, error: BaseException, stage: str) -> None:
         reason = (

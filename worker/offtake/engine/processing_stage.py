@@ -6,6 +6,9 @@ and is handled in that order, so records of one partition reach the sink in offs
 except a record being retried: it waits out its backoff parked, while the records behind it
 go on (one poison record must not stall every partition for seconds). The offset tracker
 still holds commits at the parked record, so nothing past it is committed before it is done.
+With ``errors.ordering: strict`` the records behind a parked one on its partition are held
+too (with their results, if the processor already had them in the same batch) and go on, in
+order, once it is settled; other partitions are not held.
 
 Threading model (the rule every other module relies on):
 
@@ -41,7 +44,7 @@ from offtake.engine.errors import ErrorPolicy
 from offtake.kafka.protocols import MessageLike
 from offtake.metrics import Metrics
 from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
-from offtake.processing.decode import to_record
+from offtake.processing.decode import DecodeError, to_record
 from offtake.records import Record, TopicPartition
 from offtake.sinks.base import Sink, SinkItem
 
@@ -65,6 +68,15 @@ class Work:
     messages: list[tuple[MessageLike, int]]  # message and the epoch of its partition's assignment
 
 
+@dataclass(slots=True)
+class _Block:
+    """errors.ordering strict: a parked record and the records held behind it, in order."""
+
+    offset: int  # the parked record that holds its partition
+    epoch: int
+    held: deque[tuple[Record, int, int, Outcome | None]]  # result kept if already processed
+
+
 class ProcessingStage:
     def __init__(
         self,
@@ -75,6 +87,7 @@ class ProcessingStage:
         completions: Completions,
         metrics: Metrics,
         max_retries: int,
+        strict_ordering: bool = False,
     ) -> None:
         self.processor = processor
         self.sink = sink
@@ -83,6 +96,9 @@ class ProcessingStage:
         self.completions = completions
         self.metrics = metrics
         self.max_retries = max_retries
+        self.strict = strict_ordering
+        self._blocked: dict[TopicPartition, _Block] = {}
+        self._unblocked: list[TopicPartition] = []
         self.abort = threading.Event()  # set to give up on queued work (drain budget spent)
         self._current: Mapping[TopicPartition, int] = MappingProxyType({})
         self._queue: deque[Work] = deque()
@@ -203,6 +219,8 @@ class ProcessingStage:
                 self._progress.notify_all()
             for partitions in abandon:
                 self.sink.abandon(partitions)
+                for tp in partitions:
+                    self._blocked.pop(tp, None)
             for fn, future in calls:
                 _run_call(fn, future)
             if stop:
@@ -216,15 +234,14 @@ class ProcessingStage:
                 self._handle(work)
             elif flush is not None:
                 self.sink.drain(flush.partitions, FLUSH_SLICE)
-                if self.policy.dlq is not None:
-                    self.policy.dlq.flush(0.05)
+                self.policy.flush(0.05)
             self._serve()
             with self._cond:
                 self._busy = False
 
     def _outstanding(self) -> bool:
-        """Whether the sink or the DLQ still owes delivery reports that only we can serve."""
-        return bool(self._out) or (self.policy.dlq is not None and self.policy.dlq.in_flight() > 0)
+        """Whether the sink, the DLQ or a retry topic owes delivery reports only we can serve."""
+        return bool(self._out) or self.policy.in_flight() > 0
 
     def _has_task(self) -> bool:
         return bool(
@@ -247,15 +264,13 @@ class ProcessingStage:
     def _final_drain(self, until: float) -> None:
         """Give the sink and the DLQ what is left of the drain budget, then stop."""
         self.sink.drain(None, max(0.0, until - time.monotonic()))
-        if self.policy.dlq is not None:
-            self.policy.dlq.flush(max(0.0, until - time.monotonic()))
+        self.policy.flush(max(0.0, until - time.monotonic()))
         self._serve()
 
     def _serve(self) -> None:
-        """Let the sink and the DLQ fire their callbacks (on this thread, see the docstring)."""
+        """Let the sink, the DLQ and retry sends fire their callbacks (on this thread)."""
         self.sink.poll()
-        if self.policy.dlq is not None:
-            self.policy.dlq.poll()
+        self.policy.poll()
 
     def _due(self) -> bool:
         return bool(self._parked) and self._parked[0][0] <= time.monotonic()
@@ -286,7 +301,11 @@ class ProcessingStage:
             record, decode_error = to_record(msg, self.fmt)
             if not self._is_current(record.tp, epoch):
                 continue  # its partition was revoked or lost meanwhile: not ours any more
-            if decode_error is not None:
+            block = self._block_of(record.tp, epoch) if self.strict else None
+            if block is not None:  # strict: behind a parked record of its partition
+                failed = None if decode_error is None else Outcome([], decode_error, False)
+                block.held.append((record, epoch, 1, failed))
+            elif decode_error is not None:
                 self.policy.give_up(record, epoch, decode_error, 1, "decode")
             else:
                 todo.append((record, epoch, 1))
@@ -320,6 +339,8 @@ class ProcessingStage:
             retry = self._route(todo, outcomes)
             if retry:
                 self._park(retry)
+            while self._unblocked:
+                self._release(self._unblocked.pop())
             self._serve()
             return
 
@@ -331,16 +352,64 @@ class ProcessingStage:
         for (record, epoch, attempts), outcome in zip(todo, outcomes, strict=True):
             if not self._is_current(record.tp, epoch):
                 continue
+            blocker = False
+            if self.strict and (block := self._block_of(record.tp, epoch)) is not None:
+                if block.offset != record.offset:
+                    block.held.append((record, epoch, attempts, outcome))  # wait behind it
+                    continue
+                blocker = True
             if outcome.ok:
                 self._to_sink(record, epoch, outcome, attempts)
             elif outcome.retriable and attempts <= self.max_retries:
                 self.metrics.errors.labels("process").inc()
                 self.metrics.retries.inc()
                 retry.append((record, epoch, attempts + 1))
+                if self.strict and not blocker:
+                    self._blocked[record.tp] = _Block(record.offset, epoch, deque())
+                continue  # a blocker stays one until it is settled
+            elif outcome.retriable:
+                assert outcome.error is not None
+                self.policy.exhausted(record, epoch, outcome.error, attempts, "process")
             else:
                 assert outcome.error is not None
-                self.policy.give_up(record, epoch, outcome.error, attempts, "process")
+                stage = "decode" if isinstance(outcome.error, DecodeError) else "process"
+                self.policy.give_up(record, epoch, outcome.error, attempts, stage)
+            if blocker:
+                self._unblocked.append(record.tp)
         return retry
+
+    def _block_of(self, tp: TopicPartition, epoch: int) -> _Block | None:
+        """The block holding ``tp`` in this assignment (a stale one is dropped)."""
+        block = self._blocked.get(tp)
+        if block is not None and block.epoch != epoch:
+            del self._blocked[tp]
+            return None
+        return block
+
+    def _release(self, tp: TopicPartition) -> None:
+        """strict: the parked record of ``tp`` is settled; the records behind it go on, in order.
+
+        Runs of records already processed are routed with their results, the others are
+        processed now; if one blocks the partition again, the rest wait behind it.
+        """
+        block = self._blocked.pop(tp, None)
+        held = block.held if block is not None else deque()
+        while held:
+            run = [held.popleft()]
+            processed = run[0][3] is not None
+            while held and (held[0][3] is not None) == processed and len(run) < CHUNK:
+                run.append(held.popleft())
+            todo = [(r, e, a) for r, e, a, _ in run]
+            if processed:
+                retry = self._route(todo, [o for *_, o in run if o is not None])
+                if retry:
+                    self._park(retry)
+            else:
+                self._process(todo)
+            again = self._blocked.get(tp)
+            if again is not None:  # blocked anew: what is left waits behind that record
+                again.held.extend(held)
+                return
 
     def _to_sink(self, record: Record, epoch: int, outcome: Outcome, attempts: int) -> None:
         if not outcome.values:
@@ -353,7 +422,7 @@ class ProcessingStage:
             self.sink.submit(item)
         except Exception as exc:
             self._out -= 1
-            self.policy.give_up(record, epoch, exc, attempts, "sink")
+            self.policy.exhausted(record, epoch, exc, attempts, "sink")
 
     def _on_sink_complete(self, item: SinkItem, error: BaseException | None) -> None:
         """The sink's callback: fires on this thread (see the module docstring)."""
@@ -364,7 +433,7 @@ class ProcessingStage:
         if error is None:
             self.completions.put(item.tp, item.record.offset, item.epoch, "delivered")
         else:
-            self.policy.give_up(item.record, item.epoch, error, item.attempts, "sink")
+            self.policy.exhausted(item.record, item.epoch, error, item.attempts, "sink")
 
 
 def _run_call(fn: Callable[[], object], future: Future[object]) -> None:

@@ -27,6 +27,7 @@ from offtake.engine.completions import Completions
 from offtake.engine.lag import LagGauges
 from offtake.engine.offsets import OffsetTracker
 from offtake.engine.processing_stage import ProcessingStage, Work
+from offtake.engine.retry_topics import RetryRoute
 from offtake.engine.transactions import TransactionCommitter
 from offtake.health import Health
 from offtake.kafka.protocols import MessageLike
@@ -60,6 +61,7 @@ class WorkerParts:
     sink: Sink
     metrics: Metrics
     health: Health
+    route: RetryRoute | None = None  # errors.retryTopics: which topics are retry topics
 
 
 class Worker:
@@ -74,6 +76,7 @@ class Worker:
         self.sink = parts.sink
         self.metrics = parts.metrics
         self.health = parts.health
+        self.route = parts.route
         self.tracker = OffsetTracker()
         self.backpressure = Backpressure(self.spec.limits)
         self.pauser = PartitionPauser(self.source, self.metrics)
@@ -124,7 +127,8 @@ class Worker:
 
     def run(self) -> int:
         """Consume until stopped; return the process exit code."""
-        self.metrics.init_topics(list(self.spec.source.topics))
+        retry_topics = sorted(self.route.topics) if self.route is not None else []
+        self.metrics.init_topics([*self.spec.source.topics, *retry_topics])
         self.stage.start()
         self.source.open(self)
         log.info(
@@ -133,6 +137,8 @@ class Worker:
             self.spec.source.group_id,
             ",".join(self.spec.source.topics),
         )
+        if retry_topics:
+            log.info("retry topics: %s", ",".join(retry_topics))
         try:
             while not self._stop.is_set():
                 self._iterate()
@@ -147,6 +153,8 @@ class Worker:
             self.tracker.inflight_messages, self.tracker.inflight_bytes
         )
         self._pause(paused)
+        if self.pauser.held:
+            self.pauser.release_due(time.time())
         self._dispatch(self._fetch(paused))
         self._apply_settled()
         if self._transactions is None:
@@ -193,11 +201,18 @@ class Worker:
     def _dispatch(self, messages: list[MessageLike]) -> None:
         batch: list[tuple[MessageLike, int]] = []
         consumed: Counter[str] = Counter()
+        now_ms = time.time() * 1000
         for msg in messages:
             tp = TopicPartition(msg.topic() or "", msg.partition() or 0)
             epoch = self.tracker.epoch(tp)
             if epoch is None or tp in self._revoking:
                 continue  # fetched before a revoke: the new owner will consume it
+            if (
+                self.route is not None
+                and tp.topic in self.route.topics
+                and self._not_due(msg, tp, now_ms)
+            ):
+                continue
             ts_type, ts = msg.timestamp()
             size = footprint(msg.key(), msg.value())
             offset = msg.offset() or 0
@@ -208,6 +223,25 @@ class Worker:
             self.stage.submit(Work(batch))
         for topic, n in consumed.items():
             self.metrics.consumed.labels(topic).inc(n)
+
+    def _not_due(self, msg: MessageLike, tp: TopicPartition, now_ms: float) -> bool:
+        """A retry-topic record not yet due holds its partition: paused, fetched again later.
+
+        So are the records behind it (they were sent later, so they are due later): while
+        the partition is held, whatever the consumer still returns of it is not taken.
+        """
+        if tp in self.pauser.held:
+            return True
+        assert self.route is not None
+        ts_type, ts = msg.timestamp()
+        due = self.route.due_ms(tp.topic, msg.headers(), ts if ts_type else None)
+        if due is None or due <= now_ms:
+            return False
+        offset = msg.offset() or 0
+        if not self.pauser.hold(tp, offset, due / 1000):
+            return False
+        log.debug("%s@%d due in %.1fs: holding the partition", tp, offset, (due - now_ms) / 1000)
+        return True
 
     def _apply_settled(self) -> None:
         """Apply what the processing thread finished to the tracker; act on stop requests."""

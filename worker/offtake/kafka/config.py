@@ -80,6 +80,9 @@ def log_client_error(err: Any) -> None:
     librdkafka_logger().warning("kafka: %s", err)
 
 
+RETRY_FETCH_WAIT_MS = 100
+
+
 def prefetch_kbytes(spec: PipelineSpec) -> int:
     """The consumer's prefetch bound: a quarter of maxInFlightBytes, within 1 MiB..64 MiB."""
     return max(1024, min(65536, spec.limits.max_in_flight_bytes // 4 // 1024))
@@ -116,6 +119,11 @@ def consumer_config(spec: PipelineSpec, instance_id: str | None = None) -> dict[
     # librdkafka prefetches up to 64 MiB by default, on top of the in-flight work: size it from
     # the spec's byte bound, so that a pod's memory follows from its limits.
     conf.setdefault("queued.max.messages.kbytes", str(prefetch_kbytes(spec)))
+    if spec.errors.retry_topics:
+        # A retry partition resumed when its record is due is fetched with the next fetch
+        # request; with idle partitions the one under way waits up to fetch.wait.max.ms
+        # (librdkafka: 500) for data first. Bound that lateness to a tenth of a second.
+        conf.setdefault("fetch.wait.max.ms", str(RETRY_FETCH_WAIT_MS))
     if instance_id and "group.instance.id" not in conf:
         conf["group.instance.id"] = instance_id  # static membership: restarts do not rebalance
     return conf

@@ -74,3 +74,17 @@ def reach_brokers(
         return None
     finally:
         probe.close()
+
+
+def missing_topics(config: dict[str, Any], topics: list[str], timeout_s: float) -> list[str]:
+    """Which of ``topics`` the brokers do not list (absent, or not visible to this principal).
+
+    Asked once, by a throwaway client of the worker's own settings that never joins the group.
+    Raises confluent_kafka.KafkaException if the metadata request fails.
+    """
+    probe = confluent_kafka.Consumer(config)
+    try:
+        known = probe.list_topics(timeout=timeout_s).topics
+    finally:
+        probe.close()
+    return [t for t in topics if t not in known or known[t].error is not None]

@@ -67,11 +67,13 @@ class KafkaSource:
         topics: list[str],
         start_from: str,
         make_probe_consumer: Callable[[], ConsumerLike],
+        earliest_topics: Collection[str] = (),
     ) -> None:
         self._clients = clients
         self._config = dict(config)
         self._topics = topics
         self._start_from = start_from
+        self._earliest = frozenset(earliest_topics)  # start at the log start whatever startFrom
         self._fatal: str | None = None  # a fatal client error, raised from the next consume()
         self._consumer: ConsumerLike | None = None
         self._listener: SourceListener | None = None
@@ -143,6 +145,10 @@ class KafkaSource:
     def resume(self, partitions: Collection[TopicPartition]) -> None:
         if partitions:
             self._c.resume(self._native(partitions))
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Fetch ``tp`` from ``offset`` next (records fetched past it are dropped by librdkafka)."""
+        self._c.seek(self._clients.topic_partition(tp.topic, tp.partition, offset))
 
     # -- offsets ---------------------------------------------------------------------------
     def commit(self, offsets: dict[TopicPartition, int], asynchronous: bool) -> None:
@@ -226,7 +232,8 @@ class KafkaSource:
             except Exception as exc:
                 log.warning("no watermarks for %s (%s); librdkafka applies startFrom", tp, exc)
                 continue
-            offset = high if self._start_from == "latest" else low
+            latest = self._start_from == "latest" and tp.topic not in self._earliest
+            offset = high if latest else low
             starts[tp] = StartPosition(int(offset), committed=False)
         return starts
 
