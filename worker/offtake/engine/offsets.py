@@ -142,6 +142,11 @@ class OffsetTracker:
             self.inflight_messages -= 1
             self.inflight_bytes -= size
 
+    def oldest_uncommitted(self, tp: TopicPartition) -> int | None:
+        """The offset of the oldest record consumed and not yet committed, if any."""
+        part = self._parts.get(tp)
+        return part.uncommitted[0][0] if part is not None and part.uncommitted else None
+
     def last_committed(self, tp: TopicPartition) -> int | None:
         part = self._parts.get(tp)
         return part.committed if part else None

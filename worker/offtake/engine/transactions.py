@@ -8,9 +8,10 @@ offsets after everything the transaction produced, and the processing thread, wh
 producer, commits them with the consumer's group metadata (KIP-447 fencing).
 
 One transaction covers every partition, so commits here are always synchronous and whole: on
-revoke too. A transaction that fails is aborted, and this committer refuses every later
-commit: the tracker still counts the aborted records as done, so the worker must stop and
-start again from the last committed transaction (which is what it does, exit code 3).
+revoke too. A transaction that fails is aborted, and this committer refuses every later commit
+until :meth:`resume`: the tracker still counts the aborted records as done. The worker then
+consumes them again from the last commit (when the producer can go on and nothing was in
+flight), or stops and starts again from the last committed transaction (exit code 3).
 """
 
 from __future__ import annotations
@@ -73,6 +74,14 @@ class TransactionCommitter(Committer):
             return False
         self.on_commit(positions, None)
         return True
+
+    def recoverable(self) -> bool:
+        """After a failed commit: whether the producer is in a new transaction (not fenced)."""
+        return self.sink.in_transaction
+
+    def resume(self) -> None:
+        """Commit again: the worker has rewound past what the aborted transaction held."""
+        self.broken = None
 
     def abort(self, reason: str) -> None:
         """Abort the open transaction (its records are never read_committed) and stop here."""

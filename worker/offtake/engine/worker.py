@@ -337,17 +337,47 @@ class Worker:
         """Drain everything handed over, then commit the sink's transaction with the offsets.
 
         While this runs the loop fetches nothing, so the transaction holds exactly the records
-        up to the committed positions (engine/transactions.py). False if it failed; the
-        worker is then stopping.
+        up to the committed positions (engine/transactions.py). False if it failed: then the
+        records of the aborted transaction are consumed again, or, if that cannot be done
+        safely, the worker stops.
         """
         assert self._transactions is not None
         deadline = time.monotonic() + self.spec.shutdown.drain_timeout_seconds
         if not self._drain(None, deadline):
+            # Work still under way could reach the producer after the abort: stop instead.
             self._transactions.abort("records were still unfinished when the drain budget ran out")
         elif self._transactions.commit(asynchronous=False):
             return True
+        elif self._transactions.recoverable():
+            self._consume_aborted_again()
+            return False
         self._transaction_failed()
         return False
+
+    def _consume_aborted_again(self) -> None:
+        """After an abort with nothing in flight: rewind every partition to its last commit.
+
+        A commit refused for a reason that does not fence the producer (most often a rebalance
+        that began meanwhile: "Specified group generation id is not valid") aborted the
+        transaction, and with it the output of every record consumed since the last commit.
+        Those records are consumed again: new epochs make anything of the old ones stale, and
+        the consumer seeks back to the oldest uncommitted record.
+        """
+        assert self._transactions is not None
+        log.warning(
+            "exactly-once: transaction aborted (%s); consuming its records again",
+            self._transactions.broken,
+        )
+        for tp in self.tracker.partitions():
+            restart = self.tracker.oldest_uncommitted(tp)
+            committed = self.tracker.last_committed(tp)
+            self.tracker.assign(tp)
+            if committed is not None:
+                self.tracker.committed(tp, committed)
+            if restart is not None:
+                self.source.seek(tp, restart)
+        self._publish_assignment()
+        self._transactions.resume()
 
     def _transaction_failed(self) -> None:
         assert self._transactions is not None
@@ -394,10 +424,16 @@ class Worker:
                 )
             if self._transactions is not None:
                 # The transaction ends while the processing thread, its producer's owner, runs.
+                # Either way nothing is lost: what did not commit is consumed again by the
+                # partitions' next owner, so a graceful stop still exits 0.
                 if not drained:
                     self._transactions.abort("drain budget spent at shutdown")
                 elif not self._transactions.commit(asynchronous=False):
-                    self._transaction_failed()
+                    log.warning(
+                        "exactly-once: the last transaction aborted (%s); its records go to "
+                        "the partitions' next owner",
+                        self._transactions.broken,
+                    )
             self.stage.abort.set()
             self.stage.close(max(0.0, deadline - time.monotonic()), join_timeout=1.0)
             self._apply_settled()

@@ -76,6 +76,11 @@ class TransactionalKafkaSink(KafkaSink):
             raise TransactionFailed(f"committing the transaction failed: {_describe(exc)}") from exc
         p.begin_transaction()
 
+    @property
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open (False once the producer was fenced or closed)."""
+        return self._open
+
     def abort_transaction(self, begin_next: bool = True) -> None:
         """Abort the open transaction; its records never reach read_committed readers."""
         if not self._open:
