@@ -68,10 +68,8 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     TIMESTAMP_LOG_APPEND_TIME,
     Consumer,
-    KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
@@ -444,49 +442,18 @@ class Watcher:
 
 def read_keys_and_times(bootstrap: str, topic: str) -> tuple[list[bytes | None], list[int]]:
     """Every record's key and log-append time (ms) in ``topic``, up to its current end."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-read-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            # A transactional writer's (offtake-eos) log ends in a commit marker, which no
-            # record's offset reaches: the end is where the position stands at EOF.
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        left = {}
-        for p in range(PARTITIONS):
-            high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            if high > 0:
-                left[p] = high
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in left])
-        keys: list[bytes | None] = []
-        times: list[int] = []
-        deadline = time.monotonic() + 120
-        while left and time.monotonic() < deadline:
-            for m in consumer.consume(10_000, 0.5):
-                err = m.error()
-                if err is not None:
-                    eof = m.partition() or 0
-                    if err.code() == KafkaError._PARTITION_EOF and eof in left:
-                        (pos,) = consumer.position([TopicPartition(topic, eof)])
-                        if pos.offset >= left[eof]:
-                            del left[eof]
-                    continue
-                kind, stamp = m.timestamp()
-                if kind != TIMESTAMP_LOG_APPEND_TIME:
-                    raise RuntimeError(f"{topic}: expected log-append timestamps, got {kind}")
-                keys.append(m.key())
-                times.append(stamp)
-                partition, offset = m.partition(), m.offset()
-                if partition in left and (offset or 0) + 1 >= left[partition]:
-                    del left[partition]
-        if left:
-            raise RuntimeError(f"{topic}: could not read partitions {sorted(left)} to the end")
-        return keys, times
-    finally:
-        consumer.close()
+    # The test bed's reader: it knows where a transactional log (offtake-eos) ends.
+    from offtake_testbed.kafka import read_topic
+
+    keys: list[bytes | None] = []
+    times: list[int] = []
+    for m in read_topic(bootstrap, topic, timeout=120):
+        kind, stamp = m.timestamp()
+        if kind != TIMESTAMP_LOG_APPEND_TIME:
+            raise RuntimeError(f"{topic}: expected log-append timestamps, got {kind}")
+        keys.append(m.key())
+        times.append(stamp)
+    return keys, times
 
 
 def create_output(broker: Any, topic: str) -> None:
