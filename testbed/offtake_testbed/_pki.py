@@ -46,6 +46,11 @@ class CertificateAuthority:
     def cert_pem(self) -> str:
         return self._cert.public_bytes(serialization.Encoding.PEM).decode()
 
+    @property
+    def key_pem(self) -> str:
+        """The CA's own key (the control plane's controller-manager signs with it)."""
+        return _pem_key(self._key)
+
     def server(
         self, common_name: str, hosts: tuple[str, ...] = ("localhost", "127.0.0.1")
     ) -> KeyPair:
@@ -87,12 +92,7 @@ class CertificateAuthority:
         if sans is not None:
             builder = builder.add_extension(sans, critical=False)
         cert = builder.sign(self._key, hashes.SHA256())
-        key_pem = key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-        return KeyPair(cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem.decode())
+        return KeyPair(cert.public_bytes(serialization.Encoding.PEM).decode(), _pem_key(key))
 
     def _builder(
         self, subject: x509.Name, public_key: ec.EllipticCurvePublicKey
@@ -108,6 +108,12 @@ class CertificateAuthority:
             .not_valid_after(now + datetime.timedelta(days=self.days))
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
         )
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> str:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
 
 
 def _key_usage(*, cert_sign: bool) -> x509.KeyUsage:

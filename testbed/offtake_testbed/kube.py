@@ -497,88 +497,32 @@ def _make_pki_openssl(pki: Path) -> None:
 
 
 def _make_pki_cryptography(pki: Path) -> None:
-    import datetime
-    import ipaddress
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
 
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec, rsa
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    from offtake_testbed._pki import CertificateAuthority
 
-    def pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
-        return key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-
-    def _key_usage(*, cert_sign: bool) -> x509.KeyUsage:
-        return x509.KeyUsage(
-            digital_signature=not cert_sign,
-            content_commitment=False,
-            key_encipherment=False,
-            data_encipherment=False,
-            key_agreement=False,
-            key_cert_sign=cert_sign,
-            crl_sign=cert_sign,
-            encipher_only=False,
-            decipher_only=False,
-        )
-
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "offtake-testbed-ca")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=3650))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(_key_usage(cert_sign=True), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    sans: list[x509.GeneralName] = [
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-        x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
-    ]
-    sans += [
-        x509.DNSName(name)
-        for name in (
+    ca = CertificateAuthority(days=3650)
+    apiserver = ca.server(
+        "kube-apiserver",
+        hosts=(
+            "127.0.0.1",
+            "10.0.0.1",
             "localhost",
             "kubernetes",
             "kubernetes.default",
             "kubernetes.default.svc",
             "kubernetes.default.svc.cluster.local",
-        )
-    ]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=365))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(_key_usage(cert_sign=False), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
-        )
-        .sign(ca_key, hashes.SHA256())
+        ),
     )
-    (pki / "ca.key").write_bytes(pem_key(ca_key))
-    (pki / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (pki / "apiserver.key").write_bytes(pem_key(key))
-    (pki / "apiserver.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (pki / "sa.key").write_bytes(pem_key(rsa.generate_private_key(65537, 2048)))
+    sa_key = rsa.generate_private_key(65537, 2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    (pki / "ca.key").write_text(ca.key_pem)
+    (pki / "ca.crt").write_text(ca.cert_pem)
+    (pki / "apiserver.key").write_text(apiserver.key_pem)
+    (pki / "apiserver.crt").write_text(apiserver.cert_pem)
+    (pki / "sa.key").write_bytes(sa_key)
 
 
 def _make_pki(pki: Path) -> None:
