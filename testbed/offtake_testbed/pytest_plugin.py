@@ -1,5 +1,6 @@
 """pytest fixtures for a real Kafka broker: ``kafka_broker`` (session) and ``topic_factory``,
-and ``secured_kafka_broker`` (session) for SASL/SCRAM and TLS clients.
+``secured_kafka_broker`` (session) for SASL/SCRAM and TLS clients, and ``kafka_cluster``
+(session) with three brokers for failover tests.
 
 Register with ``pytest_plugins = ["offtake_testbed.pytest_plugin"]`` in a conftest.py. Tests
 that use the broker are marked ``kafka`` automatically, so ``-m "not kafka"`` deselects them.
@@ -17,13 +18,21 @@ from typing import Protocol
 import pytest
 
 from .kafka import KafkaBroker, KafkaTestbedError, install_kafka
+from .kafka_cluster import KafkaCluster
 
-__all__ = ["SCRAM_USER", "TopicFactory", "kafka_broker", "secured_kafka_broker", "topic_factory"]
+__all__ = [
+    "SCRAM_USER",
+    "TopicFactory",
+    "kafka_broker",
+    "kafka_cluster",
+    "secured_kafka_broker",
+    "topic_factory",
+]
 
 #: The SCRAM-SHA-512 user of ``secured_kafka_broker``; its password is
 #: ``secured_kafka_broker.scram_users[SCRAM_USER]``, new for every session.
 SCRAM_USER = "offtake-scram-user"
-_BROKER_FIXTURES = ("kafka_broker", "secured_kafka_broker")
+_BROKER_FIXTURES = ("kafka_broker", "secured_kafka_broker", "kafka_cluster")
 
 # Kafka topic names: at most 249 of [a-zA-Z0-9._-]; keep room for the unique suffix.
 _ILLEGAL_TOPIC_CHARS = re.compile(r"[^a-zA-Z0-9._-]+")
@@ -68,6 +77,30 @@ def secured_kafka_broker() -> Iterator[KafkaBroker]:
     # appear) without matching anything else by chance.
     password = f"offtake-canary-{uuid.uuid4().hex}"
     yield from _running(KafkaBroker(heap="512m", scram_users={SCRAM_USER: password}, tls=True))
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[KafkaCluster]:
+    """Three KRaft brokers (replication factor 3, min.insync.replicas=2) whose nodes a test
+    may stop, kill and start (:meth:`KafkaCluster.kill_node`, ``start_node``, ``restart_all``).
+    A test that takes nodes down brings them back; the fixture fails the next test otherwise.
+    Three JVMs of 384 MiB heap each: only sessions that select such a test pay for them."""
+    cluster = KafkaCluster()
+    began = time.monotonic()
+    try:
+        install_kafka(cluster.version)
+        cluster.start()
+    except KafkaTestbedError as exc:
+        problem = str(exc)
+    else:
+        problem = None
+    if problem is not None:
+        pytest.fail(f"the Kafka testbed could not start a cluster: {problem}", pytrace=False)
+    print(f"\nKafka cluster on {cluster.bootstrap} ready in {time.monotonic() - began:.1f}s")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 def _running(broker: KafkaBroker) -> Iterator[KafkaBroker]:

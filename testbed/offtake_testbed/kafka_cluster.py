@@ -1,0 +1,440 @@
+"""Three real KRaft Kafka brokers as one cluster, for failover and chaos runs.
+
+Each node is a combined broker+controller (``process.roles=broker,controller``) from the same
+Maven Central jars as :class:`~offtake_testbed.kafka.KafkaBroker`, with a static three-voter
+quorum, so the cluster keeps a controller majority with one node down. Topics get replication
+factor 3 and ``min.insync.replicas=2`` by default: an ``acks=all`` write succeeds with one
+broker down and is refused (not lost) with two down.
+
+Unlike the single broker, a node keeps its folder and ports across :meth:`KafkaCluster.stop_node`
+/ :meth:`kill_node` and :meth:`start_node`: a restarted broker rejoins with its log, the way a
+pod with a persistent volume does, and clients find it at the address they knew.
+
+    python -m offtake_testbed.kafka_cluster     # three brokers in the foreground until Ctrl-C
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from ._service import Service
+from .kafka import (
+    _LOG4J2_PROPERTIES,
+    KAFKA_VERSION,
+    KafkaTestbedError,
+    _admin_client,
+    _die_with_parent_fn,
+    _escape_property,
+    _find_java,
+    _free_port,
+    _port_open,
+    _tail_text,
+    install_kafka,
+)
+
+__all__ = ["KafkaCluster", "main"]
+
+_log = logging.getLogger(__name__)
+_WORKDIR_PREFIX = "offtake-kafka-cluster-"
+
+
+class _Node:
+    """One broker+controller JVM of the cluster; its folder and ports outlive its process."""
+
+    def __init__(self, node_id: int, workdir: Path, port: int, controller_port: int) -> None:
+        self.node_id = node_id
+        self.workdir = workdir
+        self.port = port
+        self.controller_port = controller_port
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def is_running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        parts = []
+        for name in ("stdout.log", "server.log"):
+            path = self.workdir / name
+            text = path.read_text(errors="replace").strip() if path.is_file() else ""
+            if text:
+                parts.append(f"--- node {self.node_id} {name} ---\n{_tail_text(text, lines)}")
+        return "\n".join(parts) or f"(node {self.node_id} wrote no output)"
+
+
+class KafkaCluster(Service):
+    """Three KRaft brokers on 127.0.0.1 with per-node stop, kill and start."""
+
+    def __init__(
+        self,
+        size: int = 3,
+        *,
+        version: str = KAFKA_VERSION,
+        heap: str = "384m",
+        min_insync_replicas: int = 2,
+        start_timeout: float = 180.0,
+        extra_config: Mapping[str, str] | None = None,
+    ) -> None:
+        if size < 1:
+            raise KafkaTestbedError("a cluster needs at least one node")
+        self.size = size
+        self.version = version
+        self.heap = heap
+        self.min_insync_replicas = min(min_insync_replicas, size)
+        self.start_timeout = start_timeout
+        self.extra_config = dict(extra_config or {})
+        self._root: Path | None = None
+        self._nodes: list[_Node] = []
+        self._admin: AdminClient | None = None
+        self._java = ""
+        self._libs = Path()
+
+    # -- public state -------------------------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> str:
+        """Every node's address: clients find the cluster through any node that is up."""
+        if not self._nodes:
+            raise KafkaTestbedError("the Kafka cluster is not running; call start() first")
+        return ",".join(f"127.0.0.1:{n.port}" for n in self._nodes)
+
+    @property
+    def node_ids(self) -> list[int]:
+        return [n.node_id for n in self._nodes]
+
+    def node_bootstrap(self, node_id: int) -> str:
+        return f"127.0.0.1:{self._node(node_id).port}"
+
+    def is_running(self, node_id: int | None = None) -> bool:
+        """Whether ``node_id`` (or every node) has a live process."""
+        nodes = [self._node(node_id)] if node_id is not None else self._nodes
+        return bool(nodes) and all(n.is_running() for n in nodes)
+
+    def leaders(self, topic: str) -> dict[int, int]:
+        """partition -> node id of its current leader (-1 where none)."""
+        md = self.admin().list_topics(topic, timeout=10)
+        parts = md.topics[topic].partitions
+        return {p: parts[p].leader for p in sorted(parts)}
+
+    def in_sync(self, topic: str) -> dict[int, list[int]]:
+        """partition -> node ids of its in-sync replicas."""
+        md = self.admin().list_topics(topic, timeout=10)
+        parts = md.topics[topic].partitions
+        return {p: sorted(parts[p].isrs) for p in sorted(parts)}
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> KafkaCluster:
+        """Format every node with one cluster id, launch all of them, wait for the quorum."""
+        if self._nodes:
+            raise KafkaTestbedError("the Kafka cluster is already running")
+        self._java = _find_java()
+        self._libs = install_kafka(self.version)
+        self._root = Path(tempfile.mkdtemp(prefix=f"{_WORKDIR_PREFIX}{os.getpid()}-"))
+        try:
+            taken: set[int] = set()
+            for node_id in range(1, self.size + 1):
+                ports = []
+                for _ in range(2):
+                    port = _free_port()
+                    while port in taken:
+                        port = _free_port()
+                    taken.add(port)
+                    ports.append(port)
+                workdir = self._root / f"node-{node_id}"
+                workdir.mkdir()
+                self._nodes.append(_Node(node_id, workdir, ports[0], ports[1]))
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            for node in self._nodes:
+                self._write_config(node)
+                self._format(node, cluster_id)
+            for node in self._nodes:
+                self._launch(node)
+            atexit.register(self._kill_at_exit)
+            self.wait_until_serving(self.start_timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop every node (SIGTERM, SIGKILL after 20 s) and delete the cluster's folder."""
+        atexit.unregister(self._kill_at_exit)
+        self._admin = None
+        for node in self._nodes:
+            if node.process is not None and node.process.poll() is None:
+                node.process.send_signal(signal.SIGTERM)
+        for node in self._nodes:
+            self._reap(node, 20.0)
+        self._nodes = []
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
+
+    def stop_node(self, node_id: int, timeout: float = 30.0) -> None:
+        """A controlled shutdown of one node (SIGTERM: leadership moves away first)."""
+        node = self._node(node_id)
+        if node.process is not None and node.process.poll() is None:
+            node.process.send_signal(signal.SIGTERM)
+        self._reap(node, timeout)
+
+    def kill_node(self, node_id: int) -> None:
+        """SIGKILL one node: no controlled shutdown, the way a machine dies."""
+        node = self._node(node_id)
+        if node.process is not None and node.process.poll() is None:
+            node.process.kill()
+        self._reap(node, 10.0)
+
+    def start_node(self, node_id: int) -> None:
+        """Start a stopped or killed node again with its log and ports; returns once it listens."""
+        node = self._node(node_id)
+        if node.is_running():
+            raise KafkaTestbedError(f"node {node_id} is already running")
+        self._launch(node)
+        deadline = time.monotonic() + self.start_timeout
+        while not _port_open(node.port):
+            self._check_alive(node)
+            if time.monotonic() > deadline:
+                raise KafkaTestbedError(f"node {node_id} did not listen again:\n{node.log_tail()}")
+            time.sleep(0.1)
+
+    def restart_all(self) -> None:
+        """Every node down together (SIGTERM), then up again: a full cluster restart."""
+        for node in self._nodes:
+            if node.process is not None and node.process.poll() is None:
+                node.process.send_signal(signal.SIGTERM)
+        for node in self._nodes:
+            self._reap(node, 30.0)
+        self._admin = None
+        for node in self._nodes:
+            self._launch(node)
+
+    def wait_until_serving(self, timeout: float = 120.0) -> None:
+        """Wait until every running node is in the metadata and consumer groups work."""
+        deadline = time.monotonic() + timeout
+        want = {n.node_id for n in self._nodes if n.process is not None}
+        last = ""
+        while True:
+            for node in self._nodes:
+                self._check_alive(node)
+            try:
+                md = self.admin().list_topics(timeout=2.0)
+                if want <= set(md.brokers):
+                    return
+                last = f" (brokers in metadata: {sorted(md.brokers)})"
+            except KafkaException as exc:
+                last = f" (last error: {exc})"
+            if time.monotonic() > deadline:
+                raise KafkaTestbedError(
+                    f"the cluster did not serve all of nodes {sorted(want)} within {timeout:g}s"
+                    + last
+                    + "\n"
+                    + "\n".join(n.log_tail(10) for n in self._nodes)
+                )
+            time.sleep(0.2)
+
+    def wait_fully_replicated(self, topic: str, timeout: float = 120.0) -> None:
+        """Wait until every partition of ``topic`` has all replicas in sync and a leader."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                isr = self.in_sync(topic)
+                leaders = self.leaders(topic)
+                if all(len(r) == self.size for r in isr.values()) and all(
+                    v >= 0 for v in leaders.values()
+                ):
+                    return
+            except KafkaException:
+                isr = {}
+            if time.monotonic() > deadline:
+                raise KafkaTestbedError(f"{topic} not fully in sync within {timeout:g}s: {isr}")
+            time.sleep(0.3)
+
+    # -- topics -------------------------------------------------------------------------------
+
+    def admin(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = _admin_client(self.bootstrap)
+        return self._admin
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        config: Mapping[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> None:
+        """Create ``name`` replicated on every node; return once all replicas are in sync."""
+        topic = NewTopic(
+            name, num_partitions=partitions, replication_factor=self.size, config=dict(config or {})
+        )
+        futures = self.admin().create_topics([topic], operation_timeout=timeout)
+        try:
+            futures[name].result(timeout=timeout)
+        except KafkaException as exc:
+            raise KafkaTestbedError(f"could not create topic {name!r}: {exc}") from exc
+        self.wait_fully_replicated(name, timeout)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _node(self, node_id: int) -> _Node:
+        for node in self._nodes:
+            if node.node_id == node_id:
+                return node
+        raise KafkaTestbedError(f"no node {node_id} (nodes: {self.node_ids})")
+
+    def _properties(self, node: _Node) -> dict[str, str]:
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self._nodes)
+        replicas = str(self.size)
+        min_isr = str(self.min_insync_replicas)
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},"
+            f"CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(node.workdir / "data"),
+            "num.partitions": "1",
+            "default.replication.factor": replicas,
+            "min.insync.replicas": min_isr,
+            "auto.create.topics.enable": "false",
+            "offsets.topic.replication.factor": replicas,
+            "offsets.topic.num.partitions": "6",
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": min_isr,
+            "transaction.state.log.num.partitions": "6",
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": min_isr,
+            "unclean.leader.election.enable": "false",
+            "group.initial.rebalance.delay.ms": "0",
+            "group.min.session.timeout.ms": "1000",
+            # A dead follower leaves the ISR quickly, so acks=all writes go on with two nodes.
+            "replica.lag.time.max.ms": "5000",
+            "broker.session.timeout.ms": "6000",
+            "broker.heartbeat.interval.ms": "1000",
+            "log.segment.bytes": str(16 * 1024 * 1024),
+            "log.retention.hours": "24",
+            "log.cleaner.dedupe.buffer.size": str(8 * 1024 * 1024),
+            "num.network.threads": "2",
+            "num.io.threads": "2",
+            "num.replica.fetchers": "1",
+        }
+        props.update(self.extra_config)
+        return props
+
+    def _write_config(self, node: _Node) -> None:
+        lines = [f"{k}={_escape_property(v)}" for k, v in self._properties(node).items()]
+        (node.workdir / "server.properties").write_text("\n".join(lines) + "\n")
+        (node.workdir / "log4j2.properties").write_text(_LOG4J2_PROPERTIES)
+
+    def _jvm(self, node: _Node, main_class: str, *, tool: bool) -> list[str]:
+        if tool:
+            memory = ["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+        else:
+            memory = [f"-Xmx{self.heap}", "-Xms96m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"]
+        return [
+            self._java,
+            *memory,
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={node.workdir / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={node.workdir}",
+            "-cp",
+            f"{self._libs}/*",
+            main_class,
+        ]
+
+    def _format(self, node: _Node, cluster_id: str) -> None:
+        command = [
+            *self._jvm(node, "kafka.tools.StorageTool", tool=True),
+            "format",
+            f"--cluster-id={cluster_id}",
+            f"--config={node.workdir / 'server.properties'}",
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+        if done.returncode != 0:
+            raise KafkaTestbedError(
+                f"formatting node {node.node_id} failed (exit {done.returncode}):\n"
+                + _tail_text(done.stdout + done.stderr, 30)
+            )
+
+    def _launch(self, node: _Node) -> None:
+        command = [
+            *self._jvm(node, "kafka.Kafka", tool=False),
+            str(node.workdir / "server.properties"),
+        ]
+        with (node.workdir / "stdout.log").open("ab") as out:
+            node.process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent_fn(),
+            )
+
+    def _reap(self, node: _Node, timeout: float) -> None:
+        if node.process is None:
+            return
+        try:
+            node.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _log.warning("Kafka node %d ignored SIGTERM for %.0fs; killing it", node.node_id, timeout)
+            node.process.kill()
+            node.process.wait()
+        node.process = None
+
+    def _check_alive(self, node: _Node) -> None:
+        if node.process is not None and node.process.poll() is not None:
+            code = node.process.returncode
+            raise KafkaTestbedError(f"Kafka node {node.node_id} exited with code {code}:\n"
+                                    + node.log_tail())
+
+    def _kill_at_exit(self) -> None:
+        for node in self._nodes:
+            if node.process is not None and node.process.poll() is None:
+                node.process.kill()
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    del argv
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    began = time.monotonic()
+    try:
+        with KafkaCluster() as cluster:
+            print(f"3 Kafka brokers ready in {time.monotonic() - began:.1f}s", flush=True)
+            print(f"bootstrap: {cluster.bootstrap}", flush=True)
+            while cluster.is_running():
+                time.sleep(0.5)
+            print("a node exited unexpectedly", file=sys.stderr)
+            return 1
+    except KafkaTestbedError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+"""Short variants of chaos scenarios 1 and 2 (the long ones: ``python bench/chaos.py``):
+workers SIGKILLed at random, and brokers of a three-node cluster killed and restarted under
+running workers. Nothing may be lost; duplicates stay within faults x maxInFlightMessages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support.chaos import broker_failover, worker_kills
+from support.reports import report
+
+from offtake_testbed.kafka import KafkaBroker
+from offtake_testbed.kafka_cluster import KafkaCluster
+
+pytestmark = pytest.mark.chaos
+
+
+def test_workers_sigkilled_at_random_lose_nothing(kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    outcome = worker_kills(kafka_broker, tmp_path, records=20_000, kills=3, every=3.0)
+    report("chaos-worker-kills", **vars(outcome))
+    outcome.check()
+
+
+def test_leader_broker_killed_then_all_restarted_workers_ride_it_out(
+    kafka_cluster: KafkaCluster, tmp_path: Path
+) -> None:
+    outcome = broker_failover(kafka_cluster, tmp_path, records=10_000, outage=5.0)
+    report("chaos-broker-failover", **vars(outcome))
+    outcome.check()

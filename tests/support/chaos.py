@@ -1,0 +1,525 @@
+"""Chaos scenarios on real components, shared by the short tests (tests/chaos/) and the long
+runs of ``bench/chaos.py``: the same body, only the sizes differ.
+
+Each scenario returns a :class:`Outcome`: records, faults injected, records lost, records
+duplicated, the longest time to recover after a fault, peak RSS where memory is the question,
+and the duplicate bound it must stay within (faults times ``limits.maxInFlightMessages``: a
+killed worker re-delivers at most its in-flight records). Callers assert ``lost == 0`` and
+``duplicated <= duplicate_bound``; the bench writes them into docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from offtake_testbed.kafka import read_topic
+
+from .reports import lost_and_duplicated
+from .workers import (
+    WorkerProcess,
+    end_offsets,
+    ids_of,
+    manifest,
+    write_manifest,
+)
+
+
+_log = logging.getLogger("chaos")
+
+
+class Bed(Protocol):
+    """What a scenario needs of Kafka: a single broker or the three-broker cluster."""
+
+    @property
+    def bootstrap(self) -> str: ...
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        config: Mapping[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> None: ...
+
+
+@dataclass
+class Outcome:
+    scenario: str
+    records: int
+    faults: str
+    fault_count: int
+    lost: int
+    duplicated: int
+    duplicate_bound: int
+    recover_seconds: float
+    peak_rss_mib: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def check(self) -> None:
+        assert self.lost == 0, f"{self.scenario}: {self.lost} records lost ({self.notes})"
+        assert self.duplicated <= self.duplicate_bound, (
+            f"{self.scenario}: {self.duplicated} duplicates > bound {self.duplicate_bound}"
+        )
+
+
+def new_topic(bed: Bed, stem: str, partitions: int, config: Mapping[str, str] | None = None) -> str:
+    name = f"chaos-{stem}-{uuid.uuid4().hex[:8]}"
+    bed.create_topic(name, partitions, config)
+    return name
+
+
+# -- watching a group's progress ---------------------------------------------------------------
+
+
+class ProgressMonitor:
+    """Samples the group's committed total every ``every`` seconds (errors while brokers are
+    down are skipped), so recovery after each fault can be measured from the samples."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, partitions: int) -> None:
+        # One consumer that only reads the group's offsets (never joins it); its connection
+        # errors while brokers are down go to logging, not to the terminal.
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "enable.auto.commit": False,
+                "logger": logging.getLogger("chaos.monitor"),
+            }
+        )
+        self._partitions = [TopicPartition(topic, p) for p in range(partitions)]
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ProgressMonitor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self._consumer.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                got = self._consumer.committed(self._partitions, timeout=5)
+                self.samples.append((time.monotonic(), sum(max(0, tp.offset) for tp in got)))
+            except KafkaException:
+                pass
+            self._stop.wait(0.5)
+
+    def latest(self) -> int:
+        return self.samples[-1][1] if self.samples else 0
+
+    def wait_for(self, done: int, timeout: float, alive: Callable[[], None]) -> float:
+        """Wait until ``done`` records are committed; return the time it took."""
+        began = time.monotonic()
+        while self.latest() < done:
+            alive()
+            if time.monotonic() - began > timeout:
+                raise AssertionError(
+                    f"group committed {self.latest()} of {done} records within {timeout:.0f}s"
+                )
+            time.sleep(0.25)
+        return time.monotonic() - began
+
+    def recovery(self, fault_at: float, total: int) -> float:
+        """Seconds from ``fault_at`` until the committed total moved past its value then."""
+        before = [n for t, n in self.samples if t <= fault_at]
+        base = before[-1] if before else 0
+        if base >= total:
+            return 0.0
+        for t, n in self.samples:
+            if t > fault_at and n > base:
+                return t - fault_at
+        return float("inf")
+
+
+def start_producing(
+    bootstrap: str, topic: str, records: int, seconds: float, *, size: int = 0
+) -> threading.Thread:
+    """Produce ids 0..records-1 (JSON, key = id) spread over about ``seconds``, in a thread.
+    The producer outlasts broker restarts: idempotent, acks=all, retries for ten minutes."""
+
+    def run() -> None:
+        p = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "linger.ms": 20,
+                "enable.idempotence": True,
+                "message.timeout.ms": 600_000,
+                "logger": _log,
+            }
+        )
+        pad = "x" * size
+        chunks = max(1, int(seconds / 0.5))
+        per = -(-records // chunks)
+        began = time.monotonic()
+        for c in range(chunks):
+            for i in range(c * per, min(records, (c + 1) * per)):
+                value = {"id": i, "pad": pad} if size else {"id": i}
+                while True:
+                    try:
+                        p.produce(topic, json.dumps(value).encode(), key=str(i).encode())
+                        break
+                    except BufferError:
+                        p.poll(0.1)
+                if i % 5000 == 0:
+                    p.poll(0)
+            delay = began + (c + 1) * seconds / chunks - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        left = p.flush(600)
+        assert left == 0, f"the test producer could not deliver {left} records"
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def count_output(bootstrap: str, topic: str, records: int) -> tuple[int, int]:
+    counts = ids_of(read_topic(bootstrap, topic, timeout=300))
+    return lost_and_duplicated(records, counts)
+
+
+def pipeline(
+    bed: Bed, workdir: Path, name: str, src: str, out: str, partitions: int, **spec: Any
+) -> tuple[Path, str]:
+    group = f"chaos-{name}-{uuid.uuid4().hex[:8]}"
+    doc = manifest(name, bed.bootstrap, [src], sink={"kafka": {"topic": out}}, group=group, **spec)
+    return write_manifest(workdir / f"{name}.yaml", doc), group
+
+
+def _all_alive(workers: list[WorkerProcess]) -> Callable[[], None]:
+    def check() -> None:
+        for w in workers:
+            assert w.proc is not None
+            if w.proc.poll() is not None:
+                raise AssertionError(f"a worker exited ({w.proc.returncode}):\n{w.output()[-3000:]}")
+
+    return check
+
+
+@contextmanager
+def running(workers: list[WorkerProcess]) -> Iterator[list[WorkerProcess]]:
+    try:
+        yield workers
+    finally:
+        for w in workers:
+            if w.proc is not None and w.proc.poll() is None:
+                w.proc.kill()
+                w.wait(10)
+
+
+# -- 1. workers SIGKILLed at random ------------------------------------------------------------
+
+
+def worker_kills(
+    bed: Bed,
+    workdir: Path,
+    *,
+    records: int,
+    kills: int,
+    every: float = 4.0,
+    partitions: int = 6,
+    max_in_flight: int = 2000,
+    seed: int = 17,
+) -> Outcome:
+    """Three workers; every ``every`` seconds a random one is SIGKILLed and started again."""
+    src, out = new_topic(bed, "kills-in", partitions), new_topic(bed, "kills-out", partitions)
+    path, group = pipeline(
+        bed, workdir, "kills", src, out, partitions, limits={"maxInFlightMessages": max_in_flight}
+    )
+    rng = random.Random(seed)
+    producer = start_producing(bed.bootstrap, src, records, seconds=min(20.0, records / 20_000))
+    workers = [WorkerProcess(path, workdir / f"kills-w{i}.log").start() for i in range(3)]
+    faults: list[float] = []
+    with running(workers), ProgressMonitor(bed.bootstrap, group, src, partitions) as monitor:
+        for k in range(kills):
+            time.sleep(every)
+            victim = rng.randrange(3)
+            workers[victim].kill()
+            faults.append(time.monotonic())
+            workers[victim] = WorkerProcess(path, workdir / f"kills-w{victim}-{k}.log").start()
+        producer.join(600)
+        monitor.wait_for(records, 600, _all_alive(workers))
+        recover = max((monitor.recovery(t, records) for t in faults), default=0.0)
+        codes = [w.terminate() for w in workers]
+    assert codes == [0, 0, 0], codes
+    lost, dup = count_output(bed.bootstrap, out, records)
+    return Outcome(
+        "1. three workers, a random one SIGKILLed and restarted",
+        records,
+        f"{kills} worker SIGKILLs, one every {every:g}s",
+        kills,
+        lost,
+        dup,
+        kills * max_in_flight,
+        recover,
+    )
+
+
+# -- 2. brokers killed under the workers -------------------------------------------------------
+
+
+class Cluster(Bed, Protocol):
+    def leaders(self, topic: str) -> dict[int, int]: ...
+    def kill_node(self, node_id: int) -> None: ...
+    def start_node(self, node_id: int) -> None: ...
+    def restart_all(self) -> None: ...
+    def wait_until_serving(self, timeout: float = 120.0) -> None: ...
+    def wait_fully_replicated(self, topic: str, timeout: float = 120.0) -> None: ...
+
+
+def broker_failover(
+    cluster: Cluster,
+    workdir: Path,
+    *,
+    records: int,
+    outage: float,
+    partitions: int = 6,
+    max_in_flight: int = 2000,
+) -> Outcome:
+    """Two workers on the three-broker cluster: the broker leading most partitions of the
+    input is SIGKILLed mid-run and started again after ``outage`` seconds; then every broker
+    restarts together. The workers must ride both out without being restarted."""
+    src, out = new_topic(cluster, "brokers-in", partitions), new_topic(cluster, "brokers-out", partitions)
+    path, group = pipeline(
+        cluster, workdir, "brokers", src, out, partitions,
+        limits={"maxInFlightMessages": max_in_flight},
+    )
+    producer = start_producing(cluster.bootstrap, src, records, seconds=max(10.0, records / 10_000))
+    workers = [WorkerProcess(path, workdir / f"brokers-w{i}.log").start() for i in range(2)]
+    alive = _all_alive(workers)
+    notes = []
+    with running(workers), ProgressMonitor(cluster.bootstrap, group, src, partitions) as monitor:
+        monitor.wait_for(records // 5, 300, alive)
+        leaders = list(cluster.leaders(src).values())
+        victim = max(set(leaders), key=leaders.count)
+        cluster.kill_node(victim)
+        first = time.monotonic()
+        time.sleep(outage)
+        alive()
+        cluster.start_node(victim)
+        cluster.wait_until_serving()
+        cluster.wait_fully_replicated(src)
+        monitor.wait_for(min(records, monitor.latest() + records // 10), 300, alive)
+        cluster.restart_all()
+        second = time.monotonic()
+        cluster.wait_until_serving(180)
+        notes.append(f"full restart: brokers serving again after {time.monotonic() - second:.1f}s")
+        producer.join(600)
+        monitor.wait_for(records, 600, alive)
+        recover = max(monitor.recovery(first, records), monitor.recovery(second, records))
+        codes = [w.terminate() for w in workers]
+    assert codes == [0, 0], codes
+    lost, dup = count_output(cluster.bootstrap, out, records)
+    return Outcome(
+        "2. three brokers (RF 3, min.insync 2): leaders' broker killed, then all restarted",
+        records,
+        f"leader broker SIGKILLed for {outage:g}s; all 3 brokers restarted together",
+        2,
+        lost,
+        dup,
+        2 * 2 * max_in_flight,
+        recover,
+        notes=notes,
+    )
+
+
+# -- 3. the Kafka sink's broker unreachable ----------------------------------------------------
+
+
+def rss_mib(pid: int) -> tuple[float, float]:
+    """(current RSS, peak RSS) of a process in MiB, from /proc."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def sink_broker_outage(
+    bed: Bed,
+    sink_bed: Bed,
+    sink_pid: int,
+    workdir: Path,
+    *,
+    records: int,
+    outage: float,
+    max_in_flight_bytes: int = 4 * 1024 * 1024,
+    partitions: int = 3,
+) -> Outcome:
+    """Input on ``bed``, output on another broker whose JVM is frozen (SIGSTOP: it accepts no
+    packet, every request times out, the way an unreachable host looks) for ``outage`` seconds.
+    Backpressure must hold the worker's memory near ``limits.maxInFlightBytes``; nothing may
+    be dead-lettered for the outage; the work resumes when the broker answers again."""
+    src = new_topic(bed, "sinkout-in", partitions)
+    out = new_topic(sink_bed, "sinkout-out", partitions)
+    dlq = new_topic(bed, "sinkout-dlq", 1)
+    group = f"chaos-sinkout-{uuid.uuid4().hex[:8]}"
+    doc = manifest(
+        "sinkout",
+        bed.bootstrap,
+        [src],
+        sink={"kafka": {"topic": out, "config": {"bootstrap.servers": sink_bed.bootstrap}}},
+        group=group,
+        limits={"maxInFlightMessages": 1_000_000, "maxInFlightBytes": max_in_flight_bytes},
+        errors={"policy": "dlq", "maxRetries": 1, "dlq": {"topic": dlq}},
+    )
+    path = write_manifest(workdir / "sinkout.yaml", doc)
+    worker = WorkerProcess(path, workdir / "sinkout-w.log").start()
+    alive = _all_alive([worker])
+    assert worker.proc is not None
+    pid = worker.proc.pid
+    with running([worker]), ProgressMonitor(bed.bootstrap, group, src, partitions) as monitor:
+        # A first tenth flows normally, so the baseline holds a warmed-up worker.
+        start_producing(bed.bootstrap, src, records // 10, seconds=1, size=200).join(120)
+        monitor.wait_for(records // 10, 180, alive)
+        baseline, _ = rss_mib(pid)
+        os.kill(sink_pid, signal.SIGSTOP)
+        fault_at = time.monotonic()
+        try:
+            rest = start_producing(bed.bootstrap, src, records, seconds=min(outage / 2, 20), size=200)
+            rest.join(300)  # ids 0.. again: the second run's ids are what the check counts
+            peak_during = 0.0
+            while time.monotonic() - fault_at < outage:
+                alive()
+                peak_during = max(peak_during, rss_mib(pid)[0])
+                time.sleep(0.5)
+            stalled_at = monitor.latest()
+        finally:
+            os.kill(sink_pid, signal.SIGCONT)
+        resumed = time.monotonic()
+        total = records + records // 10
+        monitor.wait_for(total, 600, alive)
+        recover = monitor.recovery(resumed, total)
+        _, peak = rss_mib(pid)
+        assert worker.terminate() == 0
+    dead = read_topic(bed.bootstrap, dlq, timeout=60)
+    counts = ids_of(read_topic(sink_bed.bootstrap, out, timeout=300))
+    # Every id of the second run must be there; the first tenth doubled them, so count each
+    # id's copies beyond the two runs' expectation.
+    expected = {i: 1 + (1 if i < records // 10 else 0) for i in range(records)}
+    lost = sum(1 for i, n in expected.items() if counts[i] < n)
+    dup = sum(max(0, counts[i] - n) for i, n in expected.items())
+    bound_mib = baseline + 2 * max_in_flight_bytes / 2**20 + 64
+    notes = [
+        f"RSS before the outage {baseline:.0f} MiB, highest during it {peak_during:.0f} MiB, "
+        f"bound {bound_mib:.0f} MiB (baseline + 2 x maxInFlightBytes + 64 MiB)",
+        f"{len(dead)} records dead-lettered; {stalled_at} of {total} committed when the "
+        "broker came back",
+    ]
+    assert not dead, f"records were dead-lettered for an outage: {len(dead)}"
+    assert peak_during <= bound_mib, notes[0]
+    return Outcome(
+        "3. Kafka sink: the output topic's broker unreachable",
+        total,
+        f"output broker frozen (SIGSTOP) for {outage:g}s",
+        1,
+        lost,
+        dup,
+        0,
+        recover,
+        peak_rss_mib=peak,
+        notes=notes,
+    )
+
+
+# -- 5. bad payloads and bad processors --------------------------------------------------------
+
+
+def fuzzed_payloads(seed: int, count: int) -> list[bytes]:
+    """Random byte strings mixed with near-valid JSON: truncated, wrong types, bad UTF-8."""
+    rng = random.Random(seed)
+    out: list[bytes] = []
+    for i in range(count):
+        kind = rng.randrange(6)
+        if kind == 0:
+            out.append(rng.randbytes(rng.randrange(0, 64)))
+        elif kind == 1:
+            out.append(json.dumps({"id": i, "v": rng.random()}).encode()[: rng.randrange(1, 12)])
+        elif kind == 2:
+            out.append(b"\xff\xfe" + rng.randbytes(8))
+        elif kind == 3:
+            out.append(json.dumps([i, None, "x" * rng.randrange(10)]).encode())
+        elif kind == 4:
+            out.append(b"")
+        else:
+            out.append(json.dumps({"id": i}).encode())
+    return out
+
+
+def produce_raw(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "logger": _log})
+    for n, v in enumerate(values):
+        p.produce(topic, v, key=str(n).encode())
+    assert p.flush(60) == 0
+
+
+def settled_without_stall(
+    bed: Bed,
+    workdir: Path,
+    name: str,
+    values: list[bytes],
+    *,
+    fmt: str = "json",
+    processor: str | None = None,
+    out_config: Mapping[str, str] | None = None,
+    timeout: float = 180,
+) -> tuple[int, int, float]:
+    """Run one worker over ``values`` with errors.policy dlq; return (records delivered,
+    records dead-lettered, seconds until the group committed everything). Fails if the
+    partition stalls (nothing committed to the end within ``timeout``)."""
+    src = new_topic(bed, f"{name}-in", 2)
+    out = new_topic(bed, f"{name}-out", 2, out_config)
+    dlq = new_topic(bed, f"{name}-dlq", 1)
+    produce_raw(bed.bootstrap, src, values)
+    group = f"chaos-{name}-{uuid.uuid4().hex[:8]}"
+    spec: dict[str, Any] = {
+        "errors": {"policy": "dlq", "maxRetries": 1, "retryBackoffSeconds": 0.05, "dlq": {"topic": dlq}},
+    }
+    if processor:
+        spec["processor"] = {"function": processor}
+    doc = manifest(name, bed.bootstrap, [src], sink={"kafka": {"topic": out}}, group=group, **spec)
+    doc["spec"]["source"]["format"] = fmt
+    path = write_manifest(workdir / f"{name}.yaml", doc)
+    worker = WorkerProcess(path, workdir / f"{name}.log").start()
+    with running([worker]), ProgressMonitor(bed.bootstrap, group, src, 2) as monitor:
+        took = monitor.wait_for(len(values), timeout, _all_alive([worker]))
+        assert worker.terminate() == 0, worker.output()[-3000:]
+    ends = end_offsets(bed.bootstrap, src, 2)
+    assert sum(ends.values()) == len(values)
+    delivered = len(read_topic(bed.bootstrap, out, timeout=120))
+    dead = len(read_topic(bed.bootstrap, dlq, timeout=120))
+    return delivered, dead, took
+
+
+# -- 6. a sidecar that crashes or stops answering ----------------------------------------------
+
+
+def readyz(port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return 0
