@@ -125,6 +125,13 @@ class KafkaCluster(Service):
         nodes = [self._node(node_id)] if node_id is not None else self._nodes
         return bool(nodes) and all(n.is_running() for n in nodes)
 
+    def node_pid(self, node_id: int) -> int:
+        """The process id of a running node's JVM (to freeze it with SIGSTOP, say)."""
+        node = self._node(node_id)
+        if node.process is None or node.process.poll() is not None:
+            raise KafkaTestbedError(f"node {node_id} is not running")
+        return node.process.pid
+
     def leaders(self, topic: str) -> dict[int, int]:
         """partition -> node id of its current leader (-1 where none)."""
         md = self.admin().list_topics(topic, timeout=10)
@@ -398,7 +405,9 @@ class KafkaCluster(Service):
         try:
             node.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _log.warning("Kafka node %d ignored SIGTERM for %.0fs; killing it", node.node_id, timeout)
+            _log.warning(
+                "Kafka node %d ignored SIGTERM for %.0fs; killing it", node.node_id, timeout
+            )
             node.process.kill()
             node.process.wait()
         node.process = None
@@ -406,8 +415,9 @@ class KafkaCluster(Service):
     def _check_alive(self, node: _Node) -> None:
         if node.process is not None and node.process.poll() is not None:
             code = node.process.returncode
-            raise KafkaTestbedError(f"Kafka node {node.node_id} exited with code {code}:\n"
-                                    + node.log_tail())
+            raise KafkaTestbedError(
+                f"Kafka node {node.node_id} exited with code {code}:\n" + node.log_tail()
+            )
 
     def _kill_at_exit(self) -> None:
         for node in self._nodes:

@@ -87,13 +87,12 @@ def kafka_cluster() -> Iterator[KafkaCluster]:
     Three JVMs of 384 MiB heap each: only sessions that select such a test pay for them."""
     cluster = KafkaCluster()
     began = time.monotonic()
+    problem: str | None = None
     try:
         install_kafka(cluster.version)
         cluster.start()
     except KafkaTestbedError as exc:
         problem = str(exc)
-    else:
-        problem = None
     if problem is not None:
         pytest.fail(f"the Kafka testbed could not start a cluster: {problem}", pytrace=False)
     print(f"\nKafka cluster on {cluster.bootstrap} ready in {time.monotonic() - began:.1f}s")

@@ -16,7 +16,9 @@ from offtake_testbed.kafka_cluster import KafkaCluster
 pytestmark = pytest.mark.chaos
 
 
-def test_workers_sigkilled_at_random_lose_nothing(kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+def test_workers_sigkilled_at_random_lose_nothing(
+    kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
     outcome = worker_kills(kafka_broker, tmp_path, records=20_000, kills=3, every=3.0)
     report("chaos-worker-kills", **vars(outcome))
     outcome.check()

@@ -39,7 +39,6 @@ from .workers import (
     write_manifest,
 )
 
-
 _log = logging.getLogger("chaos")
 
 
@@ -212,7 +211,9 @@ def _all_alive(workers: list[WorkerProcess]) -> Callable[[], None]:
         for w in workers:
             assert w.proc is not None
             if w.proc.poll() is not None:
-                raise AssertionError(f"a worker exited ({w.proc.returncode}):\n{w.output()[-3000:]}")
+                raise AssertionError(
+                    f"a worker exited ({w.proc.returncode}):\n{w.output()[-3000:]}"
+                )
 
     return check
 
@@ -300,9 +301,17 @@ def broker_failover(
     """Two workers on the three-broker cluster: the broker leading most partitions of the
     input is SIGKILLed mid-run and started again after ``outage`` seconds; then every broker
     restarts together. The workers must ride both out without being restarted."""
-    src, out = new_topic(cluster, "brokers-in", partitions), new_topic(cluster, "brokers-out", partitions)
+    src, out = (
+        new_topic(cluster, "brokers-in", partitions),
+        new_topic(cluster, "brokers-out", partitions),
+    )
     path, group = pipeline(
-        cluster, workdir, "brokers", src, out, partitions,
+        cluster,
+        workdir,
+        "brokers",
+        src,
+        out,
+        partitions,
         limits={"maxInFlightMessages": max_in_flight},
     )
     producer = start_producing(cluster.bootstrap, src, records, seconds=max(10.0, records / 10_000))
@@ -359,7 +368,7 @@ def rss_mib(pid: int) -> tuple[float, float]:
 def sink_broker_outage(
     bed: Bed,
     sink_bed: Bed,
-    sink_pid: int,
+    sink_pids: list[int],
     workdir: Path,
     *,
     records: int,
@@ -394,10 +403,13 @@ def sink_broker_outage(
         start_producing(bed.bootstrap, src, records // 10, seconds=1, size=200).join(120)
         monitor.wait_for(records // 10, 180, alive)
         baseline, _ = rss_mib(pid)
-        os.kill(sink_pid, signal.SIGSTOP)
+        for sink_pid in sink_pids:
+            os.kill(sink_pid, signal.SIGSTOP)
         fault_at = time.monotonic()
         try:
-            rest = start_producing(bed.bootstrap, src, records, seconds=min(outage / 2, 20), size=200)
+            rest = start_producing(
+                bed.bootstrap, src, records, seconds=min(outage / 2, 20), size=200
+            )
             rest.join(300)  # ids 0.. again: the second run's ids are what the check counts
             peak_during = 0.0
             while time.monotonic() - fault_at < outage:
@@ -406,7 +418,8 @@ def sink_broker_outage(
                 time.sleep(0.5)
             stalled_at = monitor.latest()
         finally:
-            os.kill(sink_pid, signal.SIGCONT)
+            for sink_pid in sink_pids:
+                os.kill(sink_pid, signal.SIGCONT)
         resumed = time.monotonic()
         total = records + records // 10
         monitor.wait_for(total, 600, alive)
@@ -494,7 +507,12 @@ def settled_without_stall(
     produce_raw(bed.bootstrap, src, values)
     group = f"chaos-{name}-{uuid.uuid4().hex[:8]}"
     spec: dict[str, Any] = {
-        "errors": {"policy": "dlq", "maxRetries": 1, "retryBackoffSeconds": 0.05, "dlq": {"topic": dlq}},
+        "errors": {
+            "policy": "dlq",
+            "maxRetries": 1,
+            "retryBackoffSeconds": 0.05,
+            "dlq": {"topic": dlq},
+        },
     }
     if processor:
         spec["processor"] = {"function": processor}

@@ -60,3 +60,24 @@ def fails_twice(record: Record) -> Any:
             raise ValueError(f"record {value['id']} failed on attempt {before + 1}")
     value["at"] = time.time()
     return value
+
+
+def inflate(record: Record) -> Any:
+    """Records marked big come out as ~2 MB values: larger than the output's message.max.bytes."""
+    if isinstance(record.value, dict) and record.value.get("big"):
+        return {**record.value, "blob": "x" * 2_000_000}
+    return record.value
+
+
+class _Unsendable:
+    """Not JSON, not bytes, not str: a value no sink can serialise."""
+
+
+def misbehave(record: Record) -> Any:
+    """Raises on every 7th id, returns an unsendable object on every 11th, passes the rest."""
+    ident = record.value.get("id", 0) if isinstance(record.value, dict) else 0
+    if ident % 7 == 0:
+        raise RuntimeError(f"processor failure on record {ident}")
+    if ident % 11 == 0:
+        return _Unsendable()
+    return record.value

@@ -1,0 +1,51 @@
+"""What a processor may return, and how it goes on the wire (offtake.sinks.encoding)."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import uuid
+
+import pytest
+
+from offtake.sinks.encoding import UnsendableValueError, encode_value
+
+
+def test_plain_values_keep_their_wire_form() -> None:
+    assert encode_value(None) is None
+    assert encode_value(b"\x00raw") == b"\x00raw"
+    assert encode_value("ünï") == "ünï".encode()
+    assert json.loads(encode_value({"a": [1, 2.5, True, None]}) or b"") == {
+        "a": [1, 2.5, True, None]
+    }
+
+
+def test_dates_decimals_and_uuids_are_sent_as_their_text() -> None:
+    ident = uuid.UUID(int=7)
+    value = {
+        "at": datetime.datetime(2026, 5, 1, 12, 0, tzinfo=datetime.UTC),
+        "amount": decimal.Decimal("10.50"),
+        "id": ident,
+    }
+    assert json.loads(encode_value(value) or b"") == {
+        "at": "2026-05-01T12:00:00+00:00",
+        "amount": "10.50",
+        "id": str(ident),
+    }
+
+
+class Opaque:
+    pass
+
+
+def test_an_object_with_no_wire_form_is_an_error_naming_its_type_not_its_repr() -> None:
+    # Before: json.dumps(default=str) sent "<...Opaque object at 0x...>" as the record's data.
+    with pytest.raises(UnsendableValueError, match=r"test_encoding\.Opaque"):
+        encode_value({"nested": Opaque()})
+    with pytest.raises(UnsendableValueError):
+        encode_value({1, 2})
+    loop: list[object] = []
+    loop.append(loop)
+    with pytest.raises(UnsendableValueError, match="JSON"):
+        encode_value(loop)
