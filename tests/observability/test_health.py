@@ -66,6 +66,20 @@ def test_readiness_is_false_until_set_and_carries_the_reason() -> None:
     assert health.readiness() == (False, "shutting down")
 
 
+def test_an_unavailable_processor_makes_a_ready_worker_not_ready_until_it_answers() -> None:
+    health = Health(max_poll_interval_s=30)
+    health.set_ready(True)
+    health.set_processor_unavailable("processor unavailable: connection refused")
+    assert health.readiness() == (False, "processor unavailable: connection refused")
+    health.set_processor_unavailable(None)
+    assert health.readiness() == (True, "ready")
+    # Shutting down wins over a processor that answers again.
+    health.set_processor_unavailable("processor unavailable: timed out")
+    health.set_ready(False, "shutting down")
+    health.set_processor_unavailable(None)
+    assert health.readiness() == (False, "shutting down")
+
+
 def test_health_rejects_a_non_positive_budget() -> None:
     with pytest.raises(ValueError, match="max_poll_interval_s"):
         Health(max_poll_interval_s=0)

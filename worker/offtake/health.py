@@ -54,12 +54,20 @@ class Health:
         self._last_heartbeat = clock()
         self._ready = False
         self._ready_reason = "starting: no stable partition assignment yet"
+        self._processor_down: str | None = None
 
     def heartbeat(self) -> None:
         """The poll loop ran an iteration; call it every iteration."""
         now = self._clock()
         with self._lock:
             self._last_heartbeat = now
+
+    def set_processor_unavailable(self, reason: str | None) -> None:
+        """The processor (a sidecar) does not answer: not ready, with why, until it does
+        (None). Separate from set_ready: the poll loop owns that flag, the processing thread
+        this one; readiness needs both."""
+        with self._lock:
+            self._processor_down = reason
 
     def set_ready(self, ready: bool, reason: str = "") -> None:
         """Ready when the assignment is stable; not ready (with why) from shutdown start."""
@@ -90,6 +98,8 @@ class Health:
                     f"poll loop stalled: last poll {age:.1f}s ago (ready again once it polls; "
                     f"not ready after {READY_STALL_SECONDS:.0f}s)"
                 )
+            if self._ready and self._processor_down is not None:
+                return False, self._processor_down
             return self._ready, self._ready_reason
 
 

@@ -79,6 +79,7 @@ def build_worker(
         metrics,
         spec.errors.max_retries,
         strict_ordering=spec.errors.ordering == "strict",
+        health=health,
     )
 
     def probe_consumer() -> ConsumerLike:

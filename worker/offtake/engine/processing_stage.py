@@ -41,6 +41,7 @@ from typing import TypeVar
 
 from offtake.engine.completions import Completions
 from offtake.engine.errors import ErrorPolicy
+from offtake.health import Health
 from offtake.kafka.protocols import MessageLike
 from offtake.metrics import Metrics
 from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
@@ -88,8 +89,11 @@ class ProcessingStage:
         metrics: Metrics,
         max_retries: int,
         strict_ordering: bool = False,
+        health: Health | None = None,
     ) -> None:
         self.processor = processor
+        # Told when the processor is unavailable and when it answers again (readiness).
+        self.health = health
         self.sink = sink
         self.policy = policy
         self.fmt = fmt
@@ -321,6 +325,8 @@ class ProcessingStage:
                 outcomes = self.processor.process([r for r, _, _ in todo])
             except ProcessorUnavailable as exc:
                 unavailable += 1
+                if self.health is not None:
+                    self.health.set_processor_unavailable(f"processor unavailable: {exc}")
                 delay = min(self.policy.backoff(unavailable), UNAVAILABLE_BACKOFF_CAP)
                 # A processor that said how long to wait (HTTP Retry-After) knows best.
                 delay = max(delay, getattr(exc, "retry_after", None) or 0.0)
@@ -335,6 +341,8 @@ class ProcessingStage:
                 continue
             except Exception as exc:  # the processor itself broke: every record failed
                 outcomes = [Outcome([], exc)] * len(todo)
+            if unavailable and self.health is not None:
+                self.health.set_processor_unavailable(None)
             self.metrics.processing_seconds.observe(time.monotonic() - started)
             retry = self._route(todo, outcomes)
             if retry:
