@@ -70,3 +70,20 @@ def test_yaml_errors_name_the_file_and_a_wrong_kind_is_named(tmp_path: Path) -> 
     result = validate(tmp_path, {**minimal(), "kind": "Deployment"})
     assert result.returncode == 2
     assert "other kinds in the file: 'Deployment'" in result.stderr
+
+
+def test_odd_keys_and_huge_integers_are_problems_naming_the_field_not_tracebacks(
+    tmp_path: Path,
+) -> None:
+    # Both found by tests/chaos/test_bad_manifests.py: a key holding "\r" garbled the problem
+    # line, and an integer beyond 64 bits crashed the CEL check with a traceback.
+    doc = minimal("odd")
+    doc["spec"]["processor"] = {"\r": None}
+    doc["spec"]["limits"] = {"maxInFlightMessages": 2**64}
+    done = validate(tmp_path, doc)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "spec.processor.'\\r': unknown field" in done.stderr
+    assert f"spec.limits.maxInFlightMessages: {2**64} is outside the 64-bit integer range" in (
+        done.stderr
+    )

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+# A manifest key printed as it is; any other (spaces, control characters, quotes) is quoted,
+# so an error line names the field unambiguously and a stray "\r" cannot garble the output.
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.$/@+-]+")
+
+
+def field_name(key: object) -> str:
+    """How a key appears in a field path: as it is when plain, else quoted (``repr``)."""
+    text = str(key)
+    return text if _PLAIN_KEY.fullmatch(text) else repr(text)
 
 
 class ConfigError(ValueError):
@@ -48,7 +59,8 @@ class Fields:
         self._seen: set[str] = set()
 
     def at(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
+        name = field_name(key)
+        return f"{self.path}.{name}" if self.path else name
 
     def _get(self, key: str, required: bool) -> Any:
         self._seen.add(key)

@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from offtake.config._fields import field_name
+
 Node = Mapping[str, Any]
 
 
@@ -35,6 +37,11 @@ def crd_problems(manifest: Mapping[str, Any]) -> list[str]:
     import jsonschema
 
     schema = crd_schema()
+    out_of_range = list(_out_of_int64(manifest, ()))
+    if out_of_range:
+        # The API server refuses these while decoding, before any schema check, and CEL
+        # cannot hold them: report them alone rather than rules that cannot be evaluated.
+        return out_of_range
     doc = with_defaults(manifest, schema)
     validator = jsonschema.Draft4Validator(_json_schema(schema))
     problems = [
@@ -50,6 +57,20 @@ def crd_problems(manifest: Mapping[str, Any]) -> list[str]:
         if holds is False or (holds is None and schema_ok):
             problems.append(f"{_where(path)}: {message or 'breaks the rule ' + rule}")
     return problems
+
+
+_INT64 = range(-(2**63), 2**63)
+
+
+def _out_of_int64(value: Any, path: tuple[Any, ...]) -> Iterator[str]:
+    if isinstance(value, int) and not isinstance(value, bool) and value not in _INT64:
+        yield f"{_where(path)}: {value} is outside the 64-bit integer range"
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _out_of_int64(item, (*path, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _out_of_int64(item, (*path, i))
 
 
 def with_defaults(value: Any, node: Node) -> Any:
@@ -73,7 +94,7 @@ def with_defaults(value: Any, node: Node) -> Any:
 
 
 def _where(path: Iterator[Any] | Any) -> str:
-    parts = [f"[{p}]" if isinstance(p, int) else str(p) for p in path]
+    parts = [f"[{p}]" if isinstance(p, int) else field_name(p) for p in path]
     return ".".join(parts).replace(".[", "[") or "<manifest>"
 
 
