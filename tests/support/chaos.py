@@ -609,6 +609,7 @@ def sidecar_outages(
     alive = _all_alive([worker])
     notes: list[str] = []
     faults: list[float] = []
+    back: list[float] = []  # when each outage ended: recovery counts from there
     producer = start_producing(bed.bootstrap, src, records, seconds=max(6.0, 2.5 * outage))
     try:
         with running([worker]), ProgressMonitor(bed.bootstrap, group, src, partitions) as monitor:
@@ -635,6 +636,7 @@ def sidecar_outages(
                     sidecar = start_sidecar(port)
                 else:
                     sidecar.send_signal(signal.SIGCONT)
+                back.append(time.monotonic())
                 notes.append(
                     f"sidecar {how} for {outage:g}s: /readyz answered {statuses.count(503)} of "
                     f"{len(statuses)} probes with 503; committed past delivered: {overcommitted}"
@@ -645,7 +647,7 @@ def sidecar_outages(
             producer.join(300)
             monitor.wait_for(records, 300, alive)
             assert readyz(wport) == 200
-            recover = max(monitor.recovery(t, records) for t in faults)
+            recover = max(monitor.recovery(t, records) for t in back)
             assert worker.terminate() == 0
     finally:
         if sidecar.poll() is None:

@@ -87,3 +87,18 @@ def test_odd_keys_and_huge_integers_are_problems_naming_the_field_not_tracebacks
     assert f"spec.limits.maxInFlightMessages: {2**64} is outside the 64-bit integer range" in (
         done.stderr
     )
+
+
+def test_an_empty_config_key_is_a_problem_naming_it_not_a_crash_in_the_cel_check(
+    tmp_path: Path,
+) -> None:
+    # "config:" with nothing after it is null in YAML; a CEL rule iterating it raised a bare
+    # TypeError inside cel-python (found by tests/chaos/test_bad_manifests.py).
+    doc = minimal("nullconfig")
+    doc["spec"]["kafka"]["config"] = None
+    doc["spec"]["sink"] = {"kafka": {"topic": "out", "config": {"\x1b": None}}}
+    done = validate(tmp_path, doc)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "spec.kafka.config: " in done.stderr
+    assert "spec.sink.kafka.config.'\\x1b': " in done.stderr

@@ -151,7 +151,8 @@ class Fields:
         for k, v in value.items():
             if isinstance(v, Mapping | list) or v is None:
                 raise ConfigError(
-                    f"{self.at(key)}.{k}", f"expected a string or number, got {_kind(v)}"
+                    f"{self.at(key)}.{field_name(k)}",
+                    f"expected a string or number, got {_kind(v)}",
                 )
             out[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
         return out

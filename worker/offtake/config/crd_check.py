@@ -183,6 +183,10 @@ def _cel_holds(rule: str, value: Any) -> bool | None:
         result = _program(rule).evaluate({"self": json_to_cel(value)})
     except CELEvalError:
         return None
+    except Exception:
+        # cel-python raises plain Python errors on values the schema already refuses (e.g.
+        # "config: null" iterated by a rule: TypeError); such a rule could not be evaluated.
+        return None
     if not isinstance(result, BoolType):
         return None
     return bool(result)

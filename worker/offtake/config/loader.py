@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import yaml
 
-from offtake.config._fields import ConfigError, Fields
+from offtake.config._fields import ConfigError, Fields, field_name
 from offtake.config.redrive import dlq_topic_of, parse_redrive
 from offtake.config.spec import (
     CommitSpec,
@@ -150,7 +150,7 @@ def _kafka(f: Fields | None) -> KafkaSpec:
     for key in config:
         if is_secret_property(key):
             raise ConfigError(
-                f"{f.at('config')}.{key}",
+                f"{f.at('config')}.{field_name(key)}",
                 "is a secret and must not be inline (it would be stored in plain text in the "
                 "pipeline and its ConfigMap): put it in a Secret and name that in "
                 "spec.kafka.secretRef",
