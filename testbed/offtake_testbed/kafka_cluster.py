@@ -220,13 +220,15 @@ class KafkaCluster(Service):
                 raise KafkaTestbedError(f"node {node_id} did not listen again:\n{node.log_tail()}")
             time.sleep(0.1)
 
-    def restart_all(self) -> None:
-        """Every node down together (SIGTERM), then up again: a full cluster restart."""
+    def restart_all(self, grace: float = 10.0) -> None:
+        """Every node down together (SIGTERM, SIGKILL after ``grace`` seconds: with every
+        node leaving at once, controlled shutdown has nowhere to move leaders and retries),
+        then up again: a full cluster restart. Call :meth:`wait_until_serving` after it."""
         for node in self._nodes:
             if node.process is not None and node.process.poll() is None:
                 node.process.send_signal(signal.SIGTERM)
         for node in self._nodes:
-            self._reap(node, 30.0)
+            self._reap(node, grace)
         self._admin = None
         for node in self._nodes:
             self._launch(node)

@@ -113,6 +113,14 @@ class PartitionPauser:
         self.source.resume([tp for tp in due if tp not in self.paused])
         self.metrics.delayed_partitions.set(len(self.held))
 
+    def fresh(self, partitions: set[TopicPartition]) -> None:
+        """Newly assigned partitions fetch unless paused here. librdkafka keeps a partition's
+        pause across rebalances: one paused under backpressure, lost (a broker failover) and
+        assigned again stayed paused for good with nothing here to resume it (found by the
+        chaos suite, tests/chaos/test_worker_and_broker_faults.py). Resuming one that is not
+        paused is a no-op."""
+        self.source.resume(partitions - self.paused - self.held.keys())
+
     def forget(self, partitions: set[TopicPartition]) -> None:
         self.paused -= partitions
         for tp in partitions:

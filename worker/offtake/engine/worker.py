@@ -274,6 +274,7 @@ class Worker:
                 self.tracker.committed(tp, start.offset)
             else:
                 self.tracker.seed(tp, start.offset)
+        self.pauser.fresh(set(starts))
         if self.backpressure.engaged:
             assigned = set(self.tracker.partitions())
             self.pauser.apply(assigned, True, " (assigned under backpressure)")
