@@ -16,9 +16,17 @@ from typing import Protocol
 
 import pytest
 
+from .apicurio import ApicurioRegistry, ApicurioTestbedError
 from .kafka import KafkaBroker, KafkaTestbedError, install_kafka
 
-__all__ = ["SCRAM_USER", "TopicFactory", "kafka_broker", "secured_kafka_broker", "topic_factory"]
+__all__ = [
+    "SCRAM_USER",
+    "TopicFactory",
+    "kafka_broker",
+    "schema_registry",
+    "secured_kafka_broker",
+    "topic_factory",
+]
 
 #: The SCRAM-SHA-512 user of ``secured_kafka_broker``; its password is
 #: ``secured_kafka_broker.scram_users[SCRAM_USER]``, new for every session.
@@ -83,6 +91,29 @@ def _running(broker: KafkaBroker) -> Iterator[KafkaBroker]:
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def schema_registry() -> Iterator[ApicurioRegistry]:
+    """A started Apicurio Registry (Confluent-compatible API at ``.url``, in-memory storage),
+    shared by the whole session; built from Maven Central on first use and cached."""
+    began = time.monotonic()
+    registry = ApicurioRegistry()
+    problem: str | None = None
+    try:
+        registry.start()
+    except ApicurioTestbedError as exc:
+        problem = str(exc)
+    if problem is not None:
+        pytest.fail(f"the test bed could not start a schema registry: {problem}", pytrace=False)
+    print(
+        f"\nApicurio Registry {registry.version} on {registry.url} "
+        f"ready in {time.monotonic() - began:.1f}s"
+    )
+    try:
+        yield registry
+    finally:
+        registry.stop()
 
 
 @pytest.fixture

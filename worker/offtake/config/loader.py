@@ -6,6 +6,7 @@ Every problem raises :class:`ConfigError` naming the field's path, e.g.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -15,6 +16,7 @@ import yaml
 from offtake.config._fields import ConfigError, Fields
 from offtake.config.redrive import dlq_topic_of, parse_redrive
 from offtake.config.spec import (
+    SCHEMA_FORMATS,
     CommitSpec,
     ContainerSpec,
     DlqSpec,
@@ -31,6 +33,7 @@ from offtake.config.spec import (
     PipelineSpec,
     ProcessorSpec,
     RetryTopicSpec,
+    SchemaRegistrySpec,
     SecretRef,
     ShutdownSpec,
     SinkSpec,
@@ -41,6 +44,7 @@ from offtake.config.spec import (
     SparkSinkSpec,
     SparkSubmitSpec,
     StartFrom,
+    is_topic_pattern,
 )
 
 API_VERSION = "offtake.dev/v1alpha1"
@@ -112,6 +116,13 @@ def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
     )
     spec._seen.update(_OPERATOR_ONLY_FIELDS)
     spec.done()
+    if pipeline.source.patterns and pipeline.errors.retry_topics:
+        raise ConfigError(
+            "spec.errors.retryTopics",
+            "cannot be combined with a topic pattern in spec.source.topics "
+            f"({pipeline.source.patterns[0]!r}): each retry topic is named after one source "
+            "topic; list the topics by name to use retry topics",
+        )
     # Not the worker's to act on, but checked here so that a bad request is named by
     # `offtake validate` and by the operator's pass through this loader alike.
     raw_spec = doc["spec"]
@@ -188,14 +199,56 @@ def _secret_ref(f: Fields | None) -> SecretRef | None:
     return out
 
 
+FORMATS = ("json", "string", "bytes", *SCHEMA_FORMATS)
+
+
 def _source(f: Fields | None, default_group: str) -> SourceSpec:
     assert f is not None
+    topics = f.str_list("topics", required=True)
+    for i, topic in enumerate(topics):
+        _check_topic_pattern(f"{f.at('topics')}[{i}]", topic)
+    fmt = cast(Format, f.choice("format", FORMATS, "json"))
+    registry = _schema_registry(f.sub("schemaRegistry"))
+    message = f.opt_str("protobufMessage")
+    if fmt in SCHEMA_FORMATS and registry is None:
+        raise ConfigError(f.at("schemaRegistry"), f"is required when format is {fmt}")
+    if fmt == "protobuf" and message is None:
+        raise ConfigError(
+            f.at("protobufMessage"),
+            "is required when format is protobuf: the generated message class (module:Class) "
+            "that values decode into",
+        )
+    if message is not None and (fmt != "protobuf" or ":" not in message):
+        problem = "expected module:Class" if fmt == "protobuf" else "is only for format protobuf"
+        raise ConfigError(f.at("protobufMessage"), problem)
     out = SourceSpec(
-        topics=f.str_list("topics", required=True),
+        topics=topics,
         group_id=f.text("groupId", default_group),
         start_from=cast(StartFrom, f.choice("startFrom", ("earliest", "latest"), "earliest")),
-        format=cast(Format, f.choice("format", ("json", "string", "bytes"), "json")),
+        format=fmt,
+        schema_registry=registry,
+        protobuf_message=message,
     )
+    f.done()
+    return out
+
+
+def _check_topic_pattern(path: str, topic: str) -> None:
+    if not is_topic_pattern(topic):
+        return
+    try:
+        re.compile(topic)
+    except re.error as exc:
+        raise ConfigError(path, f"not a valid regular expression: {exc}") from None
+
+
+def _schema_registry(f: Fields | None) -> SchemaRegistrySpec | None:
+    if f is None:
+        return None
+    url = f.text("url", required=True)
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f.at("url"), f"expected an http:// or https:// URL, got {url!r}")
+    out = SchemaRegistrySpec(url=url, secret_ref=_secret_ref(f.sub("secretRef")))
     f.done()
     return out
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-Format = Literal["json", "string", "bytes"]
+Format = Literal["json", "string", "bytes", "avro", "protobuf", "jsonschema"]
+#: The formats whose values carry a schema id (Confluent wire format) and need a registry.
+SCHEMA_FORMATS = ("avro", "protobuf", "jsonschema")
 StartFrom = Literal["earliest", "latest"]
 ErrorPolicyName = Literal["dlq", "skip", "stop"]
 Ordering = Literal["relaxed", "strict"]
@@ -40,11 +42,34 @@ class KafkaSpec:
 
 
 @dataclass(frozen=True)
+class SchemaRegistrySpec:
+    """A Confluent-compatible schema registry (Confluent, Apicurio's ccompat API, Karapace)."""
+
+    url: str
+    #: A Secret with basic auth (username, password) and TLS (ca.crt, tls.crt, tls.key) files.
+    secret_ref: SecretRef | None = None
+
+
+@dataclass(frozen=True)
 class SourceSpec:
+    #: Topic names, or regular expressions starting with ``^`` (librdkafka's subscription).
     topics: tuple[str, ...]
     group_id: str
     start_from: StartFrom = "earliest"
     format: Format = "json"
+    schema_registry: SchemaRegistrySpec | None = None
+    #: protobuf: the generated message class values decode into (module:Class).
+    protobuf_message: str | None = None
+
+    @property
+    def patterns(self) -> tuple[str, ...]:
+        """The entries of ``topics`` that are regular expressions (``^...``)."""
+        return tuple(t for t in self.topics if is_topic_pattern(t))
+
+
+def is_topic_pattern(topic: str) -> bool:
+    """librdkafka's rule: a subscription entry starting with ``^`` is a regular expression."""
+    return topic.startswith("^")
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from offtake.kafka.protocols import ClientFactory, ConsumerLike
 from offtake.kafka.source import KafkaSource
 from offtake.metrics import Metrics
 from offtake.processing.base import Processor
+from offtake.processing.decode import make_decoder
 from offtake.processing.function import FunctionProcessor, PassThrough, load_function
 from offtake.sinks.base import Sink
 from offtake.sinks.kafka_transactional import TransactionalKafkaSink
@@ -74,7 +75,7 @@ def build_worker(
         processor,
         sink,
         policy,
-        spec.source.format,
+        make_decoder(spec.source),
         completions,
         metrics,
         spec.errors.max_retries,
