@@ -174,6 +174,13 @@ CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     "self.to != 'timestamp' || has(self.timestamp)": lambda s: (
         s["to"] != "timestamp" or _has(s, "timestamp")
     ),
+    "!has(self.format) || !(self.format in ['avro', 'protobuf', 'jsonschema']) "
+    "|| has(self.schemaRegistry)": lambda s: (
+        s.get("format") not in ("avro", "protobuf", "jsonschema") or _has(s, "schemaRegistry")
+    ),
+    "!has(self.format) || self.format != 'protobuf' || has(self.protobufMessage)": lambda s: (
+        s.get("format") != "protobuf" or _has(s, "protobufMessage")
+    ),
     "!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas": (
         lambda s: (
             not _has(s, "minReplicas")
@@ -216,6 +223,8 @@ SAMPLE_STRINGS = {
     "until": "2024-05-01T12:00:00Z",
     "path": "/v1/process",
     "connectUrl": "sc://spark:15002",
+    "url": "http://registry:8080/apis/ccompat/v7",
+    "protobufMessage": "pkg.orders_pb2:Order",
 }
 
 
@@ -305,6 +314,13 @@ def fix_cross_field_rules(m: dict[str, Any]) -> None:
         submit = spark.get("submit", {})
         if submit.get("mode") == "connect":
             submit.setdefault("connectUrl", "sc://spark:15002")
+    source = spec["source"]
+    if "protobufMessage" in source:
+        source["format"] = "protobuf"
+    if source.get("format") in ("avro", "protobuf", "jsonschema"):
+        source.setdefault("schemaRegistry", {"url": "http://registry:8080"})
+    if source.get("format") == "protobuf":
+        source.setdefault("protobufMessage", "pkg.orders_pb2:Order")
     errors = spec.get("errors", {})
     if errors.get("policy") == "dlq":
         errors.setdefault("dlq", {"topic": "dlq"})
@@ -592,6 +608,11 @@ def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
         spec["sink"] = {"spark": {"format": "parquet"}}
     elif "connectUrl" in rule:
         spec["sink"] = {"spark": {"format": "json", "path": "/x", "submit": {"mode": "connect"}}}
+    elif "has(self.schemaRegistry)" in rule:
+        spec["source"]["format"] = "avro"
+    elif "has(self.protobufMessage)" in rule:
+        spec["source"]["format"] = "protobuf"
+        spec["source"]["schemaRegistry"] = {"url": "http://registry:8080"}
     elif "retryTopics" in rule:
         spec["errors"] = {"retryTopics": [{"delaySeconds": 10}], "ordering": "strict"}
     elif "dlq" in rule:

@@ -15,6 +15,7 @@ error policy must treat it differently:
 from __future__ import annotations
 
 import importlib
+import inspect
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -147,9 +148,17 @@ def _deserializer(
         assert protobuf_message is not None, "the loader requires source.protobufMessage"
         deserializer = ProtobufDeserializer(load_message_class(protobuf_message), {}, client)
 
+        # Fields at their default (0, "") are values too; int64 as numbers where the protobuf
+        # runtime can (6.31+), not the JSON mapping's strings.
+        options: dict[str, Any] = {
+            "preserving_proto_field_name": True,
+            "always_print_fields_with_no_presence": True,
+        }
+        if "unquote_int64_if_possible" in inspect.signature(MessageToDict).parameters:
+            options["unquote_int64_if_possible"] = True
+
         def decode(raw: bytes, ctx: SerializationContext) -> Any:
-            message = deserializer(raw, ctx)
-            return MessageToDict(message, preserving_proto_field_name=True)
+            return MessageToDict(deserializer(raw, ctx), **options)
 
         return decode
     raise ValueError(f"not a schema format: {fmt}")
