@@ -647,7 +647,9 @@ def render_scaled_object(
         "lagThreshold": str(autoscaling.target_lag_per_replica),
         "offsetResetPolicy": pipeline.source.start_from,
     }
-    if len(pipeline.source.topics) == 1:
+    # Without a topic KEDA's scaler counts every topic the group has offsets on: what a pattern
+    # (or several topics) needs.
+    if len(pipeline.source.topics) == 1 and not pipeline.source.patterns:
         trigger["topic"] = pipeline.source.topics[0]
     trigger.update(keda_security(pipeline))
     kafka_trigger: JSON = {"type": "kafka", "metadata": trigger}

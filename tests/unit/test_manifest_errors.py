@@ -304,3 +304,12 @@ def test_group_protocol_and_an_assignment_strategy_in_config_conflict() -> None:
     with pytest.raises(ConfigError) as info:
         parse_pipeline(doc)
     assert str(info.value).startswith("spec.kafka.groupProtocol: set either groupProtocol or")
+
+
+def test_a_topic_pattern_cannot_have_retry_topics() -> None:
+    doc = with_change("spec.source.topics", ["^orders\\..*"])
+    doc["spec"]["errors"] = {"retryTopics": [{"delaySeconds": 10}]}
+    with pytest.raises(ConfigError, match=r"^spec.errors.retryTopics: cannot be combined with a"):
+        parse_pipeline(doc)
+    del doc["spec"]["errors"]
+    assert parse_pipeline(doc).source.patterns == ("^orders\\..*",)

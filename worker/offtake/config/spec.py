@@ -6,6 +6,8 @@ Field names and defaults follow crds/consumerpipeline.yaml (documented in docs/w
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -70,6 +72,20 @@ class SourceSpec:
 def is_topic_pattern(topic: str) -> bool:
     """librdkafka's rule: a subscription entry starting with ``^`` is a regular expression."""
     return topic.startswith("^")
+
+
+def matching_topics(entries: Iterable[str], existing: Iterable[str]) -> list[str]:
+    """The topics a subscription to ``entries`` covers among ``existing`` topic names, sorted.
+
+    A name stands for itself (whether or not it exists yet); a pattern matches the way
+    librdkafka matches it (a regular-expression search, anchored by its leading ``^``), never
+    an internal topic (``__consumer_offsets``, ``__transaction_state``).
+    """
+    names = set(existing)
+    out = {t for t in entries if not is_topic_pattern(t)}
+    for pattern in (re.compile(t) for t in entries if is_topic_pattern(t)):
+        out.update(n for n in names if not n.startswith("__") and pattern.search(n))
+    return sorted(out)
 
 
 @dataclass(frozen=True)
