@@ -36,6 +36,8 @@ from offtake.config.spec import (
     SchemaRegistrySpec,
     SecretRef,
     ShutdownSpec,
+    SinkFormat,
+    SinkSchemaSpec,
     SinkSpec,
     SourceSpec,
     SparkBatchSpec,
@@ -99,13 +101,16 @@ def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
     assert spec is not None
     top.has("status")  # status is the operator's; a manifest copied from the cluster may carry it
     top._seen.update({"status"})
+    # In this order, so the first error reported is the first field in the manifest's order.
+    kafka = _kafka(spec.sub("kafka", required=True))
+    source = _source(spec.sub("source", required=True), f"{namespace}.{name}")
     pipeline = PipelineSpec(
         name=name,
         namespace=namespace,
-        kafka=_kafka(spec.sub("kafka", required=True)),
-        source=_source(spec.sub("source", required=True), f"{namespace}.{name}"),
+        kafka=kafka,
+        source=source,
         processor=_processor(spec.sub("processor")),
-        sink=_sink(spec.sub("sink", required=True)),
+        sink=_sink(spec.sub("sink", required=True), source.schema_registry),
         commit=_commit(spec.sub("commit")),
         limits=_limits(spec.sub("limits")),
         errors=_errors(spec.sub("errors")),
@@ -282,7 +287,65 @@ def _processor(f: Fields | None) -> ProcessorSpec:
 DELIVERY_MODES = ("at-least-once", "exactly-once")
 
 
-def _sink(f: Fields | None) -> SinkSpec:
+def _sink_kafka(k: Fields, source_registry: SchemaRegistrySpec | None) -> KafkaSinkSpec:
+    fmt = cast(SinkFormat, k.choice("format", ("json", *SCHEMA_FORMATS), "json"))
+    registry = _schema_registry(k.sub("schemaRegistry")) or source_registry
+    s = k.sub("schema")
+    schema = None
+    if s is not None:
+        schema = SinkSchemaSpec(file=s.opt_str("file"), subject=s.opt_str("subject"))
+        s.done()
+    message = k.opt_str("protobufMessage")
+    auto_register = k.flag("autoRegister", False)
+    out = KafkaSinkSpec(
+        topic=k.text("topic", required=True),
+        config=k.str_map("config"),
+        delivery=k.choice("delivery", DELIVERY_MODES, "at-least-once"),
+        format=fmt,
+        schema=schema,
+        protobuf_message=message,
+        auto_register=auto_register,
+        schema_registry=registry if fmt != "json" else None,
+    )
+    k.done()
+    if fmt == "json":
+        given = [n for n in ("schema", "protobufMessage", "schemaRegistry") if k.has(n)]
+        if auto_register:
+            given.append("autoRegister")
+        if given:
+            raise ConfigError(k.at(given[0]), "is only for format avro, protobuf or jsonschema")
+        return out
+    if registry is None:
+        raise ConfigError(
+            k.at("schemaRegistry"),
+            f"is required when format is {fmt} (or set spec.source.schemaRegistry)",
+        )
+    file = schema.file if schema is not None else None
+    if fmt == "protobuf":
+        if message is None or ":" not in message:
+            raise ConfigError(
+                k.at("protobufMessage"),
+                "is required when format is protobuf: the generated message class "
+                "(module:Class) values are encoded as",
+            )
+        if file is not None:
+            raise ConfigError(
+                f"{k.at('schema')}.file", "is not for protobuf: the message class is the schema"
+            )
+    elif message is not None:
+        raise ConfigError(k.at("protobufMessage"), "is only for format protobuf")
+    elif schema is None or (file is None and schema.subject is None):
+        raise ConfigError(
+            k.at("schema"),
+            f"is required when format is {fmt}: a schema file, or the subject whose latest "
+            "version to encode with",
+        )
+    elif file is None and auto_register:
+        raise ConfigError(k.at("autoRegister"), "needs schema.file: the schema to register")
+    return out
+
+
+def _sink(f: Fields | None, source_registry: SchemaRegistrySpec | None = None) -> SinkSpec:
     assert f is not None
     kinds = [k for k in ("kafka", "spark", "log") if k in f.raw]
     if len(kinds) != 1:
@@ -291,14 +354,7 @@ def _sink(f: Fields | None) -> SinkSpec:
     sink = SinkSpec()
     if kinds == ["kafka"]:
         k = f.sub("kafka") or Fields({}, f.at("kafka"))
-        sink = SinkSpec(
-            kafka=KafkaSinkSpec(
-                topic=k.text("topic", required=True),
-                config=k.str_map("config"),
-                delivery=k.choice("delivery", DELIVERY_MODES, "at-least-once"),
-            )
-        )
-        k.done()
+        sink = SinkSpec(kafka=_sink_kafka(k, source_registry))
     elif kinds == ["spark"]:
         sink = SinkSpec(spark=_spark(f.sub("spark") or Fields({}, f.at("spark"))))
     else:

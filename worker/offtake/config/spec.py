@@ -103,12 +103,35 @@ class ProcessorSpec:
     container: ContainerSpec | None = None
 
 
+SinkFormat = Literal["json", "avro", "protobuf", "jsonschema"]
+
+
+@dataclass(frozen=True)
+class SinkSchemaSpec:
+    """The schema the Kafka sink encodes with (sink.kafka.format avro | jsonschema)."""
+
+    #: A schema file in the worker image (.avsc, .json); without it: the subject's latest.
+    file: str | None = None
+    #: The subject the schema is looked up (or registered) under; default <topic>-value.
+    subject: str | None = None
+
+
 @dataclass(frozen=True)
 class KafkaSinkSpec:
     topic: str
     config: dict[str, str] = field(default_factory=dict)
     # "exactly-once": produced records and consumed offsets commit in one Kafka transaction.
     delivery: str = "at-least-once"
+    #: json: bytes as they are, text as UTF-8, anything else as JSON (no schema); the others
+    #: encode in the schema registry wire format.
+    format: SinkFormat = "json"
+    schema: SinkSchemaSpec | None = None
+    #: protobuf: the generated message class values are encoded as (module:Class).
+    protobuf_message: str | None = None
+    #: Register the schema if it is not (off by default: registries are usually governed).
+    auto_register: bool = False
+    #: The registry to encode with (the loader fills in source.schemaRegistry when unset).
+    schema_registry: SchemaRegistrySpec | None = None
 
     @property
     def exactly_once(self) -> bool:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
+from typing import Any
 
 from offtake.config import ConfigError
-from offtake.config.spec import PipelineSpec
+from offtake.config.spec import KafkaSinkSpec, PipelineSpec
 from offtake.engine.completions import Completions
 from offtake.engine.dead_letters import DeadLetterQueue
 from offtake.engine.errors import ErrorPolicy
@@ -32,6 +34,7 @@ from offtake.processing.base import Processor
 from offtake.processing.decode import make_decoder
 from offtake.processing.function import FunctionProcessor, PassThrough, load_function
 from offtake.sinks.base import Sink
+from offtake.sinks.encoding import encode_value
 from offtake.sinks.kafka_transactional import TransactionalKafkaSink
 from offtake.sinks.log import LogSink
 
@@ -125,6 +128,15 @@ def make_processor(spec: PipelineSpec) -> Processor:
     return PassThrough()
 
 
+def sink_encoder(kafka: KafkaSinkSpec) -> Callable[[Any], bytes | None]:
+    """How the Kafka sink turns values into bytes: as they are / JSON, or with a schema."""
+    if kafka.format == "json":
+        return encode_value
+    from offtake.sinks.schema_encoding import schema_encoder
+
+    return schema_encoder(kafka)
+
+
 def make_sink(
     spec: PipelineSpec, clients: ClientFactory, metrics: Metrics, instance_id: str | None = None
 ) -> Sink:
@@ -138,12 +150,16 @@ def make_sink(
                 "exactly-once needs Kafka transactions, which these clients do not offer "
                 "(the in-memory broker has none); use at-least-once here",
             )
-        return TransactionalKafkaSink(producer, sink.kafka.topic, clients.topic_partition)
+        return TransactionalKafkaSink(
+            producer, sink.kafka.topic, clients.topic_partition, encode=sink_encoder(sink.kafka)
+        )
     if sink.kafka is not None:
         from offtake.sinks.kafka import KafkaSink
 
         return KafkaSink(
-            clients.producer(producer_config(spec, sink.kafka.config)), sink.kafka.topic
+            clients.producer(producer_config(spec, sink.kafka.config)),
+            sink.kafka.topic,
+            sink_encoder(sink.kafka),
         )
     if sink.spark is not None:
         from offtake.sinks.spark import make_spark_sink

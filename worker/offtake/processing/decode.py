@@ -32,7 +32,7 @@ def make_decoder(source: SourceSpec) -> str | ValueDecoder:
     if source.schema_registry is None or source.format in ("json", "string", "bytes"):
         return source.format
     from offtake.processing.schema_formats import SchemaValueDecoder
-    from offtake.processing.schema_registry import make_client
+    from offtake.schema_registry import make_client
 
     return SchemaValueDecoder(
         source.format, make_client(source.schema_registry), source.protobuf_message

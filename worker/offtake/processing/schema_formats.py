@@ -14,7 +14,6 @@ error policy must treat it differently:
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import struct
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from offtake.processing.decode import DecodeError
+from offtake.schema_registry import load_message_class
 
 MAGIC_BYTE = 0
 _HEADER = struct.Struct(">bI")
@@ -162,15 +162,3 @@ def _deserializer(
 
         return decode
     raise ValueError(f"not a schema format: {fmt}")
-
-
-def load_message_class(path: str) -> Any:
-    """The generated protobuf message class named ``module:Class``."""
-    module_name, _, name = path.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"source.protobufMessage {path!r}: cannot load it: {exc}") from None
-    if not hasattr(cls, "DESCRIPTOR"):
-        raise ValueError(f"source.protobufMessage {path!r}: not a generated protobuf message")
-    return cls

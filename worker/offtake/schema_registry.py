@@ -1,4 +1,5 @@
-"""The pipeline's schema registry client: confluent-kafka's own, configured from the spec.
+"""The pipeline's schema registry client: confluent-kafka's own, configured from the spec;
+shared by the source's decoders (processing) and the Kafka sink's encoders (sinks).
 
 Credentials come from ``source.schemaRegistry.secretRef``, which the operator mounts as files
 (like the Kafka Secret): ``username`` and ``password`` for basic auth, ``ca.crt`` to verify the
@@ -8,6 +9,8 @@ ever part of the spec, its ConfigMap or a log line.
 
 from __future__ import annotations
 
+import importlib
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -46,8 +49,24 @@ def registry_config(spec: SchemaRegistrySpec, secret_dir: str | None = None) -> 
 
 
 def make_client(spec: SchemaRegistrySpec, secret_dir: str | None = None) -> SchemaRegistryClient:
+    # The client's HTTP library logs every request at INFO: one line per schema lookup would
+    # drown the worker's own log; its warnings and errors still come through.
+    for name in ("httpx", "httpx2"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     return SchemaRegistryClient(registry_config(spec, secret_dir))
 
 
 def _text(path: Path) -> str:
     return path.read_text(encoding="utf-8").strip()
+
+
+def load_message_class(path: str) -> Any:
+    """The generated protobuf message class named ``module:Class``."""
+    module_name, _, name = path.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"source.protobufMessage {path!r}: cannot load it: {exc}") from None
+    if not hasattr(cls, "DESCRIPTOR"):
+        raise ValueError(f"source.protobufMessage {path!r}: not a generated protobuf message")
+    return cls
