@@ -48,13 +48,18 @@ def build_worker(
     metrics: Metrics | None = None,
     health: Health | None = None,
     instance_id: str | None = None,
+    schema_registry: Any = None,
 ) -> Worker:
-    """The worker for ``spec``; any part passed in replaces the one the spec would make."""
+    """The worker for ``spec``; any part passed in replaces the one the spec would make.
+
+    ``schema_registry``: the SchemaRegistryClient of the schema formats, instead of one for the
+    spec's URL (the test kit passes confluent-kafka's in-memory client).
+    """
     clients = clients or default_clients()
     metrics = metrics or Metrics(spec.name)
     health = health or Health(max_poll_interval_s=300.0)
     processor = processor or make_processor(spec)
-    sink = sink or make_sink(spec, clients, metrics, instance_id)
+    sink = sink or make_sink(spec, clients, metrics, instance_id, schema_registry)
     completions = Completions()
     dlq: DeadLetterQueue | None = None
     retries: RetrySender | None = None
@@ -78,7 +83,7 @@ def build_worker(
         processor,
         sink,
         policy,
-        make_decoder(spec.source),
+        make_decoder(spec.source, schema_registry),
         completions,
         metrics,
         spec.errors.max_retries,
@@ -128,17 +133,21 @@ def make_processor(spec: PipelineSpec) -> Processor:
     return PassThrough()
 
 
-def sink_encoder(kafka: KafkaSinkSpec) -> Callable[[Any], bytes | None]:
+def sink_encoder(kafka: KafkaSinkSpec, registry: Any = None) -> Callable[[Any], bytes | None]:
     """How the Kafka sink turns values into bytes: as they are / JSON, or with a schema."""
     if kafka.format == "json":
         return encode_value
     from offtake.sinks.schema_encoding import schema_encoder
 
-    return schema_encoder(kafka)
+    return schema_encoder(kafka, registry)
 
 
 def make_sink(
-    spec: PipelineSpec, clients: ClientFactory, metrics: Metrics, instance_id: str | None = None
+    spec: PipelineSpec,
+    clients: ClientFactory,
+    metrics: Metrics,
+    instance_id: str | None = None,
+    schema_registry: Any = None,
 ) -> Sink:
     sink = spec.sink
     if sink.kafka is not None and sink.kafka.exactly_once:
@@ -151,7 +160,10 @@ def make_sink(
                 "(the in-memory broker has none); use at-least-once here",
             )
         return TransactionalKafkaSink(
-            producer, sink.kafka.topic, clients.topic_partition, encode=sink_encoder(sink.kafka)
+            producer,
+            sink.kafka.topic,
+            clients.topic_partition,
+            encode=sink_encoder(sink.kafka, schema_registry),
         )
     if sink.kafka is not None:
         from offtake.sinks.kafka import KafkaSink
@@ -159,7 +171,7 @@ def make_sink(
         return KafkaSink(
             clients.producer(producer_config(spec, sink.kafka.config)),
             sink.kafka.topic,
-            sink_encoder(sink.kafka),
+            sink_encoder(sink.kafka, schema_registry),
         )
     if sink.spark is not None:
         from offtake.sinks.spark import make_spark_sink

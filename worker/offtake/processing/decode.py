@@ -27,16 +27,21 @@ class ValueDecoder(Protocol):
     def decode(self, raw: bytes, topic: str) -> Any: ...
 
 
-def make_decoder(source: SourceSpec) -> str | ValueDecoder:
-    """What :func:`to_record` decodes with: the format's name, or a schema format's decoder."""
-    if source.schema_registry is None or source.format in ("json", "string", "bytes"):
+def make_decoder(source: SourceSpec, registry: Any = None) -> str | ValueDecoder:
+    """What :func:`to_record` decodes with: the format's name, or a schema format's decoder.
+
+    ``registry``: a SchemaRegistryClient to use instead of one for source.schemaRegistry (the
+    test kit passes confluent-kafka's in-memory one).
+    """
+    if source.format in ("json", "string", "bytes"):
         return source.format
     from offtake.processing.schema_formats import SchemaValueDecoder
     from offtake.schema_registry import make_client
 
-    return SchemaValueDecoder(
-        source.format, make_client(source.schema_registry), source.protobuf_message
-    )
+    if registry is None:
+        assert source.schema_registry is not None, "the loader requires it for this format"
+        registry = make_client(source.schema_registry)
+    return SchemaValueDecoder(source.format, registry, source.protobuf_message)
 
 
 def to_record(msg: MessageLike, fmt: str | ValueDecoder) -> tuple[Record, DecodeError | None]:

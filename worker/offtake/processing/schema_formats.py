@@ -88,8 +88,9 @@ class SchemaValueDecoder:
     """Decodes one format's wire-format values to Python values (dicts, lists, scalars)."""
 
     def __init__(
-        self, fmt: str, client: SchemaRegistryClient, protobuf_message: str | None = None
+        self, fmt: str, client: SchemaRegistryClient, protobuf_message: Any = None
     ) -> None:
+        """``protobuf_message``: the generated class, or its ``module:Class`` path."""
         self.fmt = fmt
         self._client = client
         self._known: set[int] = set()  # schema ids whose writer schema the client has cached
@@ -131,7 +132,7 @@ class SchemaValueDecoder:
 
 
 def _deserializer(
-    fmt: str, client: SchemaRegistryClient, protobuf_message: str | None
+    fmt: str, client: SchemaRegistryClient, protobuf_message: Any
 ) -> Callable[[bytes, SerializationContext], Any]:
     if fmt == "avro":
         from confluent_kafka.schema_registry.avro import AvroDeserializer
@@ -146,7 +147,12 @@ def _deserializer(
         from google.protobuf.json_format import MessageToDict
 
         assert protobuf_message is not None, "the loader requires source.protobufMessage"
-        deserializer = ProtobufDeserializer(load_message_class(protobuf_message), {}, client)
+        cls = (
+            load_message_class(protobuf_message)
+            if isinstance(protobuf_message, str)
+            else protobuf_message
+        )
+        deserializer = ProtobufDeserializer(cls, {}, client)
 
         # Fields at their default (0, "") are values too; int64 as numbers where the protobuf
         # runtime can (6.31+), not the JSON mapping's strings.

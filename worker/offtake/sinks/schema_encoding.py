@@ -37,12 +37,13 @@ class SinkSchemaError(ValueError):
 Encoder = Callable[[Any], "bytes | None"]
 
 
-def schema_encoder(spec: KafkaSinkSpec) -> Encoder:
+def schema_encoder(spec: KafkaSinkSpec, client: SchemaRegistryClient | None = None) -> Encoder:
     """A value -> wire-format bytes function for the sink's topic; raises SinkSchemaError now
-    if the schema cannot be resolved."""
-    assert spec.schema_registry is not None, "the loader requires a registry for this format"
+    if the schema cannot be resolved. ``client``: instead of one for the spec's registry."""
     fmt, topic = spec.format, spec.topic
-    client = make_client(spec.schema_registry)
+    if client is None:
+        assert spec.schema_registry is not None, "the loader requires a registry for it"
+        client = make_client(spec.schema_registry)
     subject = (spec.schema.subject if spec.schema else None) or f"{topic}-value"
     ctx = SerializationContext(topic, MessageField.VALUE)
     conf: dict[str, Any] = {
