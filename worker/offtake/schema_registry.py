@@ -1,10 +1,10 @@
 """The pipeline's schema registry client: confluent-kafka's own, configured from the spec;
 shared by the source's decoders (processing) and the Kafka sink's encoders (sinks).
 
-Credentials come from ``source.schemaRegistry.secretRef``, which the operator mounts as files
-(like the Kafka Secret): ``username`` and ``password`` for basic auth, ``ca.crt`` to verify the
-registry's certificate, ``tls.crt`` and ``tls.key`` for a client certificate. Nothing secret is
-ever part of the spec, its ConfigMap or a log line.
+Credentials come from the registry's ``secretRef``, which the operator mounts as files (like
+the Kafka Secret) in ``<SECRET_DIR>/<secret name>/``: ``username`` and ``password`` for basic
+auth, ``ca.crt`` to verify the registry's certificate, ``tls.crt`` and ``tls.key`` for a client
+certificate. Nothing secret is ever part of the spec, its ConfigMap or a log line.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from offtake.config.spec import SchemaRegistrySpec
 
-SECRET_DIR = "/etc/offtake/schema-registry-secret"
-SECRET_DIR_ENV = "OFFTAKE_SCHEMA_REGISTRY_SECRET_DIR"
+SECRET_DIR = "/etc/offtake/schema-registry-secrets"
+SECRET_DIR_ENV = "OFFTAKE_SCHEMA_REGISTRY_SECRETS_DIR"
 # Our own backoff decides how long an outage is retried (see schema_formats); the client's
 # built-in retries would only make each attempt block longer.
 _CLIENT_RETRIES = 0
@@ -28,15 +28,22 @@ _TIMEOUT_S = 10
 
 
 def registry_config(spec: SchemaRegistrySpec, secret_dir: str | None = None) -> dict[str, Any]:
-    """SchemaRegistryClient's configuration: the URL and what the mounted Secret holds."""
+    """SchemaRegistryClient's configuration: the URL and what the mounted Secret holds.
+
+    ``secret_dir``: the folder holding one folder per Secret (default SECRET_DIR, or the
+    environment's OFFTAKE_SCHEMA_REGISTRY_SECRETS_DIR for a local run)."""
     conf: dict[str, Any] = {
         "url": spec.url,
         "max.retries": _CLIENT_RETRIES,
         "timeout": _TIMEOUT_S,
     }
-    path = Path(secret_dir or os.environ.get(SECRET_DIR_ENV, SECRET_DIR))
-    if spec.secret_ref is None or not path.is_dir():
+    if spec.secret_ref is None:
         return conf
+    path = Path(secret_dir or os.environ.get(SECRET_DIR_ENV, SECRET_DIR)) / spec.secret_ref.name
+    if not path.is_dir():
+        raise ValueError(
+            f"schemaRegistry.secretRef {spec.secret_ref.name!r}: no mounted Secret at {path}"
+        )
     user, password = path / "username", path / "password"
     if user.is_file() and password.is_file():
         conf["basic.auth.user.info"] = f"{_text(user)}:{_text(password)}"
