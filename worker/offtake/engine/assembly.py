@@ -123,13 +123,18 @@ def default_clients() -> ClientFactory:
     return ConfluentClients()
 
 
+SIDECAR_FORMATS = ("json", "string", "bytes")
+
+
 def make_processor(spec: PipelineSpec) -> Processor:
     if spec.processor.function is not None:
         return FunctionProcessor(load_function(spec.processor.function))
     if spec.processor.container is not None:
         from offtake.processing.sidecar import SidecarProcessor
 
-        return SidecarProcessor(spec.processor.container, spec.source.format)
+        # Schema formats' values are decoded by the worker and carried as JSON.
+        fmt = spec.source.format
+        return SidecarProcessor(spec.processor.container, fmt if fmt in SIDECAR_FORMATS else "json")
     return PassThrough()
 
 
