@@ -117,3 +117,27 @@ def _json_schema_of_totals() -> Any:
         "properties": {"id": {"type": "integer"}, "total": {"type": "number"}},
     }
     return Schema(json.dumps(body), "JSON")
+
+
+def test_a_topic_pattern_reads_every_matching_topic_of_the_memory_broker() -> None:
+    broker = MemoryBroker()
+    for topic in ("orders.eu", "orders.us", "payments"):
+        broker.create_topic(topic, 2)
+        for i in range(10):
+            broker.produce(topic, {"id": i, "topic": topic}, key=str(i))
+    doc = {
+        "apiVersion": "offtake.dev/v1alpha1",
+        "kind": "ConsumerPipeline",
+        "metadata": {"name": "pattern-kit", "namespace": "shop"},
+        "spec": {
+            "kafka": {"bootstrapServers": "unused:9092"},
+            "source": {"topics": ["^orders\\..*"], "groupId": "g"},
+            "sink": {"kafka": {"topic": "out"}},
+            "commit": {"intervalSeconds": 0.05},
+        },
+    }
+    run = run_pipeline(doc, broker)
+    assert run.ok, run
+    assert sorted(v["topic"] for v in run.outputs) == ["orders.eu"] * 10 + ["orders.us"] * 10
+    assert {t for t, _ in run.committed} == {"orders.eu", "orders.us"}
+    assert "^orders\\..*" not in broker.topics()

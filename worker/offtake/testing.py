@@ -47,7 +47,7 @@ from typing import Any, TypeAlias
 import yaml
 
 from offtake.config.loader import load_pipeline, parse_pipeline
-from offtake.config.spec import PipelineSpec
+from offtake.config.spec import PipelineSpec, is_topic_pattern, matching_topics
 from offtake.kafka.memory import (
     ClientKilled,
     GroupEvent,
@@ -277,15 +277,16 @@ class PipelineHarness:
         self.workers: list[WorkerHandle] = []
         existing = broker.topics()
         for topic in self._input_topics():
-            if topic not in existing:
+            if topic not in existing and not is_topic_pattern(topic):
                 broker.create_topic(topic, partitions)
         for topic in self._output_topics():
             if topic not in existing:
                 broker.create_topic(topic, 1)
 
     def _input_topics(self) -> list[str]:
-        """Source topics and their retry topics (errors.retryTopics), which the group reads."""
-        source = self.spec.source.topics
+        """Source topics and their retry topics (errors.retryTopics), which the group reads;
+        a pattern stands for the broker's topics it matches now."""
+        source = tuple(matching_topics(self.spec.source.topics, self.broker.topics()))
         return [*source, *self.spec.errors.retry_topic_names(source)]
 
     def _output_topics(self) -> list[str]:
@@ -428,8 +429,11 @@ class PipelineHarness:
         headers: Any = None,
     ) -> MemoryMessage:
         """Produce one input record (to the first source topic unless ``topic`` is given)."""
+        topic = topic or self.spec.source.topics[0]
+        if is_topic_pattern(topic):
+            raise ValueError(f"source.topics[0] is the pattern {topic!r}: pass topic= to produce")
         return self.broker.produce(
-            topic or self.spec.source.topics[0],
+            topic,
             value,
             key=key,
             partition=partition,
@@ -459,7 +463,7 @@ class PipelineHarness:
         group = self.spec.source.group_id
         committed = {
             (t, p): self.broker.committed(group, t, p)
-            for t in self.spec.source.topics
+            for t in matching_topics(self.spec.source.topics, self.broker.topics())
             for p in self.broker.end_offsets(t)
         }
         messages = self.output_messages()
