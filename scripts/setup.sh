@@ -5,7 +5,8 @@
 # cached in ~/.cache/offtake ($OFFTAKE_CACHE). Idempotent: a second run takes seconds.
 #
 #   scripts/setup.sh          Python packages + Kafka (enough for the demo)
-#   scripts/setup.sh --all    also Prometheus and PostgreSQL (Debian), and the Kubernetes
+#   scripts/setup.sh --all    also Prometheus and PostgreSQL (Debian), the schema registry
+#                             (Apicurio, built from Maven Central), and the Kubernetes
 #                             control plane and helm built from the Go module proxy
 #
 # Afterwards `source .venv/bin/activate` puts `offtake`, `python` and `pytest` of .venv first
@@ -89,6 +90,8 @@ if [[ $MODE == --all ]]; then
   "$PY" -m offtake_testbed.prometheus install
   step "PostgreSQL (Debian)"
   "$PY" -m offtake_testbed.postgres install
+  step "Apicurio Registry, the schema registry (built from Maven Central jars)"
+  "$PY" -m offtake_testbed.apicurio install
   step "kube-apiserver, etcd, kube-controller-manager, kubectl, helm (Go module proxy)"
   "$PY" -m offtake_testbed.kube install
 fi

@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaExcepti
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from offtake.config import PipelineSpec
+from offtake.config.spec import is_topic_pattern, matching_topics
 
 TP = tuple[str, int]
 
@@ -132,7 +133,15 @@ def await_result(future: Any, timeout: float, what: str) -> Any:
 
 
 def topic_partitions(admin: AdminClient, topics: tuple[str, ...], timeout: float) -> list[TP]:
+    """Every partition of the source topics; a pattern (``^...``) stands for every existing
+    topic it matches, as the workers' subscription does (none yet: no partitions)."""
     out: list[TP] = []
+    if any(is_topic_pattern(t) for t in topics):
+        try:
+            existing = admin.list_topics(timeout=timeout).topics
+        except KafkaException as exc:
+            raise KafkaAccessError(f"listing topics: cannot read metadata: {exc.args[0]}") from None
+        topics = tuple(matching_topics(topics, existing))
     for topic in topics:
         try:
             meta = admin.list_topics(topic=topic, timeout=timeout)

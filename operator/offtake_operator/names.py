@@ -28,6 +28,9 @@ PIPELINE_PATH = f"{CONFIG_DIR}/{CONFIG_KEY}"
 KAFKA_SECRET_DIR = f"{CONFIG_DIR}/kafka-secret"
 #: The Spark JDBC sink's credentials (keys user and password), when sink.spark.jdbc.secretRef.
 JDBC_SECRET_DIR = f"{CONFIG_DIR}/jdbc-secret"
+#: Schema registry credentials: one folder per Secret named by source.schemaRegistry.secretRef
+#: or sink.kafka.schemaRegistry.secretRef (offtake.schema_registry reads <dir>/<name>/).
+SCHEMA_REGISTRY_SECRETS_DIR = f"{CONFIG_DIR}/schema-registry-secrets"
 
 #: On a redrive Job: the id of the redrive it runs (spec.redrive.id).
 REDRIVE_ID_ANNOTATION = f"{GROUP}/redrive-id"

@@ -181,6 +181,14 @@ def _worker_container(
         )
     if _jdbc_secret(pipeline) is not None:
         mounts.append({"name": "jdbc-secret", "mountPath": names.JDBC_SECRET_DIR, "readOnly": True})
+    for i, secret in enumerate(schema_registry_secrets(pipeline)):
+        mounts.append(
+            {
+                "name": f"schema-registry-secret-{i}",
+                "mountPath": f"{names.SCHEMA_REGISTRY_SECRETS_DIR}/{secret}",
+                "readOnly": True,
+            }
+        )
     container: JSON = {
         "name": names.WORKER_CONTAINER,
         "image": spec.get("image")
@@ -284,7 +292,18 @@ def _volumes(
     jdbc_secret = _jdbc_secret(pipeline)
     if jdbc_secret is not None:
         volumes.append({"name": "jdbc-secret", "secret": {"secretName": jdbc_secret}})
+    for i, secret in enumerate(schema_registry_secrets(pipeline)):
+        volumes.append({"name": f"schema-registry-secret-{i}", "secret": {"secretName": secret}})
     return volumes
+
+
+def schema_registry_secrets(pipeline: PipelineSpec) -> list[str]:
+    """The Secrets of the source's and the Kafka sink's schema registries, each once."""
+    refs = [pipeline.source.schema_registry]
+    if pipeline.sink.kafka is not None:
+        refs.append(pipeline.sink.kafka.schema_registry)
+    names_ = [r.secret_ref.name for r in refs if r is not None and r.secret_ref is not None]
+    return sorted(set(names_))
 
 
 #: Pod settings of spec.template.spec copied to every pod the operator renders.
@@ -647,7 +666,9 @@ def render_scaled_object(
         "lagThreshold": str(autoscaling.target_lag_per_replica),
         "offsetResetPolicy": pipeline.source.start_from,
     }
-    if len(pipeline.source.topics) == 1:
+    # Without a topic KEDA's scaler counts every topic the group has offsets on: what a pattern
+    # (or several topics) needs.
+    if len(pipeline.source.topics) == 1 and not pipeline.source.patterns:
         trigger["topic"] = pipeline.source.topics[0]
     trigger.update(keda_security(pipeline))
     kafka_trigger: JSON = {"type": "kafka", "metadata": trigger}

@@ -17,6 +17,7 @@ from typing import Protocol
 
 import pytest
 
+from .apicurio import ApicurioRegistry, ApicurioTestbedError
 from .kafka import KafkaBroker, KafkaTestbedError, install_kafka
 from .kafka_cluster import KafkaCluster
 
@@ -25,6 +26,7 @@ __all__ = [
     "TopicFactory",
     "kafka_broker",
     "kafka_cluster",
+    "schema_registry",
     "secured_kafka_broker",
     "topic_factory",
 ]
@@ -115,6 +117,29 @@ def _running(broker: KafkaBroker) -> Iterator[KafkaBroker]:
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def schema_registry() -> Iterator[ApicurioRegistry]:
+    """A started Apicurio Registry (Confluent-compatible API at ``.url``, in-memory storage),
+    shared by the whole session; built from Maven Central on first use and cached."""
+    began = time.monotonic()
+    registry = ApicurioRegistry()
+    problem: str | None = None
+    try:
+        registry.start()
+    except ApicurioTestbedError as exc:
+        problem = str(exc)
+    if problem is not None:
+        pytest.fail(f"the test bed could not start a schema registry: {problem}", pytrace=False)
+    print(
+        f"\nApicurio Registry {registry.version} on {registry.url} "
+        f"ready in {time.monotonic() - began:.1f}s"
+    )
+    try:
+        yield registry
+    finally:
+        registry.stop()
 
 
 @pytest.fixture

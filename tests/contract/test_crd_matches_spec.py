@@ -138,8 +138,8 @@ _SECRET_KEYS = ("sasl.jaas.config", "ssl.key.pem", "ssl_key.pem", "sasl.oauthbea
 CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     "self.all(k, !(k.lowerAscii().endsWith('password') || k.lowerAscii().endsWith('secret') "
     "|| k.lowerAscii() in ['sasl.jaas.config', 'ssl.key.pem', 'ssl_key.pem', "
-    "'sasl.oauthbearer.config']))": lambda s: not any(
-        k.lower().endswith(("password", "secret")) or k.lower() in _SECRET_KEYS for k in s
+    "'sasl.oauthbearer.config']))": lambda s: (
+        not any(k.lower().endswith(("password", "secret")) or k.lower() in _SECRET_KEYS for k in s)
     ),
     "self.metadata.name.size() <= 55": lambda s: len(s["metadata"]["name"]) <= 55,
     "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')": lambda s: (
@@ -173,6 +173,16 @@ CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     ),
     "self.to != 'timestamp' || has(self.timestamp)": lambda s: (
         s["to"] != "timestamp" or _has(s, "timestamp")
+    ),
+    "!has(self.format) || !(self.format in ['avro', 'protobuf', 'jsonschema']) "
+    "|| has(self.schemaRegistry)": lambda s: (
+        s.get("format") not in ("avro", "protobuf", "jsonschema") or _has(s, "schemaRegistry")
+    ),
+    "!has(self.format) || !(self.format in ['avro', 'jsonschema']) || has(self.schema)": lambda s: (
+        s.get("format") not in ("avro", "jsonschema") or _has(s, "schema")
+    ),
+    "!has(self.format) || self.format != 'protobuf' || has(self.protobufMessage)": lambda s: (
+        s.get("format") != "protobuf" or _has(s, "protobufMessage")
     ),
     "!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas": (
         lambda s: (
@@ -216,6 +226,8 @@ SAMPLE_STRINGS = {
     "until": "2024-05-01T12:00:00Z",
     "path": "/v1/process",
     "connectUrl": "sc://spark:15002",
+    "url": "http://registry:8080/apis/ccompat/v7",
+    "protobufMessage": "pkg.orders_pb2:Order",
 }
 
 
@@ -305,6 +317,30 @@ def fix_cross_field_rules(m: dict[str, Any]) -> None:
         submit = spark.get("submit", {})
         if submit.get("mode") == "connect":
             submit.setdefault("connectUrl", "sc://spark:15002")
+    source = spec["source"]
+    if "protobufMessage" in source:
+        source["format"] = "protobuf"
+    if source.get("format") in ("avro", "protobuf", "jsonschema"):
+        source.setdefault("schemaRegistry", {"url": "http://registry:8080"})
+    if source.get("format") == "protobuf":
+        source.setdefault("protobufMessage", "pkg.orders_pb2:Order")
+    kafka = spec["sink"].get("kafka")
+    if kafka is not None:
+        if "protobufMessage" in kafka:
+            kafka["format"] = "protobuf"
+        elif kafka.get("format", "json") == "json" and (
+            "schema" in kafka or "schemaRegistry" in kafka or kafka.get("autoRegister")
+        ):
+            kafka["format"] = "avro"
+        if kafka.get("format") in ("avro", "jsonschema"):
+            kafka.setdefault("schema", {"subject": "orders-value"})
+            if kafka.get("autoRegister"):
+                kafka["schema"].setdefault("file", "/schemas/order.avsc")
+        if kafka.get("format") == "protobuf":
+            kafka.setdefault("protobufMessage", "pkg.orders_pb2:Order")
+            kafka.get("schema", {}).pop("file", None)
+        if kafka.get("format", "json") != "json":
+            kafka.setdefault("schemaRegistry", {"url": "http://registry:8080"})
     errors = spec.get("errors", {})
     if errors.get("policy") == "dlq":
         errors.setdefault("dlq", {"topic": "dlq"})
@@ -592,6 +628,14 @@ def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
         spec["sink"] = {"spark": {"format": "parquet"}}
     elif "connectUrl" in rule:
         spec["sink"] = {"spark": {"format": "json", "path": "/x", "submit": {"mode": "connect"}}}
+    elif "has(self.schema)" in rule:
+        spec["sink"] = {"kafka": {"topic": "t", "format": "avro"}}
+        spec["source"]["schemaRegistry"] = {"url": "http://registry:8080"}
+    elif "has(self.schemaRegistry)" in rule:
+        spec["source"]["format"] = "avro"
+    elif "has(self.protobufMessage)" in rule:
+        spec["source"]["format"] = "protobuf"
+        spec["source"]["schemaRegistry"] = {"url": "http://registry:8080"}
     elif "retryTopics" in rule:
         spec["errors"] = {"retryTopics": [{"delaySeconds": 10}], "ordering": "strict"}
     elif "dlq" in rule:

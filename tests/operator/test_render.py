@@ -288,3 +288,24 @@ def test_service_monitor_labels_series_as_the_dashboards_expect() -> None:
     ]
     svc = render.render_service(pipeline_body(), parsed(pipeline_body()))
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+
+
+def test_schema_registry_secrets_are_mounted_one_folder_each() -> None:
+    registry = {"url": "https://registry:8081", "secretRef": {"name": "sr-read"}}
+    body = pipeline_body(
+        source={"topics": ["orders"], "format": "avro", "schemaRegistry": registry},
+        sink={
+            "kafka": {
+                "topic": "out",
+                "format": "avro",
+                "schema": {"subject": "out-value"},
+                "schemaRegistry": {**registry, "secretRef": {"name": "sr-write"}},
+            }
+        },
+    )
+    spec = pod_spec(body)
+    mounts = {m["mountPath"]: m["name"] for m in spec["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    for secret in ("sr-read", "sr-write"):
+        name = mounts[f"{names.SCHEMA_REGISTRY_SECRETS_DIR}/{secret}"]
+        assert volumes[name]["secret"] == {"secretName": secret}

@@ -51,7 +51,24 @@ CASES = [
     (
         "spec.source.format",
         "xml",
-        "spec.source.format: expected one of json, string, bytes, got 'xml'",
+        "spec.source.format: expected one of json, string, bytes, avro, protobuf, jsonschema, "
+        "got 'xml'",
+    ),
+    ("spec.source.format", "avro", "spec.source.schemaRegistry: is required when format is avro"),
+    (
+        "spec.source",
+        {"topics": ["t"], "format": "protobuf", "schemaRegistry": {"url": "http://sr:8081"}},
+        "spec.source.protobufMessage: is required when format is protobuf",
+    ),
+    (
+        "spec.source",
+        {"topics": ["t"], "format": "avro", "schemaRegistry": {"url": "sr:8081"}},
+        "spec.source.schemaRegistry.url: expected an http:// or https:// URL, got 'sr:8081'",
+    ),
+    (
+        "spec.source.topics",
+        ["^orders\\.(", "b"],
+        "spec.source.topics[0]: not a valid regular expression",
     ),
     ("spec.source.startFrom", "middle", "spec.source.startFrom: expected one of earliest, latest"),
     ("spec.limits", {"maxInFlightMesages": 5}, "spec.limits.maxInFlightMesages: unknown field"),
@@ -287,3 +304,12 @@ def test_group_protocol_and_an_assignment_strategy_in_config_conflict() -> None:
     with pytest.raises(ConfigError) as info:
         parse_pipeline(doc)
     assert str(info.value).startswith("spec.kafka.groupProtocol: set either groupProtocol or")
+
+
+def test_a_topic_pattern_cannot_have_retry_topics() -> None:
+    doc = with_change("spec.source.topics", ["^orders\\..*"])
+    doc["spec"]["errors"] = {"retryTopics": [{"delaySeconds": 10}]}
+    with pytest.raises(ConfigError, match=r"^spec.errors.retryTopics: cannot be combined with a"):
+        parse_pipeline(doc)
+    del doc["spec"]["errors"]
+    assert parse_pipeline(doc).source.patterns == ("^orders\\..*",)

@@ -30,6 +30,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from offtake.config.spec import is_topic_pattern
 from offtake.records import TopicPartition
 
 __all__ = [
@@ -251,6 +252,8 @@ class Metrics:
         to the DLQ) shows 0 rather than no data, and the first increment is visible to rate().
         """
         for topic in topics:
+            if is_topic_pattern(topic):
+                continue  # a pattern's topics get their series when their first record arrives
             self.consumed.labels(topic)
             self.dlq_messages.labels(topic)
             for outcome in OUTCOMES:

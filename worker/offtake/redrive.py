@@ -51,6 +51,7 @@ from confluent_kafka import (
 )
 
 from offtake.config import PipelineSpec, RedriveRequest
+from offtake.config.spec import matching_topics
 from offtake.engine.dead_letters import H_PARTITION, H_TOPIC
 from offtake.kafka.config import consumer_config, producer_config
 
@@ -196,6 +197,7 @@ class _Replayer:
         self.spec = spec
         self.request = request
         self.producer = producer
+        # The source topics the dead letters may go back to; patterns resolved by run().
         self.topics = set(spec.source.topics)
         self.target_partitions: dict[str, int] = {}
         self.failures: list[str] = []
@@ -274,6 +276,9 @@ def _run(
     if partitions is None:
         raise RedriveError(f"spec.redrive.from: the dead-letter topic {topic!r} does not exist")
     replayer = _Replayer(spec, request, producer)
+    if spec.source.patterns:  # the topics the patterns match now
+        existing = consumer.list_topics(timeout=timeout).topics
+        replayer.topics = set(matching_topics(spec.source.topics, existing))
     for target in replayer.topics:
         found = _partitions(consumer, target, timeout)
         replayer.target_partitions[target] = len(found or [])

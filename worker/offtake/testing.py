@@ -15,6 +15,11 @@ Three levels, from small to large::
     run = run_pipeline("pipeline.yaml", broker, workers=2)
     assert run.ok and len(run.outputs) == 100
 
+    # avro | protobuf | jsonschema without a registry: confluent-kafka's in-memory one
+    assert process(handle, {"id": 1}, format="avro", schema=ORDER_AVSC) == [...]
+    with PipelineHarness("avro-pipeline.yaml", broker) as h:   # h.schema_registry: in memory
+        h.produce(encode("avro", {"id": 1}, ORDER_AVSC, registry=h.schema_registry))
+
     # 3. finer control: add, stop and kill workers while records flow
     with PipelineHarness("pipeline.yaml", broker) as h:
         h.add_worker(); h.add_worker()
@@ -42,7 +47,7 @@ from typing import Any, TypeAlias
 import yaml
 
 from offtake.config.loader import load_pipeline, parse_pipeline
-from offtake.config.spec import PipelineSpec
+from offtake.config.spec import PipelineSpec, is_topic_pattern, matching_topics
 from offtake.kafka.memory import (
     ClientKilled,
     GroupEvent,
@@ -64,7 +69,9 @@ __all__ = [
     "PipelineTimeout",
     "WorkerHandle",
     "decode_output",
+    "encode",
     "headers_of",
+    "in_memory_registry",
     "process",
     "run_pipeline",
 ]
@@ -77,6 +84,53 @@ ProcessorArg: TypeAlias = Processor | Callable[[Record], Any] | None
 # How long a graceful stop may take beyond the pipeline's own drain budget before the harness
 # reports the worker as hung.
 _STOP_GRACE = 10.0
+
+
+# -- schema'd records without a registry ---------------------------------------------------
+
+SCHEMA_FORMATS = ("avro", "protobuf", "jsonschema")
+
+
+def in_memory_registry() -> Any:
+    """confluent-kafka's own in-memory schema registry client (its ``mock://`` URL): what the
+    test kit's workers and :func:`encode` use instead of a registry server."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    return SchemaRegistryClient.new_client({"url": "mock://offtake-testing"})
+
+
+def encode(fmt: str, value: Any, schema: Any, *, registry: Any, topic: str = "t") -> bytes:
+    """``value`` in the schema registry wire format, as a producer with confluent-kafka's
+    serializer would write it (the schema registered in ``registry`` for ``<topic>-value``).
+
+    ``schema``: avro and jsonschema, the schema (a dict or its JSON text); protobuf, the
+    generated message class (``value`` a dict of its fields, or a message).
+    """
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    text = schema if isinstance(schema, str) or fmt == "protobuf" else json.dumps(schema)
+    if fmt == "avro":
+        from confluent_kafka.schema_registry.avro import AvroSerializer
+
+        return bytes(AvroSerializer(registry, text)(value, ctx))
+    if fmt == "jsonschema":
+        from confluent_kafka.schema_registry.json_schema import JSONSerializer
+
+        return bytes(JSONSerializer(text, registry)(value, ctx))
+    if fmt == "protobuf":
+        from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+        from google.protobuf.json_format import ParseDict
+
+        message = ParseDict(value, schema()) if isinstance(value, Mapping) else value
+        serializer = ProtobufSerializer(schema, registry, {"use.deprecated.format": False})
+        return bytes(serializer(message, ctx))
+    raise ValueError(f"not a schema format: {fmt!r} (expected one of {', '.join(SCHEMA_FORMATS)})")
+
+
+def _uses_schemas(spec: PipelineSpec) -> bool:
+    kafka = spec.sink.kafka
+    return spec.source.format in SCHEMA_FORMATS or (kafka is not None and kafka.format != "json")
 
 
 # -- results --------------------------------------------------------------------------------
@@ -210,22 +264,29 @@ class PipelineHarness:
         *,
         processor: ProcessorArg = None,
         partitions: int = 1,
+        schema_registry: Any = None,
     ) -> None:
         self.spec = _load(manifest)
         self.broker = broker
         self.processor = processor
+        # avro | protobuf | jsonschema: the workers use this client, never the spec's URL; an
+        # in-memory one unless the test brings its own (to share it with its producers).
+        self.schema_registry = schema_registry
+        if schema_registry is None and _uses_schemas(self.spec):
+            self.schema_registry = in_memory_registry()
         self.workers: list[WorkerHandle] = []
         existing = broker.topics()
         for topic in self._input_topics():
-            if topic not in existing:
+            if topic not in existing and not is_topic_pattern(topic):
                 broker.create_topic(topic, partitions)
         for topic in self._output_topics():
             if topic not in existing:
                 broker.create_topic(topic, 1)
 
     def _input_topics(self) -> list[str]:
-        """Source topics and their retry topics (errors.retryTopics), which the group reads."""
-        source = self.spec.source.topics
+        """Source topics and their retry topics (errors.retryTopics), which the group reads;
+        a pattern stands for the broker's topics it matches now."""
+        source = tuple(matching_topics(self.spec.source.topics, self.broker.topics()))
         return [*source, *self.spec.errors.retry_topic_names(source)]
 
     def _output_topics(self) -> list[str]:
@@ -250,7 +311,11 @@ class PipelineHarness:
         index = len(self.workers)
         clients = self.broker.clients(f"{self.spec.name}-w{index}")
         worker = build_worker(
-            self.spec, clients=clients, processor=self._make_processor(), instance_id=instance_id
+            self.spec,
+            clients=clients,
+            processor=self._make_processor(),
+            instance_id=instance_id,
+            schema_registry=self.schema_registry,
         )
         handle = WorkerHandle(index, worker, clients, threading.Thread())
         handle.thread = threading.Thread(
@@ -364,8 +429,11 @@ class PipelineHarness:
         headers: Any = None,
     ) -> MemoryMessage:
         """Produce one input record (to the first source topic unless ``topic`` is given)."""
+        topic = topic or self.spec.source.topics[0]
+        if is_topic_pattern(topic):
+            raise ValueError(f"source.topics[0] is the pattern {topic!r}: pass topic= to produce")
         return self.broker.produce(
-            topic or self.spec.source.topics[0],
+            topic,
             value,
             key=key,
             partition=partition,
@@ -395,7 +463,7 @@ class PipelineHarness:
         group = self.spec.source.group_id
         committed = {
             (t, p): self.broker.committed(group, t, p)
-            for t in self.spec.source.topics
+            for t in matching_topics(self.spec.source.topics, self.broker.topics())
             for p in self.broker.end_offsets(t)
         }
         messages = self.output_messages()
@@ -440,6 +508,7 @@ def run_pipeline(
     timeout: float = 30.0,
     processor: ProcessorArg = None,
     partitions: int = 1,
+    schema_registry: Any = None,
 ) -> PipelineRun:
     """Run ``workers`` workers until every input record is committed (or ``until()`` holds),
     stop them gracefully and return what happened.
@@ -450,7 +519,13 @@ def run_pipeline(
     With ``source.startFrom: latest`` records produced before the workers joined are never
     consumed, so pass ``until`` instead of waiting for them.
     """
-    with PipelineHarness(manifest, broker, processor=processor, partitions=partitions) as h:
+    with PipelineHarness(
+        manifest,
+        broker,
+        processor=processor,
+        partitions=partitions,
+        schema_registry=schema_registry,
+    ) as h:
         for _ in range(workers):
             h.add_worker()
         try:
@@ -477,6 +552,8 @@ def process(
     headers: Iterable[tuple[str, bytes | None]] = (),
     timestamp: int | None = None,
     format: str | None = None,
+    schema: Any = None,
+    registry: Any = None,
 ) -> list[Any]:
     """Call a processing function on one record the way the worker does; return its values.
 
@@ -487,9 +564,31 @@ def process(
     By default ``record_value`` is the decoded value the function receives. With ``format``
     (json, string or bytes) it is the raw value instead (bytes or str) and is decoded like
     ``source.format`` first; invalid input raises like the worker's decode step.
+
+    With ``format`` avro, protobuf or jsonschema, no registry is needed: ``record_value`` is
+    encoded with ``schema`` (see :func:`encode`) in confluent-kafka's in-memory registry and
+    decoded the way the worker decodes it, so the function sees exactly the worker's value (a
+    value that does not fit the schema raises). Bytes already in the wire format are decoded
+    with ``registry`` (a client holding their schema) instead (protobuf: still pass the
+    message class as ``schema``).
     """
     function = load_function(fn) if isinstance(fn, str) else fn
-    if format is not None:
+    raw: bytes | None
+    if format in SCHEMA_FORMATS:
+        from offtake.processing.schema_formats import SchemaValueDecoder
+
+        if isinstance(record_value, bytes):
+            if registry is None:
+                raise ValueError("wire-format bytes need registry=, the client with their schema")
+            raw = record_value
+        else:
+            if schema is None:
+                raise ValueError(f"format {format!r} needs schema= to encode the value with")
+            registry = registry or in_memory_registry()
+            raw = encode(format, record_value, schema, registry=registry, topic=topic)
+        message_class = schema if format == "protobuf" else None
+        value = SchemaValueDecoder(format, registry, message_class).decode(raw, topic)
+    elif format is not None:
         raw = record_value.encode("utf-8") if isinstance(record_value, str) else record_value
         value = decode_value(raw, format)
     else:

@@ -6,6 +6,7 @@ Every problem raises :class:`ConfigError` naming the field's path, e.g.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -15,6 +16,7 @@ import yaml
 from offtake.config._fields import ConfigError, Fields, field_name
 from offtake.config.redrive import dlq_topic_of, parse_redrive
 from offtake.config.spec import (
+    SCHEMA_FORMATS,
     CommitSpec,
     ContainerSpec,
     DlqSpec,
@@ -31,8 +33,11 @@ from offtake.config.spec import (
     PipelineSpec,
     ProcessorSpec,
     RetryTopicSpec,
+    SchemaRegistrySpec,
     SecretRef,
     ShutdownSpec,
+    SinkFormat,
+    SinkSchemaSpec,
     SinkSpec,
     SourceSpec,
     SparkBatchSpec,
@@ -41,6 +46,7 @@ from offtake.config.spec import (
     SparkSinkSpec,
     SparkSubmitSpec,
     StartFrom,
+    is_topic_pattern,
 )
 
 API_VERSION = "offtake.dev/v1alpha1"
@@ -95,13 +101,16 @@ def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
     assert spec is not None
     top.has("status")  # status is the operator's; a manifest copied from the cluster may carry it
     top._seen.update({"status"})
+    # In this order, so the first error reported is the first field in the manifest's order.
+    kafka = _kafka(spec.sub("kafka", required=True))
+    source = _source(spec.sub("source", required=True), f"{namespace}.{name}")
     pipeline = PipelineSpec(
         name=name,
         namespace=namespace,
-        kafka=_kafka(spec.sub("kafka", required=True)),
-        source=_source(spec.sub("source", required=True), f"{namespace}.{name}"),
+        kafka=kafka,
+        source=source,
         processor=_processor(spec.sub("processor")),
-        sink=_sink(spec.sub("sink", required=True)),
+        sink=_sink(spec.sub("sink", required=True), source.schema_registry),
         commit=_commit(spec.sub("commit")),
         limits=_limits(spec.sub("limits")),
         errors=_errors(spec.sub("errors")),
@@ -112,6 +121,13 @@ def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
     )
     spec._seen.update(_OPERATOR_ONLY_FIELDS)
     spec.done()
+    if pipeline.source.patterns and pipeline.errors.retry_topics:
+        raise ConfigError(
+            "spec.errors.retryTopics",
+            "cannot be combined with a topic pattern in spec.source.topics "
+            f"({pipeline.source.patterns[0]!r}): each retry topic is named after one source "
+            "topic; list the topics by name to use retry topics",
+        )
     # Not the worker's to act on, but checked here so that a bad request is named by
     # `offtake validate` and by the operator's pass through this loader alike.
     raw_spec = doc["spec"]
@@ -188,14 +204,56 @@ def _secret_ref(f: Fields | None) -> SecretRef | None:
     return out
 
 
+FORMATS = ("json", "string", "bytes", *SCHEMA_FORMATS)
+
+
 def _source(f: Fields | None, default_group: str) -> SourceSpec:
     assert f is not None
+    topics = f.str_list("topics", required=True)
+    for i, topic in enumerate(topics):
+        _check_topic_pattern(f"{f.at('topics')}[{i}]", topic)
+    fmt = cast(Format, f.choice("format", FORMATS, "json"))
+    registry = _schema_registry(f.sub("schemaRegistry"))
+    message = f.opt_str("protobufMessage")
+    if fmt in SCHEMA_FORMATS and registry is None:
+        raise ConfigError(f.at("schemaRegistry"), f"is required when format is {fmt}")
+    if fmt == "protobuf" and message is None:
+        raise ConfigError(
+            f.at("protobufMessage"),
+            "is required when format is protobuf: the generated message class (module:Class) "
+            "that values decode into",
+        )
+    if message is not None and (fmt != "protobuf" or ":" not in message):
+        problem = "expected module:Class" if fmt == "protobuf" else "is only for format protobuf"
+        raise ConfigError(f.at("protobufMessage"), problem)
     out = SourceSpec(
-        topics=f.str_list("topics", required=True),
+        topics=topics,
         group_id=f.text("groupId", default_group),
         start_from=cast(StartFrom, f.choice("startFrom", ("earliest", "latest"), "earliest")),
-        format=cast(Format, f.choice("format", ("json", "string", "bytes"), "json")),
+        format=fmt,
+        schema_registry=registry,
+        protobuf_message=message,
     )
+    f.done()
+    return out
+
+
+def _check_topic_pattern(path: str, topic: str) -> None:
+    if not is_topic_pattern(topic):
+        return
+    try:
+        re.compile(topic)
+    except re.error as exc:
+        raise ConfigError(path, f"not a valid regular expression: {exc}") from None
+
+
+def _schema_registry(f: Fields | None) -> SchemaRegistrySpec | None:
+    if f is None:
+        return None
+    url = f.text("url", required=True)
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f.at("url"), f"expected an http:// or https:// URL, got {url!r}")
+    out = SchemaRegistrySpec(url=url, secret_ref=_secret_ref(f.sub("secretRef")))
     f.done()
     return out
 
@@ -229,7 +287,65 @@ def _processor(f: Fields | None) -> ProcessorSpec:
 DELIVERY_MODES = ("at-least-once", "exactly-once")
 
 
-def _sink(f: Fields | None) -> SinkSpec:
+def _sink_kafka(k: Fields, source_registry: SchemaRegistrySpec | None) -> KafkaSinkSpec:
+    fmt = cast(SinkFormat, k.choice("format", ("json", *SCHEMA_FORMATS), "json"))
+    registry = _schema_registry(k.sub("schemaRegistry")) or source_registry
+    s = k.sub("schema")
+    schema = None
+    if s is not None:
+        schema = SinkSchemaSpec(file=s.opt_str("file"), subject=s.opt_str("subject"))
+        s.done()
+    message = k.opt_str("protobufMessage")
+    auto_register = k.flag("autoRegister", False)
+    out = KafkaSinkSpec(
+        topic=k.text("topic", required=True),
+        config=k.str_map("config"),
+        delivery=k.choice("delivery", DELIVERY_MODES, "at-least-once"),
+        format=fmt,
+        schema=schema,
+        protobuf_message=message,
+        auto_register=auto_register,
+        schema_registry=registry if fmt != "json" else None,
+    )
+    k.done()
+    if fmt == "json":
+        given = [n for n in ("schema", "protobufMessage", "schemaRegistry") if k.has(n)]
+        if auto_register:
+            given.append("autoRegister")
+        if given:
+            raise ConfigError(k.at(given[0]), "is only for format avro, protobuf or jsonschema")
+        return out
+    if registry is None:
+        raise ConfigError(
+            k.at("schemaRegistry"),
+            f"is required when format is {fmt} (or set spec.source.schemaRegistry)",
+        )
+    file = schema.file if schema is not None else None
+    if fmt == "protobuf":
+        if message is None or ":" not in message:
+            raise ConfigError(
+                k.at("protobufMessage"),
+                "is required when format is protobuf: the generated message class "
+                "(module:Class) values are encoded as",
+            )
+        if file is not None:
+            raise ConfigError(
+                f"{k.at('schema')}.file", "is not for protobuf: the message class is the schema"
+            )
+    elif message is not None:
+        raise ConfigError(k.at("protobufMessage"), "is only for format protobuf")
+    elif schema is None or (file is None and schema.subject is None):
+        raise ConfigError(
+            k.at("schema"),
+            f"is required when format is {fmt}: a schema file, or the subject whose latest "
+            "version to encode with",
+        )
+    elif file is None and auto_register:
+        raise ConfigError(k.at("autoRegister"), "needs schema.file: the schema to register")
+    return out
+
+
+def _sink(f: Fields | None, source_registry: SchemaRegistrySpec | None = None) -> SinkSpec:
     assert f is not None
     kinds = [k for k in ("kafka", "spark", "log") if k in f.raw]
     if len(kinds) != 1:
@@ -238,14 +354,7 @@ def _sink(f: Fields | None) -> SinkSpec:
     sink = SinkSpec()
     if kinds == ["kafka"]:
         k = f.sub("kafka") or Fields({}, f.at("kafka"))
-        sink = SinkSpec(
-            kafka=KafkaSinkSpec(
-                topic=k.text("topic", required=True),
-                config=k.str_map("config"),
-                delivery=k.choice("delivery", DELIVERY_MODES, "at-least-once"),
-            )
-        )
-        k.done()
+        sink = SinkSpec(kafka=_sink_kafka(k, source_registry))
     elif kinds == ["spark"]:
         sink = SinkSpec(spark=_spark(f.sub("spark") or Fields({}, f.at("spark"))))
     else:

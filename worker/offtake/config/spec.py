@@ -6,10 +6,14 @@ Field names and defaults follow crds/consumerpipeline.yaml (documented in docs/w
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-Format = Literal["json", "string", "bytes"]
+Format = Literal["json", "string", "bytes", "avro", "protobuf", "jsonschema"]
+#: The formats whose values carry a schema id (Confluent wire format) and need a registry.
+SCHEMA_FORMATS = ("avro", "protobuf", "jsonschema")
 StartFrom = Literal["earliest", "latest"]
 ErrorPolicyName = Literal["dlq", "skip", "stop"]
 Ordering = Literal["relaxed", "strict"]
@@ -40,11 +44,48 @@ class KafkaSpec:
 
 
 @dataclass(frozen=True)
+class SchemaRegistrySpec:
+    """A Confluent-compatible schema registry (Confluent, Apicurio's ccompat API, Karapace)."""
+
+    url: str
+    #: A Secret with basic auth (username, password) and TLS (ca.crt, tls.crt, tls.key) files.
+    secret_ref: SecretRef | None = None
+
+
+@dataclass(frozen=True)
 class SourceSpec:
+    #: Topic names, or regular expressions starting with ``^`` (librdkafka's subscription).
     topics: tuple[str, ...]
     group_id: str
     start_from: StartFrom = "earliest"
     format: Format = "json"
+    schema_registry: SchemaRegistrySpec | None = None
+    #: protobuf: the generated message class values decode into (module:Class).
+    protobuf_message: str | None = None
+
+    @property
+    def patterns(self) -> tuple[str, ...]:
+        """The entries of ``topics`` that are regular expressions (``^...``)."""
+        return tuple(t for t in self.topics if is_topic_pattern(t))
+
+
+def is_topic_pattern(topic: str) -> bool:
+    """librdkafka's rule: a subscription entry starting with ``^`` is a regular expression."""
+    return topic.startswith("^")
+
+
+def matching_topics(entries: Iterable[str], existing: Iterable[str]) -> list[str]:
+    """The topics a subscription to ``entries`` covers among ``existing`` topic names, sorted.
+
+    A name stands for itself (whether or not it exists yet); a pattern matches the way
+    librdkafka matches it (a regular-expression search, anchored by its leading ``^``), never
+    an internal topic (``__consumer_offsets``, ``__transaction_state``).
+    """
+    names = set(existing)
+    out = {t for t in entries if not is_topic_pattern(t)}
+    for pattern in (re.compile(t) for t in entries if is_topic_pattern(t)):
+        out.update(n for n in names if not n.startswith("__") and pattern.search(n))
+    return sorted(out)
 
 
 @dataclass(frozen=True)
@@ -62,12 +103,35 @@ class ProcessorSpec:
     container: ContainerSpec | None = None
 
 
+SinkFormat = Literal["json", "avro", "protobuf", "jsonschema"]
+
+
+@dataclass(frozen=True)
+class SinkSchemaSpec:
+    """The schema the Kafka sink encodes with (sink.kafka.format avro | jsonschema)."""
+
+    #: A schema file in the worker image (.avsc, .json); without it: the subject's latest.
+    file: str | None = None
+    #: The subject the schema is looked up (or registered) under; default <topic>-value.
+    subject: str | None = None
+
+
 @dataclass(frozen=True)
 class KafkaSinkSpec:
     topic: str
     config: dict[str, str] = field(default_factory=dict)
     # "exactly-once": produced records and consumed offsets commit in one Kafka transaction.
     delivery: str = "at-least-once"
+    #: json: bytes as they are, text as UTF-8, anything else as JSON (no schema); the others
+    #: encode in the schema registry wire format.
+    format: SinkFormat = "json"
+    schema: SinkSchemaSpec | None = None
+    #: protobuf: the generated message class values are encoded as (module:Class).
+    protobuf_message: str | None = None
+    #: Register the schema if it is not (off by default: registries are usually governed).
+    auto_register: bool = False
+    #: The registry to encode with (the loader fills in source.schemaRegistry when unset).
+    schema_registry: SchemaRegistrySpec | None = None
 
     @property
     def exactly_once(self) -> bool:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
+from typing import Any
 
 from offtake.config import ConfigError
-from offtake.config.spec import PipelineSpec
+from offtake.config.spec import KafkaSinkSpec, PipelineSpec
 from offtake.engine.completions import Completions
 from offtake.engine.dead_letters import DeadLetterQueue
 from offtake.engine.errors import ErrorPolicy
@@ -29,8 +31,10 @@ from offtake.kafka.protocols import ClientFactory, ConsumerLike
 from offtake.kafka.source import KafkaSource
 from offtake.metrics import Metrics
 from offtake.processing.base import Processor
+from offtake.processing.decode import make_decoder
 from offtake.processing.function import FunctionProcessor, PassThrough, load_function
 from offtake.sinks.base import Sink
+from offtake.sinks.encoding import encode_value
 from offtake.sinks.kafka_transactional import TransactionalKafkaSink
 from offtake.sinks.log import LogSink
 
@@ -44,13 +48,18 @@ def build_worker(
     metrics: Metrics | None = None,
     health: Health | None = None,
     instance_id: str | None = None,
+    schema_registry: Any = None,
 ) -> Worker:
-    """The worker for ``spec``; any part passed in replaces the one the spec would make."""
+    """The worker for ``spec``; any part passed in replaces the one the spec would make.
+
+    ``schema_registry``: the SchemaRegistryClient of the schema formats, instead of one for the
+    spec's URL (the test kit passes confluent-kafka's in-memory client).
+    """
     clients = clients or default_clients()
     metrics = metrics or Metrics(spec.name)
     health = health or Health(max_poll_interval_s=300.0)
     processor = processor or make_processor(spec)
-    sink = sink or make_sink(spec, clients, metrics, instance_id)
+    sink = sink or make_sink(spec, clients, metrics, instance_id, schema_registry)
     completions = Completions()
     dlq: DeadLetterQueue | None = None
     retries: RetrySender | None = None
@@ -74,7 +83,7 @@ def build_worker(
         processor,
         sink,
         policy,
-        spec.source.format,
+        make_decoder(spec.source, schema_registry),
         completions,
         metrics,
         spec.errors.max_retries,
@@ -115,18 +124,36 @@ def default_clients() -> ClientFactory:
     return ConfluentClients()
 
 
+SIDECAR_FORMATS = ("json", "string", "bytes")
+
+
 def make_processor(spec: PipelineSpec) -> Processor:
     if spec.processor.function is not None:
         return FunctionProcessor(load_function(spec.processor.function))
     if spec.processor.container is not None:
         from offtake.processing.sidecar import SidecarProcessor
 
-        return SidecarProcessor(spec.processor.container, spec.source.format)
+        # Schema formats' values are decoded by the worker and carried as JSON.
+        fmt = spec.source.format
+        return SidecarProcessor(spec.processor.container, fmt if fmt in SIDECAR_FORMATS else "json")
     return PassThrough()
 
 
+def sink_encoder(kafka: KafkaSinkSpec, registry: Any = None) -> Callable[[Any], bytes | None]:
+    """How the Kafka sink turns values into bytes: as they are / JSON, or with a schema."""
+    if kafka.format == "json":
+        return encode_value
+    from offtake.sinks.schema_encoding import schema_encoder
+
+    return schema_encoder(kafka, registry)
+
+
 def make_sink(
-    spec: PipelineSpec, clients: ClientFactory, metrics: Metrics, instance_id: str | None = None
+    spec: PipelineSpec,
+    clients: ClientFactory,
+    metrics: Metrics,
+    instance_id: str | None = None,
+    schema_registry: Any = None,
 ) -> Sink:
     sink = spec.sink
     if sink.kafka is not None and sink.kafka.exactly_once:
@@ -138,12 +165,19 @@ def make_sink(
                 "exactly-once needs Kafka transactions, which these clients do not offer "
                 "(the in-memory broker has none); use at-least-once here",
             )
-        return TransactionalKafkaSink(producer, sink.kafka.topic, clients.topic_partition)
+        return TransactionalKafkaSink(
+            producer,
+            sink.kafka.topic,
+            clients.topic_partition,
+            encode=sink_encoder(sink.kafka, schema_registry),
+        )
     if sink.kafka is not None:
         from offtake.sinks.kafka import KafkaSink
 
         return KafkaSink(
-            clients.producer(producer_config(spec, sink.kafka.config)), sink.kafka.topic
+            clients.producer(producer_config(spec, sink.kafka.config)),
+            sink.kafka.topic,
+            sink_encoder(sink.kafka, schema_registry),
         )
     if sink.spark is not None:
         from offtake.sinks.spark import make_spark_sink

@@ -33,8 +33,21 @@ def describe_error(error: BaseException) -> str:
 H_RETRY_DUE = "offtake.retry.due"  # on retry topics: when to process it, ms since the epoch
 H_RETRY_TOPIC = "offtake.retry.topic"  # on retry topics: the retry topic it was sent to
 _ORIGIN = (H_TOPIC, H_PARTITION, H_OFFSET, H_TIMESTAMP)
+# A schema decode error's (offtake.processing.schema_formats): the schema id and the reason.
+H_SCHEMA_ID = "offtake.schema.id"
+H_REASON = "offtake.error.reason"
 _OURS = frozenset(
-    {*_ORIGIN, H_ERROR_CLASS, H_ERROR_MESSAGE, H_ATTEMPTS, H_STAGE, H_RETRY_DUE, H_RETRY_TOPIC}
+    {
+        *_ORIGIN,
+        H_ERROR_CLASS,
+        H_ERROR_MESSAGE,
+        H_ATTEMPTS,
+        H_STAGE,
+        H_RETRY_DUE,
+        H_RETRY_TOPIC,
+        H_SCHEMA_ID,
+        H_REASON,
+    }
 )
 
 
@@ -70,6 +83,8 @@ def dlq_headers(
         H_ERROR_MESSAGE: describe_error(error)[:4096],
         H_ATTEMPTS: str(attempts),
         H_STAGE: stage,
+        # Errors that say more than their message (a schema decode error: schema id, reason).
+        **getattr(error, "headers", {}),
         **(extra or {}),
     }
     return [*headers, *((k, v.encode("utf-8")) for k, v in ours.items())]

@@ -45,7 +45,8 @@ from offtake.health import Health
 from offtake.kafka.protocols import MessageLike
 from offtake.metrics import Metrics
 from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
-from offtake.processing.decode import DecodeError, to_record
+from offtake.processing.decode import DecodeError, ValueDecoder, to_record
+from offtake.processing.schema_formats import RegistryUnavailable
 from offtake.records import Record, TopicPartition
 from offtake.sinks.base import Sink, SinkItem
 
@@ -84,7 +85,7 @@ class ProcessingStage:
         processor: Processor,
         sink: Sink,
         policy: ErrorPolicy,
-        fmt: str,
+        fmt: str | ValueDecoder,
         completions: Completions,
         metrics: Metrics,
         max_retries: int,
@@ -302,7 +303,10 @@ class ProcessingStage:
     def _handle(self, work: Work) -> None:
         todo: list[tuple[Record, int, int]] = []
         for msg, epoch in work.messages:
-            record, decode_error = to_record(msg, self.fmt)
+            decoded = self._decode(msg)
+            if decoded is None:
+                return  # given up while the schema registry was unreachable (drain budget spent)
+            record, decode_error = decoded
             if not self._is_current(record.tp, epoch):
                 continue  # its partition was revoked or lost meanwhile: not ours any more
             block = self._block_of(record.tp, epoch) if self.strict else None
@@ -315,6 +319,24 @@ class ProcessingStage:
                 todo.append((record, epoch, 1))
         for i in range(0, len(todo), CHUNK):
             self._process(todo[i : i + CHUNK])
+
+    def _decode(self, msg: MessageLike) -> tuple[Record, DecodeError | None] | None:
+        """The decoded record; while the schema registry is unreachable this waits and retries
+        with backoff (not the record's fault: no dead letter), and the in-flight bound then
+        pauses the partitions (backpressure). None once the stage aborts."""
+        outage = 0
+        while True:
+            try:
+                return to_record(msg, self.fmt)
+            except RegistryUnavailable as exc:
+                outage += 1
+                delay = min(max(self.policy.backoff(outage), 0.1), UNAVAILABLE_BACKOFF_CAP)
+                log.warning(
+                    "%s; retrying in %.1fs (records wait, nothing is dead-lettered)", exc, delay
+                )
+                self._serve()  # deliveries already under way still complete meanwhile
+                if self.abort.wait(delay):
+                    return None
 
     def _process(self, todo: list[tuple[Record, int, int]]) -> None:
         """Run the processor on records, route results, park failures for a retry."""

@@ -13,6 +13,8 @@ from typing import Any
 
 import confluent_kafka
 
+from offtake.config.spec import matching_topics
+
 TIMEOUT = 10.0
 
 
@@ -41,14 +43,16 @@ class PartitionPosition:
 def group_positions(
     config: dict[str, Any], group: str, topics: list[str]
 ) -> list[PartitionPosition]:
-    """Every partition of ``topics`` with ``group``'s committed offset and its lag."""
+    """Every partition of ``topics`` (names or ``^`` patterns) with ``group``'s committed offset
+    and its lag."""
     conf = {k: v for k, v in config.items() if not callable(v)}
     conf.update({"group.id": group, "enable.auto.commit": False})
     consumer = confluent_kafka.Consumer(conf)
     try:
         metadata = consumer.list_topics(timeout=TIMEOUT)
         tps: list[Any] = []
-        for topic in topics:
+        # A pattern stands for the topics it matches now (librdkafka's subscription rule).
+        for topic in matching_topics(topics, metadata.topics):
             meta = metadata.topics.get(topic)
             if meta is None or meta.error is not None:
                 raise LookupError(f"topic {topic!r} not found on the brokers")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from offtake.kafka.produce import produce_waiting
@@ -35,10 +35,17 @@ class KafkaSink(Sink):
 
     name = "kafka"
 
-    def __init__(self, producer: ProducerLike, topic: str) -> None:
+    def __init__(
+        self,
+        producer: ProducerLike,
+        topic: str,
+        encode: Callable[[Any], bytes | None] = encode_value,
+    ) -> None:
+        """``encode``: a value to bytes; a schema format's encoder (sinks.schema_encoding)."""
         super().__init__()
         self.producer = producer
         self.topic = topic
+        self.encode = encode
         self._lock = threading.Lock()
         # Per source partition, so that abandon() can find what it must not report.
         self._in_flight: dict[TopicPartition, set[_InFlight]] = {}
@@ -69,7 +76,7 @@ class KafkaSink(Sink):
         headers = list(item.record.headers)
         try:
             for value in item.values:
-                self._produce(encode_value(value), item, headers, delivered)
+                self._produce(self.encode(value), item, headers, delivered)
         except BaseException:
             # The engine gives up an item whose submit raised; reports of values already
             # sent must not complete it a second time.

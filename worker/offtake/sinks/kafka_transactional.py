@@ -11,11 +11,13 @@ dead letters are part of the same transaction.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from offtake.kafka.protocols import ProducerLike
 from offtake.records import TopicPartition
 from offtake.sinks.base import OnComplete, SinkError
+from offtake.sinks.encoding import encode_value
 from offtake.sinks.kafka import KafkaSink
 
 log = logging.getLogger("offtake.sinks.kafka")
@@ -36,8 +38,9 @@ class TransactionalKafkaSink(KafkaSink):
         topic: str,
         make_partition: Any,
         commit_timeout: float = 60.0,
+        encode: Callable[[Any], bytes | None] = encode_value,
     ) -> None:
-        super().__init__(producer, topic)
+        super().__init__(producer, topic, encode)
         self._make_partition = make_partition  # (topic, partition, offset) -> client's type
         self.commit_timeout = commit_timeout
         self._open = False
