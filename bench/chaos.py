@@ -282,6 +282,14 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, took: float) ->
         f"Last run: {when}, {'quick' if args.quick else 'full'} sizes, {took / 60:.1f} minutes,",
         f"on {platform.machine()} with {os.cpu_count()} cores shared with other jobs running at",
         "the same time (times to recover are upper bounds on a loaded machine).",
+        *(
+            [
+                f"Scenario(s) {args.only} were rerun after a fix; the other rows are from the run",
+                f"before it ({args.keep}), same code otherwise.",
+            ]
+            if args.keep
+            else []
+        ),
         "",
         "| scenario | records | faults injected | lost | duplicated (bound) "
         "| time to recover | peak RSS |",
@@ -327,7 +335,8 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, took: float) ->
         "  (`<Foo object at 0x...>`) sent as the record; it is now an error of that record, to",
         "  the error policy. Manifests: an integer beyond 64 bits and `config:` left empty",
         "  (null) crashed `offtake validate` with a traceback inside cel-python; keys with",
-        "  control characters were printed raw in a problem's field path.",
+        "  control characters were printed raw in a problem's field path; the operator met",
+        '  `spec.template: true` with its catch-all ("spec: cannot be read: AttributeError").',
         "",
         "## What each scenario does",
         "",
@@ -346,6 +355,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="scenario numbers, e.g. 1,3")
     parser.add_argument("--out", default=str(REPO / "docs" / "reliability.md"))
     parser.add_argument("--json", default="", help="also write the rows as JSON here")
+    parser.add_argument(
+        "--keep",
+        default="",
+        help="rows (--json of an earlier run) to keep for the scenarios not run this time",
+    )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     chosen = [s.strip() for s in args.only.split(",") if s.strip()] or list(SCENARIOS)
@@ -371,6 +385,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  scenario {number} took {time.monotonic() - t0:.0f}s", flush=True)
     finally:
         beds.stop()
+    if args.keep:
+        kept = json.loads(Path(args.keep).read_text())
+        rows = [r for r in kept if r["scenario"].split(".")[0] not in chosen] + rows
+        rows.sort(key=lambda r: int(r["scenario"].split(".")[0]))
     text = render(rows, args, time.monotonic() - began)
     Path(args.out).write_text(text)
     if args.json:

@@ -67,6 +67,26 @@ def worker_manifest(body: Mapping[str, Any]) -> JSON:
     }
 
 
+def _check_pod_template_shape(spec: Mapping[str, Any]) -> None:
+    """spec.template is the operator's alone (the worker's loader never reads it): name the
+    field when it is not a mapping, instead of failing inside rendering (found by
+    tests/chaos/test_bad_manifests.py: "template: true" reached the catch-all below)."""
+    template = spec.get("template")
+    if template is None:
+        return
+    if not isinstance(template, Mapping):
+        raise ConfigError("spec.template", "expected a mapping (a pod template)")
+    for key in ("spec", "metadata"):
+        inner = template.get(key)
+        if inner is not None and not isinstance(inner, Mapping):
+            raise ConfigError(f"spec.template.{key}", "expected a mapping")
+    pod = template.get("spec") or {}
+    for key in ("securityContext", "containerSecurityContext"):
+        inner = pod.get(key)
+        if inner is not None and not isinstance(inner, Mapping):
+            raise ConfigError(f"spec.template.spec.{key}", "expected a mapping")
+
+
 def validate(body: Mapping[str, Any]) -> tuple[PipelineSpec, OperatorSpec]:
     """Parse with the worker's own loader (the same verdict the worker would reach)."""
     try:
@@ -82,6 +102,7 @@ def validate(body: Mapping[str, Any]) -> tuple[PipelineSpec, OperatorSpec]:
 
 def check_security(body: Mapping[str, Any], pipeline: PipelineSpec) -> None:
     """Refuse overrides that Pod Security ``restricted`` would refuse (see :mod:`.security`)."""
+    _check_pod_template_shape(body.get("spec") or {})
     pod, worker, processor = render.security_contexts(body)
     security.check_pod(pod, "spec.template.spec.securityContext")
     security.check_container(worker, pod, "spec.template.spec.containerSecurityContext")

@@ -170,3 +170,24 @@ def test_offtake_validate_refuses_what_is_not_a_manifest_with_exit_2(
     target.write_text(text)
     code, out = run_validate(target)
     assert code == 2 and "Traceback" not in out and "offtake:" in out, out
+
+
+@pytest.mark.parametrize(
+    ("template", "field"),
+    [
+        (True, "spec.template"),
+        ({"spec": 3}, "spec.template.spec"),
+        ({"spec": {"securityContext": "root"}}, "spec.template.spec.securityContext"),
+    ],
+)
+def test_a_pod_template_of_the_wrong_shape_is_named_by_the_operator(
+    template: Any, field: str
+) -> None:
+    # Found by the hypothesis test above at 1,000 examples: "template: true" reached the
+    # operator's catch-all ("spec: cannot be read: AttributeError(...)").
+    body = minimal("template")
+    body["metadata"]["namespace"] = "chaos"
+    body["spec"]["template"] = template
+    with pytest.raises(ConfigError) as caught:
+        operator_validate(body)
+    assert caught.value.path == field
