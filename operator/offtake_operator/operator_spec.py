@@ -36,6 +36,17 @@ class Autoscaling:
     min_replicas: int = 1
     max_replicas: int = 10
     target_lag_per_replica: int = 1000
+    #: When set, scale on the age of the oldest uncommitted record instead of messages.
+    target_lag_seconds: int | None = None
+    #: How long a lower replica count must be recommended before the autoscaler scales down,
+    #: so that a drained backlog does not make the group rebalance back and forth.
+    scale_down_stabilization_seconds: int = 300
+    #: Prometheus that KEDA's Prometheus scaler asks for the lag in seconds.
+    prometheus_address: str | None = None
+
+    @property
+    def on_seconds(self) -> bool:
+        return self.target_lag_seconds is not None
 
 
 @dataclass(frozen=True)
@@ -117,12 +128,28 @@ def _autoscaling(raw: Any) -> Autoscaling:
             )
         return value
 
+    if "targetLagSeconds" in raw and "targetLagPerReplica" in raw:
+        raise ConfigError(
+            "spec.autoscaling.targetLagSeconds",
+            "set either targetLagSeconds or targetLagPerReplica, not both",
+        )
+    address = raw.get("prometheusAddress")
+    if address is not None and (not isinstance(address, str) or "://" not in address):
+        raise ConfigError(
+            "spec.autoscaling.prometheusAddress",
+            f"expected a URL such as http://prometheus:9090, got {address!r}",
+        )
     out = Autoscaling(
         enabled=enabled,
         # 0: KEDA scales to zero; an HPA keeps one (see render.render_hpa).
         min_replicas=count("minReplicas", defaults.min_replicas, least=0),
         max_replicas=count("maxReplicas", defaults.max_replicas),
         target_lag_per_replica=count("targetLagPerReplica", defaults.target_lag_per_replica),
+        target_lag_seconds=(count("targetLagSeconds", 0) if "targetLagSeconds" in raw else None),
+        scale_down_stabilization_seconds=count(
+            "scaleDownStabilizationSeconds", defaults.scale_down_stabilization_seconds, least=0
+        ),
+        prometheus_address=address,
     )
     if out.min_replicas > out.max_replicas:
         raise ConfigError(

@@ -166,8 +166,8 @@ async def _apply_autoscaler(
     auth: JSON | None = None
     # Paused: no autoscaler, or it would keep writing spec.replicas behind the user's back.
     if extras.autoscaling.enabled and not pipeline.paused:
-        if await ctx.serves(SCALEDOBJECTS):
-            if secret is not None:
+        if render.uses_scaled_object(extras.autoscaling, await ctx.serves(SCALEDOBJECTS)):
+            if secret is not None and not extras.autoscaling.on_seconds:
                 auth = render.render_trigger_authentication(body, secret.mounts)
             wanted = (
                 SCALEDOBJECTS,

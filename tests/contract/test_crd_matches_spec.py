@@ -138,8 +138,8 @@ _SECRET_KEYS = ("sasl.jaas.config", "ssl.key.pem", "ssl_key.pem", "sasl.oauthbea
 CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     "self.all(k, !(k.lowerAscii().endsWith('password') || k.lowerAscii().endsWith('secret') "
     "|| k.lowerAscii() in ['sasl.jaas.config', 'ssl.key.pem', 'ssl_key.pem', "
-    "'sasl.oauthbearer.config']))": lambda s: not any(
-        k.lower().endswith(("password", "secret")) or k.lower() in _SECRET_KEYS for k in s
+    "'sasl.oauthbearer.config']))": lambda s: (
+        not any(k.lower().endswith(("password", "secret")) or k.lower() in _SECRET_KEYS for k in s)
     ),
     "self.metadata.name.size() <= 55": lambda s: len(s["metadata"]["name"]) <= 55,
     "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')": lambda s: (
@@ -181,6 +181,9 @@ CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
             or s["minReplicas"] <= s["maxReplicas"]
         )
     ),
+    "!has(self.targetLagSeconds) || !has(self.targetLagPerReplica)": lambda s: (
+        not _has(s, "targetLagSeconds") or not _has(s, "targetLagPerReplica")
+    ),
 }
 
 
@@ -216,6 +219,7 @@ SAMPLE_STRINGS = {
     "until": "2024-05-01T12:00:00Z",
     "path": "/v1/process",
     "connectUrl": "sc://spark:15002",
+    "prometheusAddress": "http://prometheus:9090",
 }
 
 
@@ -604,6 +608,9 @@ def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
     elif "minReplicas" in rule:
         spec["autoscaling"] = {"enabled": True, "minReplicas": 5, "maxReplicas": 2}
         loader_rejects = False
+    elif "targetLagSeconds" in rule:
+        spec["autoscaling"] = {"enabled": True, "targetLagSeconds": 30, "targetLagPerReplica": 9}
+        loader_rejects = False  # the operator's parse_operator_spec rejects it, not the worker
     else:
         raise AssertionError(f"no breaking example for {rule}")
     return m, loader_rejects

@@ -140,6 +140,47 @@ def test_hpa_on_the_scale_subresource_capped_at_the_partition_count(
     wait_for(lambda: not exists(kubectl, "hpa", "scaly", "-n", ns), what="no HPA while paused")
 
 
+def test_lag_seconds_hpa_on_the_external_metric_accepted_by_the_api_server(
+    kubectl: Kubectl,
+    kube_namespace: str,
+    kafka_broker: Any,
+    topic_factory: TopicFactory,
+    operator: None,
+) -> None:
+    ns = kube_namespace
+    topic = topic_factory(partitions=4)
+    body = yaml.safe_load(autoscaled("timely", kafka_broker.bootstrap, topic))
+    auto = body["spec"]["autoscaling"]
+    del auto["targetLagPerReplica"]
+    auto.update(targetLagSeconds=30, scaleDownStabilizationSeconds=60)
+    kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(body))
+    # Read back from the real API server: autoscaling/v2 validated and stored the External
+    # metric, its selector, the Value target and the behaviour, capped at 4 partitions.
+    hpa = wait_for(
+        lambda: (h := get(kubectl, "hpa", "timely", "-n", ns))["spec"]["maxReplicas"] == 4 and h,
+        what="an HPA on lag seconds capped at 4",
+    )
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric == {
+        "type": "External",
+        "external": {
+            "metric": {
+                "name": "offtake_consumer_lag_seconds",
+                "selector": {"matchLabels": {"pipeline": "timely"}},
+            },
+            "target": {"type": "Value", "value": "30"},
+        },
+    }
+    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 60
+    # Both targets at once: the API server's CEL rule refuses it, naming the fields.
+    both = kubectl(
+        "patch", "cpl/timely", "-n", ns, "--type=merge",
+        "-p", '{"spec":{"autoscaling":{"targetLagPerReplica":100}}}', check=False,
+    )  # fmt: skip
+    assert both.returncode != 0
+    assert "either targetLagSeconds or targetLagPerReplica" in both.stderr
+
+
 def test_servicemonitor_and_keda_scaledobject_when_their_crds_exist(
     kubectl: Kubectl,
     kube_namespace: str,
@@ -189,6 +230,29 @@ def test_servicemonitor_and_keda_scaledobject_when_their_crds_exist(
     )
     assert not exists(kubectl, "hpa", "kedaed", "-n", ns), (
         "KEDA makes its own HPA; the operator makes none"
+    )
+    # Lag in seconds: KEDA's Prometheus scaler replaces the Kafka one, same object.
+    kubectl(
+        "patch", "cpl/kedaed", "-n", ns, "--type=json", "-p",
+        '[{"op":"remove","path":"/spec/autoscaling/targetLagPerReplica"},'
+        '{"op":"add","path":"/spec/autoscaling/targetLagSeconds","value":20},'
+        '{"op":"add","path":"/spec/autoscaling/prometheusAddress","value":"http://prom:9090"}]',
+    )  # fmt: skip
+    so = wait_for(
+        lambda: (
+            (s := get(kubectl, "scaledobjects.keda.sh", "kedaed", "-n", ns))["spec"]["triggers"][0][
+                "type"
+            ]
+            == "prometheus"
+            and s
+        ),
+        what="the ScaledObject on KEDA's Prometheus scaler",
+    )
+    (trigger,) = so["spec"]["triggers"]
+    assert trigger["metricType"] == "Value"
+    assert trigger["metadata"]["threshold"] == "20"
+    assert trigger["metadata"]["query"] == (
+        f'max(offtake_consumer_lag_seconds{{namespace="{ns}", pipeline="kedaed"}})'
     )
     kubectl(
         "patch",

@@ -96,6 +96,16 @@ def test_operator_spec() -> None:
         ({"autoscaling": {"minReplicas": -1}}, "spec.autoscaling.minReplicas"),
         ({"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}, "spec.autoscaling.minReplicas"),
         ({"autoscaling": "yes"}, "spec.autoscaling"),
+        ({"autoscaling": {"targetLagSeconds": 0}}, "spec.autoscaling.targetLagSeconds"),
+        (
+            {"autoscaling": {"targetLagSeconds": 30, "targetLagPerReplica": 10}},
+            "spec.autoscaling.targetLagSeconds",
+        ),
+        (
+            {"autoscaling": {"scaleDownStabilizationSeconds": -5}},
+            "spec.autoscaling.scaleDownStabilizationSeconds",
+        ),
+        ({"autoscaling": {"prometheusAddress": "prom:9090"}}, "spec.autoscaling.prometheusAddress"),
     ],
 )
 def test_operator_spec_errors_name_the_field(spec: dict[str, object], field: str) -> None:
