@@ -50,9 +50,22 @@ class Autoscaling:
 
 
 @dataclass(frozen=True)
+class Slo:
+    """spec.slo: the objectives the operator turns into the pipeline's PrometheusRule."""
+
+    max_lag_seconds: int | None = None
+    #: Budget of records that end in an error outcome (dlq, skipped, failed) per record done.
+    max_error_ratio: float | None = None
+    max_time_since_last_commit_seconds: int | None = None
+    #: How long a breach must last before its alert fires (each rule's ``for``).
+    alert_after_seconds: int = 120
+
+
+@dataclass(frozen=True)
 class OperatorSpec:
     rewind: Rewind | None
     autoscaling: Autoscaling
+    slo: Slo | None = None
     #: spec.redrive, read by the worker's own parser (offtake.config.redrive).
     redrive: RedriveRequest | None = None
     #: Extra labels of the pipeline's ServiceMonitor (spec.serviceMonitor.labels), e.g. the
@@ -67,7 +80,50 @@ def parse_operator_spec(spec: Mapping[str, Any]) -> OperatorSpec:
         autoscaling=_autoscaling(spec.get("autoscaling")),
         service_monitor_labels=_service_monitor_labels(spec.get("serviceMonitor")),
         redrive=parse_redrive(spec.get("redrive"), dlq_topic_of(spec)),
+        slo=_slo(spec.get("slo")),
     )
+
+
+def _slo(raw: Any) -> Slo | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ConfigError("spec.slo", "expected a mapping")
+
+    def seconds(key: str, least: int = 1) -> int | None:
+        value = raw.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(
+                f"spec.slo.{key}", f"expected whole seconds >= {least}, got {value!r}"
+            )
+        return value
+
+    ratio = raw.get("maxErrorRatio")
+    if ratio is not None and (
+        isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 1e-6 <= ratio <= 0.5
+    ):
+        raise ConfigError(
+            "spec.slo.maxErrorRatio", f"expected a fraction from 0.000001 to 0.5, got {ratio!r}"
+        )
+    after = seconds("alertAfterSeconds", least=0)
+    slo = Slo(
+        max_lag_seconds=seconds("maxLagSeconds"),
+        max_error_ratio=None if ratio is None else float(ratio),
+        max_time_since_last_commit_seconds=seconds("maxTimeSinceLastCommitSeconds"),
+        alert_after_seconds=Slo.alert_after_seconds if after is None else after,
+    )
+    if (slo.max_lag_seconds, slo.max_error_ratio, slo.max_time_since_last_commit_seconds) == (
+        None,
+        None,
+        None,
+    ):
+        raise ConfigError(
+            "spec.slo",
+            "set at least one of maxLagSeconds, maxErrorRatio, maxTimeSinceLastCommitSeconds",
+        )
+    return slo
 
 
 def _service_monitor_labels(raw: Any) -> dict[str, str]:

@@ -18,7 +18,7 @@ import kopf
 
 from offtake.config import ConfigError, PipelineSpec, parse_pipeline
 
-from . import names, redrive, render, rewind, security
+from . import names, redrive, render, rewind, security, slo_rules
 from .apply import Applied, NotOursError, ensure, remove_owned
 from .context import OperatorContext
 from .kafka_secret import KafkaSecret, KafkaSecretError, kafka_properties, read_kafka_secret
@@ -29,6 +29,7 @@ from .kubeapi import (
     JSON,
     PDBS,
     PIPELINES,
+    PROMETHEUSRULES,
     SCALEDOBJECTS,
     SERVICEMONITORS,
     SERVICES,
@@ -191,6 +192,27 @@ async def _apply_autoscaler(
     return wanted[0].kind
 
 
+async def _apply_slo_rule(
+    ctx: OperatorContext,
+    body: Mapping[str, Any],
+    extras: OperatorSpec,
+    old_status: Mapping[str, Any],
+) -> str | None:
+    """The pipeline's PrometheusRule while spec.slo is set and the cluster serves the kind;
+    removed when spec.slo goes. Returns its name (status.sloRule, so that removing spec.slo
+    later knows there is one to delete without probing on every pass)."""
+    _, namespace = render.meta(body)
+    if extras.slo is not None and await ctx.serves(PROMETHEUSRULES):
+        labels = {**ctx.config.service_monitor_labels, **extras.service_monitor_labels}
+        rule = slo_rules.render_prometheus_rule(body, extras.slo, labels)
+        await _ensure_child(ctx, PROMETHEUSRULES, rule)
+        return str(rule["metadata"]["name"])
+    previous = old_status.get("sloRule")
+    if previous:
+        await remove_owned(ctx.api, PROMETHEUSRULES, namespace, previous, body["metadata"]["uid"])
+    return None
+
+
 class ChildRejectedError(Exception):
     """The API server refused a rendered child (e.g. a malformed image reference)."""
 
@@ -253,6 +275,7 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
         outcome.status["autoscaler"] = await _apply_autoscaler(
             ctx, body, pipeline, extras, old_status, secret
         )
+        outcome.status["sloRule"] = await _apply_slo_rule(ctx, body, extras, old_status)
         if extras.redrive is not None and redrive.pending(extras.redrive, old_status):
             # Independent of the workers (they keep running and consume what it replays);
             # the Job's watch and the resync bring the next step.

@@ -37,6 +37,7 @@ DEPLOYMENT_ONLY_FIELDS = (
     "resources",
     "image",
     "serviceMonitor",
+    "slo",
 )
 
 LAG_METRIC = "offtake_consumer_lag_messages"
@@ -103,7 +104,7 @@ def labels(pipeline: str, component: str) -> dict[str, str]:
     }
 
 
-def _metadata(body: Mapping[str, Any], name: str, component: str) -> JSON:
+def child_metadata(body: Mapping[str, Any], name: str, component: str) -> JSON:
     pipeline, namespace = meta(body)
     return {
         "name": name,
@@ -120,7 +121,7 @@ def render_configmap(
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _metadata(body, names.configmap_name(pipeline), "config"),
+        "metadata": child_metadata(body, names.configmap_name(pipeline), "config"),
         "data": {names.CONFIG_KEY: pipeline_yaml(body, kafka_config)},
     }
 
@@ -360,7 +361,7 @@ def render_deployment(
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(body, names.deployment_name(name), "worker"),
+        "metadata": child_metadata(body, names.deployment_name(name), "worker"),
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": selector},
@@ -444,7 +445,7 @@ def render_redrive_job(
         "securityContext": security_contexts(body)[0],
     }
     _copy_pod_settings(template_spec, pod_spec)
-    metadata = _metadata(body, names.redrive_job_name(name), "redrive")
+    metadata = child_metadata(body, names.redrive_job_name(name), "redrive")
     metadata["annotations"] = {names.REDRIVE_ID_ANNOTATION: request.id}
     return {
         "apiVersion": "batch/v1",
@@ -469,7 +470,7 @@ def render_service(body: Mapping[str, Any], pipeline: PipelineSpec) -> JSON:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(body, names.service_name(name), "metrics"),
+        "metadata": child_metadata(body, names.service_name(name), "metrics"),
         "spec": {
             "clusterIP": "None",
             "selector": names.selector(name),
@@ -490,7 +491,7 @@ def render_pdb(body: Mapping[str, Any]) -> JSON:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": _metadata(body, names.pdb_name(name), "worker"),
+        "metadata": child_metadata(body, names.pdb_name(name), "worker"),
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": names.selector(name)}},
     }
 
@@ -501,7 +502,7 @@ def render_service_monitor(
     """``extra_labels`` (the chart's and the pipeline's) let a Prometheus that selects
     ServiceMonitors by label (kube-prometheus-stack: ``release``) find it; ours win."""
     name, _ = meta(body)
-    metadata = _metadata(body, name, "metrics")
+    metadata = child_metadata(body, name, "metrics")
     metadata["labels"] = {**(extra_labels or {}), **metadata["labels"]}
     return {
         "apiVersion": "monitoring.coreos.com/v1",
@@ -600,7 +601,7 @@ def render_hpa(body: Mapping[str, Any], autoscaling: Autoscaling, partitions: in
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
-        "metadata": _metadata(body, names.autoscaler_name(name), "autoscaler"),
+        "metadata": child_metadata(body, names.autoscaler_name(name), "autoscaler"),
         "spec": {
             "scaleTargetRef": _scale_target(body),
             "minReplicas": low,
@@ -656,7 +657,7 @@ def render_trigger_authentication(
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "TriggerAuthentication",
-        "metadata": _metadata(body, names.autoscaler_name(name), "autoscaler"),
+        "metadata": child_metadata(body, names.autoscaler_name(name), "autoscaler"),
         "spec": {"secretTargetRef": refs},
     }
 
@@ -681,7 +682,7 @@ def render_scaled_object(
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
-        "metadata": _metadata(body, names.autoscaler_name(name), "autoscaler"),
+        "metadata": child_metadata(body, names.autoscaler_name(name), "autoscaler"),
         "spec": {
             "scaleTargetRef": _scale_target(body),
             "minReplicaCount": low,

@@ -36,6 +36,7 @@ OPERATOR_ONLY = {
     ("spec", "resources"),
     ("spec", "image"),
     ("spec", "serviceMonitor"),
+    ("spec", "slo"),
 }
 CONTAINER_EXTRAS = {
     "resources",

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Just enough of the Prometheus Operator's and KEDA's CRDs for the API server to serve them.
 OPTIONAL_CRDS = [
     ("monitoring.coreos.com", "servicemonitors", "ServiceMonitor", "v1"),
+    ("monitoring.coreos.com", "prometheusrules", "PrometheusRule", "v1"),
     ("keda.sh", "scaledobjects", "ScaledObject", "v1alpha1"),
     ("keda.sh", "triggerauthentications", "TriggerAuthentication", "v1alpha1"),
 ]
@@ -266,6 +267,55 @@ def test_servicemonitor_and_keda_scaledobject_when_their_crds_exist(
     wait_for(
         lambda: not exists(kubectl, "scaledobjects.keda.sh", "kedaed", "-n", ns),
         what="the ScaledObject removed",
+    )
+
+
+def test_slo_prometheusrule_owned_by_the_pipeline_and_removed_with_spec_slo_and_with_it(
+    kubectl: Kubectl,
+    kube_namespace: str,
+    kafka_broker: Any,
+    topic_factory: TopicFactory,
+    optional_crds: None,
+    operator: None,
+) -> None:
+    ns = kube_namespace
+    topic = topic_factory(partitions=1)
+    body = yaml.safe_load(autoscaled("sloed", kafka_broker.bootstrap, topic))
+    body["spec"]["slo"] = {"maxLagSeconds": 30, "maxErrorRatio": 0.001}
+    kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(body))
+    rule = wait_for(
+        lambda: get(kubectl, "prometheusrules.monitoring.coreos.com", "sloed-slo", "-n", ns),
+        what="the pipeline's PrometheusRule",
+    )
+    assert rule["metadata"]["ownerReferences"][0]["name"] == "sloed"
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    alerts = {r["alert"] for r in rule["spec"]["groups"][0]["rules"] if "alert" in r}
+    assert alerts == {"OfftakeSLOLagSeconds", "OfftakeSLOErrorBudgetBurn"}
+    # The API server applied the CRD's default for alertAfterSeconds (120 s).
+    assert get(kubectl, "cpl", "sloed", "-n", ns)["spec"]["slo"]["alertAfterSeconds"] == 120
+    wait_for(
+        lambda: (
+            (get(kubectl, "cpl", "sloed", "-n", ns).get("status") or {}).get("sloRule")
+            == "sloed-slo"
+        ),
+        what="status.sloRule",
+    )
+    kubectl("patch", "cpl/sloed", "-n", ns, "--type=json", "-p",
+            '[{"op":"remove","path":"/spec/slo"}]')  # fmt: skip
+    wait_for(
+        lambda: not exists(kubectl, "prometheusrules.monitoring.coreos.com", "sloed-slo", "-n", ns),
+        what="the PrometheusRule removed with spec.slo",
+    )
+    # Set again, then the pipeline deleted: the real garbage collector follows the owner.
+    kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(body))
+    wait_for(
+        lambda: exists(kubectl, "prometheusrules.monitoring.coreos.com", "sloed-slo", "-n", ns),
+        what="the PrometheusRule back",
+    )
+    kubectl("delete", "cpl", "sloed", "-n", ns)
+    wait_for(
+        lambda: not exists(kubectl, "prometheusrules.monitoring.coreos.com", "sloed-slo", "-n", ns),
+        what="the PrometheusRule garbage-collected with its pipeline",
     )
 
 

@@ -106,6 +106,16 @@ def test_operator_spec() -> None:
             "spec.autoscaling.scaleDownStabilizationSeconds",
         ),
         ({"autoscaling": {"prometheusAddress": "prom:9090"}}, "spec.autoscaling.prometheusAddress"),
+        ({"slo": {}}, "spec.slo"),
+        ({"slo": "tight"}, "spec.slo"),
+        ({"slo": {"maxLagSeconds": 0}}, "spec.slo.maxLagSeconds"),
+        ({"slo": {"maxErrorRatio": 1}}, "spec.slo.maxErrorRatio"),
+        ({"slo": {"maxErrorRatio": "1%"}}, "spec.slo.maxErrorRatio"),
+        (
+            {"slo": {"maxTimeSinceLastCommitSeconds": 1.5}},
+            "spec.slo.maxTimeSinceLastCommitSeconds",
+        ),
+        ({"slo": {"maxLagSeconds": 5, "alertAfterSeconds": -1}}, "spec.slo.alertAfterSeconds"),
     ],
 )
 def test_operator_spec_errors_name_the_field(spec: dict[str, object], field: str) -> None:

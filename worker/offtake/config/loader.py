@@ -128,6 +128,7 @@ _OPERATOR_ONLY_FIELDS = {
     "resources",
     "image",
     "serviceMonitor",
+    "slo",
 }
 
 # librdkafka properties that hold a secret: never inline in kafka.config, where they would be
