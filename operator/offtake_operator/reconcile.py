@@ -192,6 +192,25 @@ async def _apply_autoscaler(
     return wanted[0].kind
 
 
+def scaling_reason(
+    autoscaler: str | None, extras: OperatorSpec, old_status: Mapping[str, Any]
+) -> str:
+    """Who changed spec.replicas and on what, for the Scaled event (kubectl describe cpl):
+    the autoscaler's kind and its target against the lag last measured."""
+    if autoscaler is None:
+        return ""
+    scaling = extras.autoscaling
+    if scaling.target_lag_seconds is not None:
+        seen = old_status.get("lagSeconds")
+        measure = f"lag {seen} s" if seen is not None else "lag in seconds"
+        target = f"target {scaling.target_lag_seconds} s"
+    else:
+        seen = old_status.get("lag")
+        measure = f"lag {seen} messages" if seen is not None else "lag in messages"
+        target = f"target {scaling.target_lag_per_replica} per worker"
+    return f" (autoscaler: {autoscaler}; {measure}, {target})"
+
+
 async def _apply_slo_rule(
     ctx: OperatorContext,
     body: Mapping[str, Any],
@@ -289,7 +308,10 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
         deployment = await ctx.api.get(DEPLOYMENTS, namespace, dep_name)
     old_replicas = ((before or {}).get("spec") or {}).get("replicas")
     if before is not None and old_replicas != replicas and failed is None:
-        outcome.events.append(Event("Normal", "Scaled", f"workers: {old_replicas} -> {replicas}"))
+        why = scaling_reason(outcome.status.get("autoscaler"), extras, old_status)
+        outcome.events.append(
+            Event("Normal", "Scaled", f"workers: {old_replicas} -> {replicas}{why}")
+        )
     seen = Observed(
         name,
         generation,

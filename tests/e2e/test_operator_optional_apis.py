@@ -173,6 +173,19 @@ def test_lag_seconds_hpa_on_the_external_metric_accepted_by_the_api_server(
         },
     }
     assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 60
+    # A scaling decision shows in kubectl describe as an Event with the autoscaler's context.
+    kubectl("scale", "cpl/timely", "-n", ns, "--replicas=3")
+    wait_for(
+        lambda: (
+            "workers: 1 -> 3 (autoscaler: HorizontalPodAutoscaler; lag"
+            in kubectl("describe", "cpl", "timely", "-n", ns).stdout
+        ),
+        what="the Scaled event in kubectl describe",
+    )
+    # REASON and MESSAGE columns of kubectl get.
+    table = kubectl("get", "cpl", "timely", "-n", ns).stdout.splitlines()
+    assert table[0].split()[6:9] == ["REASON", "MESSAGE", "AGE"], table[0]
+    assert table[1].split()[6] == "WorkersNotReady", table[1]  # no kubelet in this test
     # Both targets at once: the API server's CEL rule refuses it, naming the fields.
     both = kubectl(
         "patch", "cpl/timely", "-n", ns, "--type=merge",
