@@ -27,6 +27,8 @@ from .render import JSON, child_metadata, meta
 #: (severity, burn-rate factor, long window, short window) of the error-budget alerts.
 BURN_RATES = (("critical", 14.4, "1h", "5m"), ("warning", 6.0, "6h", "30m"))
 _ERROR_OUTCOMES = "dlq|skipped|failed"
+OBJECTIVE_LAG = "offtake:slo_objective_lag_seconds"
+OBJECTIVE_ERROR_RATIO = "offtake:slo_objective_error_ratio"
 
 
 def error_ratio_record(window: str) -> str:
@@ -54,6 +56,8 @@ def render_prometheus_rule(
     rules: list[JSON] = []
     if slo.max_lag_seconds is not None:
         limit = slo.max_lag_seconds
+        # The objective as a series too: dashboards draw it beside the lag (dashboards/).
+        rules.append({"record": OBJECTIVE_LAG, "expr": f"vector({limit})", "labels": dict(labels)})
         rules.append(
             {
                 "record": "offtake:slo_lag_seconds:max",
@@ -76,7 +80,11 @@ def render_prometheus_rule(
         )
     if slo.max_error_ratio is not None:
         budget = slo.max_error_ratio
-        windows = sorted({w for _, _, long, short in BURN_RATES for w in (long, short)})
+        rules.append(
+            {"record": OBJECTIVE_ERROR_RATIO, "expr": f"vector({budget})", "labels": dict(labels)}
+        )
+        # 30d: the budget's period, for "error budget left" on the dashboard.
+        windows = sorted({w for _, _, long, short in BURN_RATES for w in (long, short)} | {"30d"})
         for window in windows:
             bad = (
                 f"sum by (namespace, pipeline) (rate(offtake_messages_processed_total{{{sel}, "
