@@ -713,6 +713,9 @@ class ControlPlane(Service):
                     # The test bed's node (offtake_testbed.node) has no DNS name: reach its
                     # kubelet (logs, exec) at its InternalIP.
                     "--kubelet-preferred-address-types=InternalIP,Hostname",
+                    # An aggregated API (a metrics adapter) is reached at its endpoint's address:
+                    # no kube-proxy routes service IPs here.
+                    "--enable-aggregator-routing=true",
                     # Endpoints may not point at loopback, so the reconciler would only log
                     # errors; nothing here runs pods that would use the kubernetes service.
                     "--endpoint-reconciler-type=none",
