@@ -253,7 +253,7 @@ def test_the_hpa_scales_workers_up_on_lag_seconds_and_back_down_once_drained(
     source, sink = f"scale-{uuid.uuid4().hex[:6]}", f"scale-out-{uuid.uuid4().hex[:6]}"
     pod_kafka.create_topic(source, PARTITIONS)
     pod_kafka.create_topic(sink, PARTITIONS)
-    total = 1600
+    total = 480
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": pod_kafka.bootstrap, "linger.ms": 5})
