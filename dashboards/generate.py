@@ -124,6 +124,47 @@ ROWS: list[tuple[str, list[tuple[str, str, str, str, list[dict[str, str]]]]]] = 
         ],
     ),
     (
+        # Series recorded by the pipeline's PrometheusRule from spec.slo (docs/operator.md,
+        # "SLOs"); empty for a pipeline without SLOs.
+        "SLO",
+        [
+            (
+                "Lag seconds against the objective",
+                "timeseries",
+                "s",
+                "Age of the oldest uncommitted record (worst partition) and spec.slo.maxLagSeconds.",
+                [
+                    q(f"max(offtake_consumer_lag_seconds{{{SEL}}})", "lag"),
+                    q(f"max(offtake:slo_objective_lag_seconds{{{SEL}}})", "objective"),
+                ],
+            ),
+            (
+                "Error budget left (30 days)",
+                "stat",
+                "percentunit",
+                "1 - (error ratio over 30 days / spec.slo.maxErrorRatio); error: a record that "
+                "ended in the DLQ, was skipped or failed. Below 0: the budget is spent.",
+                [
+                    q(
+                        f"1 - max(offtake:slo_error_ratio:rate30d{{{SEL}}})"
+                        f" / max(offtake:slo_objective_error_ratio{{{SEL}}})"
+                    )
+                ],
+            ),
+            (
+                "Workers against partitions",
+                "timeseries",
+                "short",
+                "Workers running (an autoscaler moves them) and the partitions they share: "
+                "workers beyond the partition count sit idle.",
+                [
+                    q(f"count(offtake_build_info{{{SEL}}})", "workers"),
+                    q(f"sum(offtake_assigned_partitions{{{SEL}}})", "partitions"),
+                ],
+            ),
+        ],
+    ),
+    (
         "Lag",
         [
             (

@@ -67,6 +67,10 @@ def autoscaler_name(pipeline: str) -> str:
     return pipeline
 
 
+def slo_rule_name(pipeline: str) -> str:
+    return f"{pipeline}-slo"
+
+
 def redrive_job_name(pipeline: str) -> str:
     # At most 55 + 8 = 63 characters: a Job's name is also its pods' job-name label value.
     return f"{pipeline}-redrive"

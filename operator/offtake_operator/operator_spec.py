@@ -36,12 +36,36 @@ class Autoscaling:
     min_replicas: int = 1
     max_replicas: int = 10
     target_lag_per_replica: int = 1000
+    #: When set, scale on the age of the oldest uncommitted record instead of messages.
+    target_lag_seconds: int | None = None
+    #: How long a lower replica count must be recommended before the autoscaler scales down,
+    #: so that a drained backlog does not make the group rebalance back and forth.
+    scale_down_stabilization_seconds: int = 300
+    #: Prometheus that KEDA's Prometheus scaler asks for the lag in seconds.
+    prometheus_address: str | None = None
+
+    @property
+    def on_seconds(self) -> bool:
+        return self.target_lag_seconds is not None
+
+
+@dataclass(frozen=True)
+class Slo:
+    """spec.slo: the objectives the operator turns into the pipeline's PrometheusRule."""
+
+    max_lag_seconds: int | None = None
+    #: Budget of records that end in an error outcome (dlq, skipped, failed) per record done.
+    max_error_ratio: float | None = None
+    max_time_since_last_commit_seconds: int | None = None
+    #: How long a breach must last before its alert fires (each rule's ``for``).
+    alert_after_seconds: int = 120
 
 
 @dataclass(frozen=True)
 class OperatorSpec:
     rewind: Rewind | None
     autoscaling: Autoscaling
+    slo: Slo | None = None
     #: spec.redrive, read by the worker's own parser (offtake.config.redrive).
     redrive: RedriveRequest | None = None
     #: Extra labels of the pipeline's ServiceMonitor (spec.serviceMonitor.labels), e.g. the
@@ -56,7 +80,50 @@ def parse_operator_spec(spec: Mapping[str, Any]) -> OperatorSpec:
         autoscaling=_autoscaling(spec.get("autoscaling")),
         service_monitor_labels=_service_monitor_labels(spec.get("serviceMonitor")),
         redrive=parse_redrive(spec.get("redrive"), dlq_topic_of(spec)),
+        slo=_slo(spec.get("slo")),
     )
+
+
+def _slo(raw: Any) -> Slo | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ConfigError("spec.slo", "expected a mapping")
+
+    def seconds(key: str, least: int = 1) -> int | None:
+        value = raw.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(
+                f"spec.slo.{key}", f"expected whole seconds >= {least}, got {value!r}"
+            )
+        return value
+
+    ratio = raw.get("maxErrorRatio")
+    if ratio is not None and (
+        isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 1e-6 <= ratio <= 0.5
+    ):
+        raise ConfigError(
+            "spec.slo.maxErrorRatio", f"expected a fraction from 0.000001 to 0.5, got {ratio!r}"
+        )
+    after = seconds("alertAfterSeconds", least=0)
+    slo = Slo(
+        max_lag_seconds=seconds("maxLagSeconds"),
+        max_error_ratio=None if ratio is None else float(ratio),
+        max_time_since_last_commit_seconds=seconds("maxTimeSinceLastCommitSeconds"),
+        alert_after_seconds=Slo.alert_after_seconds if after is None else after,
+    )
+    if (slo.max_lag_seconds, slo.max_error_ratio, slo.max_time_since_last_commit_seconds) == (
+        None,
+        None,
+        None,
+    ):
+        raise ConfigError(
+            "spec.slo",
+            "set at least one of maxLagSeconds, maxErrorRatio, maxTimeSinceLastCommitSeconds",
+        )
+    return slo
 
 
 def _service_monitor_labels(raw: Any) -> dict[str, str]:
@@ -117,12 +184,28 @@ def _autoscaling(raw: Any) -> Autoscaling:
             )
         return value
 
+    if "targetLagSeconds" in raw and "targetLagPerReplica" in raw:
+        raise ConfigError(
+            "spec.autoscaling.targetLagSeconds",
+            "set either targetLagSeconds or targetLagPerReplica, not both",
+        )
+    address = raw.get("prometheusAddress")
+    if address is not None and (not isinstance(address, str) or "://" not in address):
+        raise ConfigError(
+            "spec.autoscaling.prometheusAddress",
+            f"expected a URL such as http://prometheus:9090, got {address!r}",
+        )
     out = Autoscaling(
         enabled=enabled,
         # 0: KEDA scales to zero; an HPA keeps one (see render.render_hpa).
         min_replicas=count("minReplicas", defaults.min_replicas, least=0),
         max_replicas=count("maxReplicas", defaults.max_replicas),
         target_lag_per_replica=count("targetLagPerReplica", defaults.target_lag_per_replica),
+        target_lag_seconds=(count("targetLagSeconds", 0) if "targetLagSeconds" in raw else None),
+        scale_down_stabilization_seconds=count(
+            "scaleDownStabilizationSeconds", defaults.scale_down_stabilization_seconds, least=0
+        ),
+        prometheus_address=address,
     )
     if out.min_replicas > out.max_replicas:
         raise ConfigError(

@@ -18,7 +18,7 @@ import kopf
 
 from offtake.config import ConfigError, PipelineSpec, parse_pipeline
 
-from . import names, redrive, render, rewind, security
+from . import names, redrive, render, rewind, security, slo_rules
 from .apply import Applied, NotOursError, ensure, remove_owned
 from .context import OperatorContext
 from .kafka_secret import KafkaSecret, KafkaSecretError, kafka_properties, read_kafka_secret
@@ -29,6 +29,7 @@ from .kubeapi import (
     JSON,
     PDBS,
     PIPELINES,
+    PROMETHEUSRULES,
     SCALEDOBJECTS,
     SERVICEMONITORS,
     SERVICES,
@@ -187,8 +188,8 @@ async def _apply_autoscaler(
     auth: JSON | None = None
     # Paused: no autoscaler, or it would keep writing spec.replicas behind the user's back.
     if extras.autoscaling.enabled and not pipeline.paused:
-        if await ctx.serves(SCALEDOBJECTS):
-            if secret is not None:
+        if render.uses_scaled_object(extras.autoscaling, await ctx.serves(SCALEDOBJECTS)):
+            if secret is not None and not extras.autoscaling.on_seconds:
                 auth = render.render_trigger_authentication(body, secret.mounts)
             wanted = (
                 SCALEDOBJECTS,
@@ -210,6 +211,46 @@ async def _apply_autoscaler(
         await _ensure_child(ctx, TRIGGERAUTHS, auth)
     await _ensure_child(ctx, *wanted)
     return wanted[0].kind
+
+
+def scaling_reason(
+    autoscaler: str | None, extras: OperatorSpec, old_status: Mapping[str, Any]
+) -> str:
+    """Who changed spec.replicas and on what, for the Scaled event (kubectl describe cpl):
+    the autoscaler's kind and its target against the lag last measured."""
+    if autoscaler is None:
+        return ""
+    scaling = extras.autoscaling
+    if scaling.target_lag_seconds is not None:
+        seen = old_status.get("lagSeconds")
+        measure = f"lag {seen} s" if seen is not None else "lag in seconds"
+        target = f"target {scaling.target_lag_seconds} s"
+    else:
+        seen = old_status.get("lag")
+        measure = f"lag {seen} messages" if seen is not None else "lag in messages"
+        target = f"target {scaling.target_lag_per_replica} per worker"
+    return f" (autoscaler: {autoscaler}; {measure}, {target})"
+
+
+async def _apply_slo_rule(
+    ctx: OperatorContext,
+    body: Mapping[str, Any],
+    extras: OperatorSpec,
+    old_status: Mapping[str, Any],
+) -> str | None:
+    """The pipeline's PrometheusRule while spec.slo is set and the cluster serves the kind;
+    removed when spec.slo goes. Returns its name (status.sloRule, so that removing spec.slo
+    later knows there is one to delete without probing on every pass)."""
+    _, namespace = render.meta(body)
+    if extras.slo is not None and await ctx.serves(PROMETHEUSRULES):
+        labels = {**ctx.config.service_monitor_labels, **extras.service_monitor_labels}
+        rule = slo_rules.render_prometheus_rule(body, extras.slo, labels)
+        await _ensure_child(ctx, PROMETHEUSRULES, rule)
+        return str(rule["metadata"]["name"])
+    previous = old_status.get("sloRule")
+    if previous:
+        await remove_owned(ctx.api, PROMETHEUSRULES, namespace, previous, body["metadata"]["uid"])
+    return None
 
 
 class ChildRejectedError(Exception):
@@ -274,6 +315,7 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
         outcome.status["autoscaler"] = await _apply_autoscaler(
             ctx, body, pipeline, extras, old_status, secret
         )
+        outcome.status["sloRule"] = await _apply_slo_rule(ctx, body, extras, old_status)
         if extras.redrive is not None and redrive.pending(extras.redrive, old_status):
             # Independent of the workers (they keep running and consume what it replays);
             # the Job's watch and the resync bring the next step.
@@ -287,7 +329,10 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
         deployment = await ctx.api.get(DEPLOYMENTS, namespace, dep_name)
     old_replicas = ((before or {}).get("spec") or {}).get("replicas")
     if before is not None and old_replicas != replicas and failed is None:
-        outcome.events.append(Event("Normal", "Scaled", f"workers: {old_replicas} -> {replicas}"))
+        why = scaling_reason(outcome.status.get("autoscaler"), extras, old_status)
+        outcome.events.append(
+            Event("Normal", "Scaled", f"workers: {old_replicas} -> {replicas}{why}")
+        )
     seen = Observed(
         name,
         generation,

@@ -37,9 +37,12 @@ DEPLOYMENT_ONLY_FIELDS = (
     "resources",
     "image",
     "serviceMonitor",
+    "slo",
 )
 
 LAG_METRIC = "offtake_consumer_lag_messages"
+#: The age of the oldest uncommitted record, per partition (worker/offtake/metrics.py).
+LAG_SECONDS_METRIC = "offtake_consumer_lag_seconds"
 
 
 def meta(body: Mapping[str, Any]) -> tuple[str, str]:
@@ -101,7 +104,7 @@ def labels(pipeline: str, component: str) -> dict[str, str]:
     }
 
 
-def _metadata(body: Mapping[str, Any], name: str, component: str) -> JSON:
+def child_metadata(body: Mapping[str, Any], name: str, component: str) -> JSON:
     pipeline, namespace = meta(body)
     return {
         "name": name,
@@ -118,7 +121,7 @@ def render_configmap(
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _metadata(body, names.configmap_name(pipeline), "config"),
+        "metadata": child_metadata(body, names.configmap_name(pipeline), "config"),
         "data": {names.CONFIG_KEY: pipeline_yaml(body, kafka_config)},
     }
 
@@ -377,7 +380,7 @@ def render_deployment(
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(body, names.deployment_name(name), "worker"),
+        "metadata": child_metadata(body, names.deployment_name(name), "worker"),
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": selector},
@@ -461,7 +464,7 @@ def render_redrive_job(
         "securityContext": security_contexts(body)[0],
     }
     _copy_pod_settings(template_spec, pod_spec)
-    metadata = _metadata(body, names.redrive_job_name(name), "redrive")
+    metadata = child_metadata(body, names.redrive_job_name(name), "redrive")
     metadata["annotations"] = {names.REDRIVE_ID_ANNOTATION: request.id}
     return {
         "apiVersion": "batch/v1",
@@ -486,7 +489,7 @@ def render_service(body: Mapping[str, Any], pipeline: PipelineSpec) -> JSON:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(body, names.service_name(name), "metrics"),
+        "metadata": child_metadata(body, names.service_name(name), "metrics"),
         "spec": {
             "clusterIP": "None",
             "selector": names.selector(name),
@@ -507,7 +510,7 @@ def render_pdb(body: Mapping[str, Any]) -> JSON:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": _metadata(body, names.pdb_name(name), "worker"),
+        "metadata": child_metadata(body, names.pdb_name(name), "worker"),
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": names.selector(name)}},
     }
 
@@ -518,7 +521,7 @@ def render_service_monitor(
     """``extra_labels`` (the chart's and the pipeline's) let a Prometheus that selects
     ServiceMonitors by label (kube-prometheus-stack: ``release``) find it; ours win."""
     name, _ = meta(body)
-    metadata = _metadata(body, name, "metrics")
+    metadata = child_metadata(body, name, "metrics")
     metadata["labels"] = {**(extra_labels or {}), **metadata["labels"]}
     return {
         "apiVersion": "monitoring.coreos.com/v1",
@@ -561,12 +564,54 @@ def _scale_target(body: Mapping[str, Any]) -> JSON:
     return {"apiVersion": API_VERSION, "kind": KIND, "name": body["metadata"]["name"]}
 
 
-def render_hpa(body: Mapping[str, Any], autoscaling: Autoscaling, partitions: int | None) -> JSON:
-    """An HPA on the pipeline's scale subresource, on the workers' lag per pod.
+def _behavior(autoscaling: Autoscaling) -> JSON:
+    # Each scale step rebalances the group; damp scale-down so a drained backlog does not flap.
+    return {
+        "scaleDown": {"stabilizationWindowSeconds": autoscaling.scale_down_stabilization_seconds}
+    }
 
-    The Pods metric needs a custom-metrics adapter (e.g. prometheus-adapter) that serves
-    offtake_consumer_lag_messages summed per pod; the HPA then asks for total lag divided by
-    the target per replica.
+
+def lag_seconds_query(body: Mapping[str, Any]) -> str:
+    """PromQL for the pipeline's lag in seconds: its worst partition, over all workers."""
+    name, namespace = meta(body)
+    return f'max({LAG_SECONDS_METRIC}{{namespace="{namespace}", pipeline="{name}"}})'
+
+
+def _hpa_metric(body: Mapping[str, Any], autoscaling: Autoscaling) -> JSON:
+    if autoscaling.target_lag_seconds is None:
+        # Total lag divided by the messages one worker is expected to carry.
+        return {
+            "type": "Pods",
+            "pods": {
+                "metric": {"name": LAG_METRIC},
+                "target": {
+                    "type": "AverageValue",
+                    "averageValue": str(autoscaling.target_lag_per_replica),
+                },
+            },
+        }
+    # Lag in seconds does not divide among pods: a Value target makes the HPA scale the
+    # current replica count by (lag / target), up while the backlog ages, down as it drains.
+    name, _ = meta(body)
+    return {
+        "type": "External",
+        "external": {
+            "metric": {
+                "name": LAG_SECONDS_METRIC,
+                "selector": {"matchLabels": {"pipeline": name}},
+            },
+            "target": {"type": "Value", "value": str(autoscaling.target_lag_seconds)},
+        },
+    }
+
+
+def render_hpa(body: Mapping[str, Any], autoscaling: Autoscaling, partitions: int | None) -> JSON:
+    """An HPA on the pipeline's scale subresource, on the workers' lag.
+
+    In messages: a Pods metric offtake_consumer_lag_messages (a custom-metrics adapter such as
+    prometheus-adapter serves it summed per pod), target total lag / targetLagPerReplica.
+    In seconds: an External metric offtake_consumer_lag_seconds{pipeline=...} (the adapter
+    serves the pipeline's maximum in the pipeline's namespace), target Value targetLagSeconds.
     """
     name, _ = meta(body)
     low, high = replica_bounds(autoscaling, partitions)
@@ -575,25 +620,13 @@ def render_hpa(body: Mapping[str, Any], autoscaling: Autoscaling, partitions: in
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
-        "metadata": _metadata(body, names.autoscaler_name(name), "autoscaler"),
+        "metadata": child_metadata(body, names.autoscaler_name(name), "autoscaler"),
         "spec": {
             "scaleTargetRef": _scale_target(body),
             "minReplicas": low,
             "maxReplicas": high,
-            "metrics": [
-                {
-                    "type": "Pods",
-                    "pods": {
-                        "metric": {"name": LAG_METRIC},
-                        "target": {
-                            "type": "AverageValue",
-                            "averageValue": str(autoscaling.target_lag_per_replica),
-                        },
-                    },
-                }
-            ],
-            # Each scale step rebalances the group; damp scale-down so lag spikes do not flap.
-            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}},
+            "metrics": [_hpa_metric(body, autoscaling)],
+            "behavior": _behavior(autoscaling),
         },
     }
 
@@ -643,7 +676,7 @@ def render_trigger_authentication(
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "TriggerAuthentication",
-        "metadata": _metadata(body, names.autoscaler_name(name), "autoscaler"),
+        "metadata": child_metadata(body, names.autoscaler_name(name), "autoscaler"),
         "spec": {"secretTargetRef": refs},
     }
 
@@ -656,10 +689,50 @@ def render_scaled_object(
     *,
     authenticated: bool = False,
 ) -> JSON:
-    """A KEDA ScaledObject with KEDA's own Kafka scaler (no metrics adapter needed);
-    ``authenticated``: its trigger uses the TriggerAuthentication of the same name."""
+    """A KEDA ScaledObject: KEDA's own Kafka scaler on lag in messages (no metrics adapter
+    needed; ``authenticated``: its trigger uses the TriggerAuthentication of the same name),
+    or its Prometheus scaler on lag in seconds."""
     name, _ = meta(body)
     low, high = replica_bounds(autoscaling, partitions)
+    if autoscaling.on_seconds:
+        scaler = _prometheus_trigger(body, autoscaling)
+    else:
+        scaler = _kafka_trigger(body, pipeline, autoscaling, authenticated=authenticated)
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": child_metadata(body, names.autoscaler_name(name), "autoscaler"),
+        "spec": {
+            "scaleTargetRef": _scale_target(body),
+            "minReplicaCount": low,
+            "maxReplicaCount": high,
+            "pollingInterval": 15,
+            # cooldownPeriod is only the wait before scaling to zero; the HPA that KEDA
+            # creates takes the stabilisation window for every other scale-down.
+            "cooldownPeriod": autoscaling.scale_down_stabilization_seconds,
+            "advanced": {"horizontalPodAutoscalerConfig": {"behavior": _behavior(autoscaling)}},
+            "triggers": [scaler],
+        },
+    }
+
+
+def uses_scaled_object(autoscaling: Autoscaling, keda_served: bool) -> bool:
+    """KEDA when installed, except for lag seconds without a Prometheus to ask: then the HPA
+    on the external metric (served by a metrics adapter) is the one that can work."""
+    return keda_served and (
+        not autoscaling.on_seconds or autoscaling.prometheus_address is not None
+    )
+
+
+def _kafka_trigger(
+    body: Mapping[str, Any],
+    pipeline: PipelineSpec,
+    autoscaling: Autoscaling,
+    *,
+    authenticated: bool,
+) -> JSON:
+    """KEDA's own Kafka scaler: it reads the group's lag in messages from the brokers."""
+    name, _ = meta(body)
     trigger: dict[str, str] = {
         "bootstrapServers": pipeline.kafka.bootstrap_servers,
         "consumerGroup": pipeline.source.group_id,
@@ -674,16 +747,20 @@ def render_scaled_object(
     kafka_trigger: JSON = {"type": "kafka", "metadata": trigger}
     if authenticated:
         kafka_trigger["authenticationRef"] = {"name": names.autoscaler_name(name)}
+    return kafka_trigger
+
+
+def _prometheus_trigger(body: Mapping[str, Any], autoscaling: Autoscaling) -> JSON:
+    """KEDA's Prometheus scaler on the lag in seconds (Kafka knows offsets, not record ages).
+    metricType Value: the same proportional rule as the plain HPA's external metric."""
     return {
-        "apiVersion": "keda.sh/v1alpha1",
-        "kind": "ScaledObject",
-        "metadata": _metadata(body, names.autoscaler_name(name), "autoscaler"),
-        "spec": {
-            "scaleTargetRef": _scale_target(body),
-            "minReplicaCount": low,
-            "maxReplicaCount": high,
-            "pollingInterval": 15,
-            "cooldownPeriod": 300,
-            "triggers": [kafka_trigger],
+        "type": "prometheus",
+        "metricType": "Value",
+        "metadata": {
+            "serverAddress": str(autoscaling.prometheus_address),
+            "query": lag_seconds_query(body),
+            "threshold": str(autoscaling.target_lag_seconds),
+            # No worker scraped yet (or none running at zero): no lag, not an error.
+            "ignoreNullValues": "true",
         },
     }

@@ -184,6 +184,8 @@ def compute_status(
         "updatedReplicas": counts.updated,
         "selector": names.selector_string(seen.name),
         "message": message,
+        # The one-word why beside the message (kubectl get's REASON column).
+        "reason": degraded_reason if degraded else ready["reason"],
         "conditions": conditions,
         **seen.extra,
     }

@@ -341,10 +341,15 @@ class KafkaBroker(Service):
         extra_config: Mapping[str, str] | None = None,
         scram_users: Mapping[str, str] | None = None,
         tls: bool = False,
+        host: str = "127.0.0.1",
     ) -> None:
         """``scram_users`` (name -> password) adds a SASL_PLAINTEXT listener with those
         SCRAM-SHA-512 users; ``tls`` adds an SSL listener and one that requires a client
-        certificate, both with certificates made for this start (see :attr:`ca_pem`)."""
+        certificate, both with certificates made for this start (see :attr:`ca_pem`).
+        ``host``: the address clients are given (bootstrap and advertised listeners); another
+        than loopback (the test bed node's bridge, offtake_testbed.node.GATEWAY_IP) makes the
+        broker listen on every interface so that pods reach it."""
+        self.host = host
         self.version = version
         self.heap = heap
         self.start_timeout = start_timeout
@@ -370,8 +375,8 @@ class KafkaBroker(Service):
 
     @property
     def bootstrap(self) -> str:
-        """``127.0.0.1:PORT`` of the running broker, for ``bootstrap.servers``."""
-        return f"127.0.0.1:{self.port}"
+        """``HOST:PORT`` of the running broker (127.0.0.1 by default), for ``bootstrap.servers``."""
+        return f"{self.host}:{self.port}"
 
     @property
     def port(self) -> int:
@@ -523,14 +528,16 @@ class KafkaBroker(Service):
         # The plain listener stays first and carries inter-broker traffic; the secured ones
         # are only for clients under test.
         served = {"PLAINTEXT": self._port, **self._secured_ports}
-        advertised = ",".join(f"{name}://127.0.0.1:{port}" for name, port in served.items())
+        advertised = ",".join(f"{name}://{self.host}:{port}" for name, port in served.items())
+        bind = "127.0.0.1" if self.host == "127.0.0.1" else "0.0.0.0"
+        listeners = ",".join(f"{name}://{bind}:{port}" for name, port in served.items())
         protocols = {name: _PROTOCOLS[name] for name in [*served, "CONTROLLER"]}
         props = {
             "process.roles": "broker,controller",
             "node.id": "1",
             # A static voter set: formatting needs no --standalone and the quorum is instant.
             "controller.quorum.voters": f"1@{controller}",
-            "listeners": f"{advertised},CONTROLLER://{controller}",
+            "listeners": f"{listeners},CONTROLLER://{controller}",
             "advertised.listeners": advertised,
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",

@@ -14,9 +14,10 @@ staging modules with local paths. We therefore build inside a throwaway module t
 has local replace directives too, so it gets the same treatment; helm is a plain
 ``go install``.
 
-There is no kubelet: nothing ever runs a container. The controller-manager still turns
-Deployments into ReplicaSets and Pod objects, and its garbage collector follows owner
-references, which is all the operator's end-to-end tests need.
+There is no kubelet here: by default nothing runs a container. The controller-manager still
+turns Deployments into ReplicaSets and Pod objects, and its garbage collector follows owner
+references, which is all most of the operator's end-to-end tests need. Tests that need pods to
+run add a real node (kubelet, containerd, runc, kube-scheduler): :mod:`offtake_testbed.node`.
 
 In Python::
 
@@ -709,6 +710,12 @@ class ControlPlane(Service):
                     "--authorization-mode=RBAC",
                     "--allow-privileged=true",
                     "--profiling=false",
+                    # The test bed's node (offtake_testbed.node) has no DNS name: reach its
+                    # kubelet (logs, exec) at its InternalIP.
+                    "--kubelet-preferred-address-types=InternalIP,Hostname",
+                    # An aggregated API (a metrics adapter) is reached at its endpoint's address:
+                    # no kube-proxy routes service IPs here.
+                    "--enable-aggregator-routing=true",
                     # Endpoints may not point at loopback, so the reconciler would only log
                     # errors; nothing here runs pods that would use the kubernetes service.
                     "--endpoint-reconciler-type=none",

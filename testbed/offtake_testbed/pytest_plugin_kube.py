@@ -9,6 +9,10 @@ Register with ``pytest_plugins = ["offtake_testbed.pytest_plugin_kube"]`` in a c
 - ``kube_namespace``: a fresh namespace for one test, deleted afterwards.
 - ``helm``: ``helm(*args, check=True, timeout=300.0) -> CompletedProcess`` against the control
   plane (helm is built with ``go install`` on first use).
+- ``kube_node`` (session): a real node on the control plane, :class:`~offtake_testbed.node.Node`
+  (kubelet + containerd + runc + CNI bridge + kube-scheduler), with the worker image
+  (``OFFTAKE_NODE_IMAGES``, default ``localhost/offtake-worker:0.1.0``, built by
+  scripts/build-image.sh) imported. Opt-in: only tests that ask for it start it.
 
 The binaries are built during collection when a selected test uses these fixtures, so a cold
 build (10-25 minutes on two cores) does not count against any test's timeout.
@@ -37,8 +41,9 @@ from .kube import (
     install_control_plane,
     install_helm,
 )
+from .node import Node, NodeError, install_node
 
-__all__ = ["Helm", "Kubectl", "control_plane", "helm", "kube_namespace", "kubectl"]
+__all__ = ["Helm", "Kubectl", "control_plane", "helm", "kube_namespace", "kube_node", "kubectl"]
 
 
 class Kubectl(Protocol):
@@ -142,3 +147,17 @@ def kube_namespace(control_plane: ControlPlane) -> Iterator[str]:
         yield name
     finally:
         control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="session")
+def kube_node(control_plane: ControlPlane) -> Iterator[Node]:
+    images = os.environ.get("OFFTAKE_NODE_IMAGES", "localhost/offtake-worker:0.1.0").split()
+    try:
+        paths = install_node(progress=sys.stderr)
+        node = Node(control_plane, images, paths=paths).start()
+    except (NodeError, KubeBuildError) as exc:
+        pytest.fail(f"could not start the test bed's node: {exc}", pytrace=False)
+    try:
+        yield node
+    finally:
+        node.stop()

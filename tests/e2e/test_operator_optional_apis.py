@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Just enough of the Prometheus Operator's and KEDA's CRDs for the API server to serve them.
 OPTIONAL_CRDS = [
     ("monitoring.coreos.com", "servicemonitors", "ServiceMonitor", "v1"),
+    ("monitoring.coreos.com", "prometheusrules", "PrometheusRule", "v1"),
     ("keda.sh", "scaledobjects", "ScaledObject", "v1alpha1"),
     ("keda.sh", "triggerauthentications", "TriggerAuthentication", "v1alpha1"),
 ]
@@ -140,6 +141,60 @@ def test_hpa_on_the_scale_subresource_capped_at_the_partition_count(
     wait_for(lambda: not exists(kubectl, "hpa", "scaly", "-n", ns), what="no HPA while paused")
 
 
+def test_lag_seconds_hpa_on_the_external_metric_accepted_by_the_api_server(
+    kubectl: Kubectl,
+    kube_namespace: str,
+    kafka_broker: Any,
+    topic_factory: TopicFactory,
+    operator: None,
+) -> None:
+    ns = kube_namespace
+    topic = topic_factory(partitions=4)
+    body = yaml.safe_load(autoscaled("timely", kafka_broker.bootstrap, topic))
+    auto = body["spec"]["autoscaling"]
+    del auto["targetLagPerReplica"]
+    auto.update(targetLagSeconds=30, scaleDownStabilizationSeconds=60)
+    kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(body))
+    # Read back from the real API server: autoscaling/v2 validated and stored the External
+    # metric, its selector, the Value target and the behaviour, capped at 4 partitions.
+    hpa = wait_for(
+        lambda: (h := get(kubectl, "hpa", "timely", "-n", ns))["spec"]["maxReplicas"] == 4 and h,
+        what="an HPA on lag seconds capped at 4",
+    )
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric == {
+        "type": "External",
+        "external": {
+            "metric": {
+                "name": "offtake_consumer_lag_seconds",
+                "selector": {"matchLabels": {"pipeline": "timely"}},
+            },
+            "target": {"type": "Value", "value": "30"},
+        },
+    }
+    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 60
+    # A scaling decision shows in kubectl describe as an Event with the autoscaler's context.
+    kubectl("scale", "cpl/timely", "-n", ns, "--replicas=3")
+    wait_for(
+        lambda: (
+            "workers: 1 -> 3 (autoscaler: HorizontalPodAutoscaler; lag"
+            in kubectl("describe", "cpl", "timely", "-n", ns).stdout
+        ),
+        what="the Scaled event in kubectl describe",
+    )
+    # REASON and MESSAGE columns of kubectl get.
+    table = kubectl("get", "cpl", "timely", "-n", ns).stdout.splitlines()
+    assert table[0].split()[6:9] == ["REASON", "MESSAGE", "AGE"], table[0]
+    assert table[1].split()[6] == "WorkersNotReady", table[1]  # no kubelet in this test
+    # Both targets at once: the API server's CEL rule refuses it, naming the fields.
+    both = kubectl(
+        "patch", "cpl/timely", "-n", ns, "--type=merge",
+        "-p", '{"spec":{"autoscaling":{"targetLagPerReplica":100}}}', check=False,
+    )  # fmt: skip
+    assert both.returncode != 0
+    assert "either targetLagSeconds or targetLagPerReplica" in both.stderr
+
+
 def test_servicemonitor_and_keda_scaledobject_when_their_crds_exist(
     kubectl: Kubectl,
     kube_namespace: str,
@@ -190,6 +245,29 @@ def test_servicemonitor_and_keda_scaledobject_when_their_crds_exist(
     assert not exists(kubectl, "hpa", "kedaed", "-n", ns), (
         "KEDA makes its own HPA; the operator makes none"
     )
+    # Lag in seconds: KEDA's Prometheus scaler replaces the Kafka one, same object.
+    kubectl(
+        "patch", "cpl/kedaed", "-n", ns, "--type=json", "-p",
+        '[{"op":"remove","path":"/spec/autoscaling/targetLagPerReplica"},'
+        '{"op":"add","path":"/spec/autoscaling/targetLagSeconds","value":20},'
+        '{"op":"add","path":"/spec/autoscaling/prometheusAddress","value":"http://prom:9090"}]',
+    )  # fmt: skip
+    so = wait_for(
+        lambda: (
+            (s := get(kubectl, "scaledobjects.keda.sh", "kedaed", "-n", ns))["spec"]["triggers"][0][
+                "type"
+            ]
+            == "prometheus"
+            and s
+        ),
+        what="the ScaledObject on KEDA's Prometheus scaler",
+    )
+    (trigger,) = so["spec"]["triggers"]
+    assert trigger["metricType"] == "Value"
+    assert trigger["metadata"]["threshold"] == "20"
+    assert trigger["metadata"]["query"] == (
+        f'max(offtake_consumer_lag_seconds{{namespace="{ns}", pipeline="kedaed"}})'
+    )
     kubectl(
         "patch",
         "cpl/kedaed",
@@ -202,6 +280,55 @@ def test_servicemonitor_and_keda_scaledobject_when_their_crds_exist(
     wait_for(
         lambda: not exists(kubectl, "scaledobjects.keda.sh", "kedaed", "-n", ns),
         what="the ScaledObject removed",
+    )
+
+
+def test_slo_prometheusrule_owned_by_the_pipeline_and_removed_with_spec_slo_and_with_it(
+    kubectl: Kubectl,
+    kube_namespace: str,
+    kafka_broker: Any,
+    topic_factory: TopicFactory,
+    optional_crds: None,
+    operator: None,
+) -> None:
+    ns = kube_namespace
+    topic = topic_factory(partitions=1)
+    body = yaml.safe_load(autoscaled("sloed", kafka_broker.bootstrap, topic))
+    body["spec"]["slo"] = {"maxLagSeconds": 30, "maxErrorRatio": 0.001}
+    kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(body))
+    rule = wait_for(
+        lambda: get(kubectl, "prometheusrules.monitoring.coreos.com", "sloed-slo", "-n", ns),
+        what="the pipeline's PrometheusRule",
+    )
+    assert rule["metadata"]["ownerReferences"][0]["name"] == "sloed"
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    alerts = {r["alert"] for r in rule["spec"]["groups"][0]["rules"] if "alert" in r}
+    assert alerts == {"OfftakeSLOLagSeconds", "OfftakeSLOErrorBudgetBurn"}
+    # The API server applied the CRD's default for alertAfterSeconds (120 s).
+    assert get(kubectl, "cpl", "sloed", "-n", ns)["spec"]["slo"]["alertAfterSeconds"] == 120
+    wait_for(
+        lambda: (
+            (get(kubectl, "cpl", "sloed", "-n", ns).get("status") or {}).get("sloRule")
+            == "sloed-slo"
+        ),
+        what="status.sloRule",
+    )
+    kubectl("patch", "cpl/sloed", "-n", ns, "--type=json", "-p",
+            '[{"op":"remove","path":"/spec/slo"}]')  # fmt: skip
+    wait_for(
+        lambda: not exists(kubectl, "prometheusrules.monitoring.coreos.com", "sloed-slo", "-n", ns),
+        what="the PrometheusRule removed with spec.slo",
+    )
+    # Set again, then the pipeline deleted: the real garbage collector follows the owner.
+    kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(body))
+    wait_for(
+        lambda: exists(kubectl, "prometheusrules.monitoring.coreos.com", "sloed-slo", "-n", ns),
+        what="the PrometheusRule back",
+    )
+    kubectl("delete", "cpl", "sloed", "-n", ns)
+    wait_for(
+        lambda: not exists(kubectl, "prometheusrules.monitoring.coreos.com", "sloed-slo", "-n", ns),
+        what="the PrometheusRule garbage-collected with its pipeline",
     )
 
 

@@ -14,9 +14,10 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import pytest
+import yaml
 
 from offtake.health import Health, MetricsServer
 from offtake.metrics import Metrics
@@ -164,11 +165,39 @@ def metrics_target() -> Iterator[MetricsTarget]:
         worker.stop()
 
 
+#: The objectives of the test pipeline: its operator-rendered PrometheusRule is loaded too, so
+#: the dashboard's SLO row has the series it records.
+TEST_SLO = {"maxLagSeconds": 60, "maxErrorRatio": 0.01, "maxTimeSinceLastCommitSeconds": 300}
+
+
+def rendered_slo_groups() -> dict[str, Any]:
+    """spec.groups of the PrometheusRule the operator renders for the test pipeline."""
+    from offtake_operator.operator_spec import parse_operator_spec
+    from offtake_operator.slo_rules import render_prometheus_rule
+
+    body = {
+        "metadata": {
+            "name": STATIC_LABELS["pipeline"],
+            "namespace": STATIC_LABELS["namespace"],
+            "uid": "test",
+        },
+        "spec": {"slo": TEST_SLO},
+    }
+    slo = parse_operator_spec(body["spec"]).slo
+    assert slo is not None
+    return dict(render_prometheus_rule(body, slo)["spec"])
+
+
 @pytest.fixture(scope="module")
 def prometheus(
-    prometheus_binaries: tuple[str, str], metrics_target: MetricsTarget
+    prometheus_binaries: tuple[str, str],
+    metrics_target: MetricsTarget,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Prometheus]:
-    """A real Prometheus scraping ``metrics_target`` every second, with the alert rules loaded."""
+    """A real Prometheus scraping ``metrics_target`` every second, with the alert rules and the
+    test pipeline's rendered SLO rules loaded."""
+    slo_rules = tmp_path_factory.mktemp("slo") / "slo-rules.yaml"
+    slo_rules.write_text(yaml.safe_dump(rendered_slo_groups(), sort_keys=False))
     prom = Prometheus(
         scrape_configs=[
             {
@@ -178,7 +207,7 @@ def prometheus(
                 "static_configs": [{"targets": [metrics_target.target], "labels": STATIC_LABELS}],
             }
         ],
-        rule_files=[ALERTS],
+        rule_files=[ALERTS, slo_rules],
     )
     try:
         prom.start()

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
 
-from .conftest import ROOT
+from .conftest import ROOT, rendered_slo_groups
 
 DASHBOARD = ROOT / "dashboards" / "offtake.json"
 REQUIRED_PANELS = {
@@ -71,10 +71,12 @@ def test_required_panels_exist_and_every_query_is_scoped_to_the_pipeline() -> No
         assert 'namespace="$namespace"' in expr and 'pipeline="$pipeline"' in expr, title
 
 
-def test_every_query_uses_series_the_worker_exports() -> None:
-    names = exported_names() | {"up"}
+def test_every_query_uses_series_the_worker_exports_or_the_slo_rules_record() -> None:
+    groups = rendered_slo_groups()["groups"]
+    recorded = {r["record"] for g in groups for r in g["rules"] if "record" in r}
+    names = exported_names() | {"up"} | recorded
     for title, expr in panel_queries(load()):
-        used = set(re.findall(r"\b((?:offtake_|up\b)[a-z_]*)\s*\{", expr))
+        used = set(re.findall(r"\b((?:offtake[_:]|up\b)[a-z_:0-9]*)\s*\{", expr))
         assert used and used <= names, (title, used - names)
 
 

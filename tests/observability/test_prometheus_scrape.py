@@ -15,7 +15,7 @@ import yaml
 
 from offtake_testbed.prometheus import Prometheus
 
-from .conftest import ALERTS, SCRAPE_JOB, STATIC_LABELS, MetricsTarget
+from .conftest import ALERTS, SCRAPE_JOB, STATIC_LABELS, MetricsTarget, rendered_slo_groups
 from .test_dashboard import load, panel_queries
 
 # Grafana's $__rate_interval is max(4 x scrape interval, $__interval + scrape interval); with
@@ -117,7 +117,11 @@ def test_alert_rules_load_and_evaluate_cleanly_in_prometheus(prometheus: Prometh
         if all(r.get("health") == "ok" for r in rules) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    assert {r["name"] for r in rules} == set(exprs)
+    # Besides alerts.yaml, the operator-rendered SLO rules of the test pipeline (conftest).
+    slo = {
+        r.get("alert") or r["record"] for g in rendered_slo_groups()["groups"] for r in g["rules"]
+    }
+    assert {r["name"] for r in rules} == set(exprs) | slo
     assert all(r["health"] == "ok" for r in rules), [(r["name"], r.get("lastError")) for r in rules]
     # A healthy driven worker must not page anyone (nothing has been wrong long enough).
     firing = [a for a in prometheus.api("alerts")["alerts"] if a["state"] == "firing"]

@@ -10,7 +10,7 @@ from operator_testkit import example, pipeline_body
 
 from offtake.config import load_pipeline, parse_pipeline
 from offtake_operator import names, render
-from offtake_operator.operator_spec import Autoscaling
+from offtake_operator.operator_spec import Autoscaling, parse_operator_spec
 from offtake_operator.reconcile import worker_manifest
 from offtake_operator.settings import OperatorConfig
 
@@ -234,6 +234,72 @@ def test_autoscalers_never_exceed_the_partition_count(
         "lagThreshold": "500",
         "offsetResetPolicy": "earliest",
         "topic": "orders",
+    }
+
+
+def test_lag_seconds_scale_an_hpa_on_the_external_metric_with_a_stabilised_scale_down() -> None:
+    body = pipeline_body(source={"topics": ["orders"], "groupId": "g1"})
+    scaling = parse_operator_spec(
+        {
+            "autoscaling": {
+                "enabled": True,
+                "maxReplicas": 8,
+                "targetLagSeconds": 30,
+                "scaleDownStabilizationSeconds": 45,
+            }
+        }
+    ).autoscaling
+    hpa = render.render_hpa(body, scaling, 4)
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (1, 4)
+    assert hpa["spec"]["metrics"] == [
+        {
+            "type": "External",
+            "external": {
+                "metric": {
+                    "name": "offtake_consumer_lag_seconds",
+                    "selector": {"matchLabels": {"pipeline": "orders"}},
+                },
+                "target": {"type": "Value", "value": "30"},
+            },
+        }
+    ]
+    assert hpa["spec"]["behavior"] == {"scaleDown": {"stabilizationWindowSeconds": 45}}
+    # Without a Prometheus address KEDA cannot ask for seconds: the HPA is the one rendered.
+    assert not render.uses_scaled_object(scaling, keda_served=True)
+    assert not render.uses_scaled_object(scaling, keda_served=False)
+
+
+def test_lag_seconds_with_keda_use_its_prometheus_scaler() -> None:
+    body = pipeline_body(source={"topics": ["orders"], "groupId": "g1"})
+    scaling = parse_operator_spec(
+        {
+            "autoscaling": {
+                "enabled": True,
+                "minReplicas": 0,
+                "targetLagSeconds": 20,
+                "prometheusAddress": "http://prometheus.monitoring:9090",
+            }
+        }
+    ).autoscaling
+    assert render.uses_scaled_object(scaling, keda_served=True)
+    so = render.render_scaled_object(body, parsed(body), scaling, 6)
+    assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (0, 6)
+    assert so["spec"]["cooldownPeriod"] == 300
+    assert so["spec"]["advanced"] == {
+        "horizontalPodAutoscalerConfig": {
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}}
+        }
+    }
+    (trigger,) = so["spec"]["triggers"]
+    assert trigger == {
+        "type": "prometheus",
+        "metricType": "Value",
+        "metadata": {
+            "serverAddress": "http://prometheus.monitoring:9090",
+            "query": 'max(offtake_consumer_lag_seconds{namespace="shop", pipeline="orders"})',
+            "threshold": "20",
+            "ignoreNullValues": "true",
+        },
     }
 
 

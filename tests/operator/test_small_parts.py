@@ -96,6 +96,26 @@ def test_operator_spec() -> None:
         ({"autoscaling": {"minReplicas": -1}}, "spec.autoscaling.minReplicas"),
         ({"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}, "spec.autoscaling.minReplicas"),
         ({"autoscaling": "yes"}, "spec.autoscaling"),
+        ({"autoscaling": {"targetLagSeconds": 0}}, "spec.autoscaling.targetLagSeconds"),
+        (
+            {"autoscaling": {"targetLagSeconds": 30, "targetLagPerReplica": 10}},
+            "spec.autoscaling.targetLagSeconds",
+        ),
+        (
+            {"autoscaling": {"scaleDownStabilizationSeconds": -5}},
+            "spec.autoscaling.scaleDownStabilizationSeconds",
+        ),
+        ({"autoscaling": {"prometheusAddress": "prom:9090"}}, "spec.autoscaling.prometheusAddress"),
+        ({"slo": {}}, "spec.slo"),
+        ({"slo": "tight"}, "spec.slo"),
+        ({"slo": {"maxLagSeconds": 0}}, "spec.slo.maxLagSeconds"),
+        ({"slo": {"maxErrorRatio": 1}}, "spec.slo.maxErrorRatio"),
+        ({"slo": {"maxErrorRatio": "1%"}}, "spec.slo.maxErrorRatio"),
+        (
+            {"slo": {"maxTimeSinceLastCommitSeconds": 1.5}},
+            "spec.slo.maxTimeSinceLastCommitSeconds",
+        ),
+        ({"slo": {"maxLagSeconds": 5, "alertAfterSeconds": -1}}, "spec.slo.alertAfterSeconds"),
     ],
 )
 def test_operator_spec_errors_name_the_field(spec: dict[str, object], field: str) -> None:
@@ -161,3 +181,18 @@ def test_resource_paths() -> None:
 def test_cli_arguments() -> None:
     args = parse_args(["-n", "a", "-n", "b", "--peering", "offtake", "--priority", "7"])
     assert args.namespace == ["a", "b"] and args.peering == "offtake" and args.priority == 7
+
+
+def test_scaled_events_say_which_autoscaler_and_the_lag_against_its_target() -> None:
+    from offtake_operator.reconcile import scaling_reason
+
+    seconds = parse_operator_spec({"autoscaling": {"enabled": True, "targetLagSeconds": 30}})
+    status = {"lag": 1200, "lagSeconds": 45.5}
+    assert scaling_reason("HorizontalPodAutoscaler", seconds, status) == (
+        " (autoscaler: HorizontalPodAutoscaler; lag 45.5 s, target 30 s)"
+    )
+    messages = parse_operator_spec({"autoscaling": {"enabled": True}})
+    assert scaling_reason("ScaledObject", messages, status) == (
+        " (autoscaler: ScaledObject; lag 1200 messages, target 1000 per worker)"
+    )
+    assert scaling_reason(None, messages, status) == ""

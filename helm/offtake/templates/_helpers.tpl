@@ -93,7 +93,7 @@ app.kubernetes.io/component: operator
   resources: [horizontalpodautoscalers]
   verbs: [get, list, watch, create, patch, update, delete]
 - apiGroups: [monitoring.coreos.com]
-  resources: [servicemonitors]
+  resources: [servicemonitors, prometheusrules]
   verbs: [get, list, watch, create, patch, update, delete]
 - apiGroups: [keda.sh]
   resources: [scaledobjects, triggerauthentications]

@@ -144,6 +144,7 @@ _OPERATOR_ONLY_FIELDS = {
     "resources",
     "image",
     "serviceMonitor",
+    "slo",
 }
 
 # librdkafka properties that hold a secret: never inline in kafka.config, where they would be
