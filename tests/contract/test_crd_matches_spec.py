@@ -138,8 +138,8 @@ _SECRET_KEYS = ("sasl.jaas.config", "ssl.key.pem", "ssl_key.pem", "sasl.oauthbea
 CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     "self.all(k, !(k.lowerAscii().endsWith('password') || k.lowerAscii().endsWith('secret') "
     "|| k.lowerAscii() in ['sasl.jaas.config', 'ssl.key.pem', 'ssl_key.pem', "
-    "'sasl.oauthbearer.config']))": lambda s: not any(
-        k.lower().endswith(("password", "secret")) or k.lower() in _SECRET_KEYS for k in s
+    "'sasl.oauthbearer.config']))": lambda s: (
+        not any(k.lower().endswith(("password", "secret")) or k.lower() in _SECRET_KEYS for k in s)
     ),
     "self.metadata.name.size() <= 55": lambda s: len(s["metadata"]["name"]) <= 55,
     "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')": lambda s: (
