@@ -65,12 +65,12 @@ FULL = {
     "sidecar": {"records": 20_000, "outage": 30.0},
 }
 QUICK = {
-    "kills": {"records": 15_000, "kills": 3, "every": 3.0},
-    "brokers": {"records": 6_000, "outage": 3.0},
-    "sink": {"records": 40_000, "outage": 8.0},
+    "kills": {"records": 10_000, "kills": 2, "every": 3.0},
+    "brokers": {"records": 6_000, "outage": 3.0, "full_restart": False},
+    "sink": {"records": 20_000, "outage": 6.0},
     "operator": {"pipelines": 20, "kills": 1, "every": 1.5},
     "fuzz": {"count": 600, "examples": 150},
-    "sidecar": {"records": 3_000, "outage": 4.0},
+    "sidecar": {"records": 3_000, "outage": 5.0},
 }
 
 
@@ -100,12 +100,22 @@ class Beds:
             self.control_plane = ControlPlane(paths).start()
             crd = REPO / "crds" / "consumerpipeline.yaml"
             self.control_plane.kubectl("apply", "-f", str(crd))
-            self.control_plane.kubectl(
-                "wait",
-                "--for=condition=Established",
-                "crd/consumerpipelines.offtake.dev",
-                "--timeout=60s",
-            )
+            # Asked again: right after apply the CRD may have no conditions yet, and kubectl
+            # wait then fails at once instead of waiting.
+            deadline = time.monotonic() + 90
+            while (
+                self.control_plane.kubectl(
+                    "wait",
+                    "--for=condition=Established",
+                    "crd/consumerpipelines.offtake.dev",
+                    "--timeout=10s",
+                    check=False,
+                ).returncode
+                != 0
+            ):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the ConsumerPipeline CRD was not established in 90 s")
+                time.sleep(1)
         return self.control_plane
 
     def stop(self) -> None:

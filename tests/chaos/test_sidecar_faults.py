@@ -17,6 +17,6 @@ pytestmark = pytest.mark.chaos
 def test_a_sidecar_that_crashes_or_hangs_costs_no_record(
     kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
-    outcome = sidecar_outages(kafka_broker, tmp_path, records=3_000, outage=4.0)
+    outcome = sidecar_outages(kafka_broker, tmp_path, records=3_000, outage=5.0)
     report("chaos-sidecar", **vars(outcome))
     outcome.check()

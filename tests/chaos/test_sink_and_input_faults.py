@@ -23,7 +23,7 @@ def test_output_brokers_unreachable_backpressure_holds_memory_and_nothing_dead_l
 ) -> None:
     pids = [kafka_cluster.node_pid(n) for n in kafka_cluster.node_ids]
     outcome = sink_broker_outage(
-        kafka_broker, kafka_cluster, pids, tmp_path, records=40_000, outage=8.0
+        kafka_broker, kafka_cluster, pids, tmp_path, records=20_000, outage=6.0
     )
     report("chaos-sink-outage", **vars(outcome))
     outcome.check()

@@ -198,9 +198,7 @@ def test_two_peered_operators_with_the_charts_rbac(
     wait_for(
         lambda: any(
             (peer or {}).get("priority") == 20
-            for peer in (
-                get(kubectl, "clusterkopfpeering", "offtake").get("status") or {}
-            ).values()
+            for peer in (get(kubectl, "clusterkopfpeering", "offtake").get("status") or {}).values()
         ),
         what="the high-priority replica in the peering record",
     )
