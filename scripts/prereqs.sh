@@ -6,6 +6,9 @@
 #   scripts/prereqs.sh --all    also what the tests need: Go >= 1.24 (builds the Kubernetes test
 #                               bed), and apt-get as root or with sudo if Prometheus or
 #                               PostgreSQL is not installed yet
+#   scripts/prereqs.sh --node   also what the real-node tier (tests/node) builds with: gcc,
+#                               pkg-config and libseccomp-dev for runc (cgo + seccomp), from
+#                               apt-get like Prometheus and PostgreSQL
 #
 # scripts/setup.sh sources this file and calls check_prereqs; run on its own, it only checks.
 # Only bash builtins and the checked tools are used, so that a test can run it with a PATH that
@@ -48,8 +51,9 @@ go_minor() {
 }
 
 check_prereqs() {
-  local all=0 sudo="sudo " missing=() found=() major minor
+  local all=0 node=0 sudo="sudo " missing=() found=() major minor
   [[ ${1:-} == --all ]] && all=1
+  [[ ${1:-} == --node ]] && all=1 node=1
   ((EUID == 0)) && sudo=""
 
   if find_python; then
@@ -90,16 +94,22 @@ check_prereqs() {
     command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 ||
       packages+=(prometheus)
     compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || packages+=(postgresql)
+    if ((node)); then
+      command -v gcc >/dev/null 2>&1 || packages+=(gcc)
+      command -v pkg-config >/dev/null 2>&1 || packages+=(pkg-config)
+      [[ -e /usr/include/seccomp.h ]] || packages+=(libseccomp-dev)
+    fi
     if ((${#packages[@]})); then
       if ! command -v apt-get >/dev/null 2>&1; then
-        missing+=("${packages[*]} (servers the tests run): install them with your distribution's package manager (no apt-get here)")
+        missing+=("${packages[*]} (what the tests run or build with): install them with your distribution's package manager (no apt-get here)")
       elif ((EUID != 0)) && ! sudo -n true >/dev/null 2>&1; then
-        missing+=("${packages[*]} (servers the tests run; set-up installs them with apt-get, which needs root): sudo apt-get install -y ${packages[*]}")
+        missing+=("${packages[*]} (what the tests run or build with; set-up installs them with apt-get, which needs root): sudo apt-get install -y ${packages[*]}")
       else
         found+=("apt-get for ${packages[*]}")
       fi
     else
       found+=("prometheus, postgresql")
+      ((node)) && found+=("gcc, pkg-config, libseccomp-dev")
     fi
   fi
 

@@ -8,6 +8,9 @@
 #   scripts/setup.sh --all    also Prometheus and PostgreSQL (Debian), the schema registry
 #                             (Apicurio, built from Maven Central), and the Kubernetes
 #                             control plane and helm built from the Go module proxy
+#   scripts/setup.sh --node   --all, and the real node's parts for tests/node (kubelet,
+#                             containerd, runc, CNI plugins, prometheus-adapter from the Go
+#                             module proxy; gcc, pkg-config, libseccomp-dev from Debian)
 #
 # Afterwards `source .venv/bin/activate` puts `offtake`, `python` and `pytest` of .venv first
 # on PATH. $OFFTAKE_VENV chooses another folder for the environment.
@@ -85,7 +88,7 @@ PY="$VENV/bin/python"
 step "Apache Kafka (Maven Central jars)"
 "$PY" -m offtake_testbed.kafka install
 
-if [[ $MODE == --all ]]; then
+if [[ $MODE == --all || $MODE == --node ]]; then
   step "Prometheus and promtool (Debian)"
   "$PY" -m offtake_testbed.prometheus install
   step "PostgreSQL (Debian)"
@@ -94,6 +97,10 @@ if [[ $MODE == --all ]]; then
   "$PY" -m offtake_testbed.apicurio install
   step "kube-apiserver, etcd, kube-controller-manager, kubectl, helm (Go module proxy)"
   "$PY" -m offtake_testbed.kube install
+fi
+if [[ $MODE == --node ]]; then
+  step "kubelet, containerd, runc, CNI plugins, prometheus-adapter (Go module proxy)"
+  "$PY" -m offtake_testbed.node install
 fi
 step_done
 printf '\nset-up done in %.0fs; to use offtake from this shell: source %s/bin/activate\n' \

@@ -11,7 +11,11 @@ Everything is built from the Go module proxy, like the control plane, and cached
 - runc from ``github.com/opencontainers/runc`` (cgo, with seccomp: needs gcc and
   libseccomp-dev, because the kubelet asks for the RuntimeDefault seccomp profile). Debian's
   crun 1.8 refuses the OCI spec version containerd 2.2 writes ("unknown version specified");
-- the CNI plugins bridge, host-local, loopback and portmap.
+- the CNI plugins bridge, host-local, loopback and portmap;
+- prometheus-adapter (:mod:`offtake_testbed.prometheus_adapter`), for the autoscaling tier.
+
+runc's build dependencies (gcc, pkg-config, libseccomp-dev) are installed with apt-get when
+missing (as root, or with passwordless sudo); otherwise the install says which command does it.
 
 What it took on the project's machine (a Firecracker VM, root without CAP_SYS_RESOURCE, cgroup
 v1): ``failCgroupV1: false`` for the kubelet, and containerd's ``restrict_oom_score_adj`` (runc
@@ -39,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -47,6 +51,7 @@ from typing import IO
 from . import kube
 from ._cache import cache_dir
 from ._service import Service
+from .prometheus_adapter import install_prometheus_adapter
 
 __all__ = [
     "CONTAINERD_VERSION",
@@ -95,14 +100,49 @@ def _go(args: Sequence[str], *, cwd: Path, log: Path, what: str, **env: str) -> 
     return kube._run_go(args, cwd=cwd, log=log, what=what, extra_env=env)
 
 
+def _missing_runc_build_deps() -> list[str]:
+    """Debian packages runc's cgo build with seccomp needs that this machine lacks:
+    libseccomp-golang finds the library through ``pkg-config libseccomp``."""
+    missing = []
+    if shutil.which("gcc") is None:
+        missing.append("gcc")
+    if shutil.which("pkg-config") is None:
+        missing.append("pkg-config")
+    if not Path("/usr/include/seccomp.h").exists():
+        missing.append("libseccomp-dev")
+    return missing
+
+
+def _ensure_runc_build_deps(log: Path) -> None:
+    """Install what runc's build needs with apt-get (as root, or sudo without a password), as
+    set-up does for Prometheus and PostgreSQL; else say which command installs it."""
+    missing = _missing_runc_build_deps()
+    if not missing:
+        return
+    command = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    prefix = "sudo " if sudo else ""
+    hint = (
+        f"runc is built with cgo and seccomp and needs {', '.join(missing)}: "
+        f"run `{prefix}{' '.join(command)}`"
+    )
+    if shutil.which("apt-get") is None or (sudo and shutil.which("sudo") is None):
+        raise NodeError(hint)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for cmd in ([*sudo, "apt-get", "update", "-qq"], [*sudo, *command]):
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        with log.open("a") as out:
+            out.write(f"\n$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
+        if proc.returncode != 0:
+            raise NodeError(f"{hint} (`{' '.join(cmd)}` failed: {proc.stderr.strip()[-500:]})")
+    if _missing_runc_build_deps():
+        raise NodeError(f"{hint} (apt-get ran, still missing: {_missing_runc_build_deps()})")
+
+
 def _build_runc(bin_dir: Path, log: Path) -> None:
     """runc in a throwaway module: its go.mod replaces selinux with a folder the module zip
     does not ship, so the published selinux release stands in (as for kubernetes' staging)."""
-    if shutil.which("gcc") is None or not Path("/usr/include/seccomp.h").exists():
-        raise NodeError(
-            "runc is built with cgo and seccomp: install gcc and libseccomp-dev "
-            "(apt-get install gcc libseccomp-dev)"
-        )
+    _ensure_runc_build_deps(log)
     src = cache_dir("kube", "node", "src", f"runc-{RUNC_VERSION}")
     kube._init_module(src, "offtake.local/runcbuild", log)
     module = "github.com/opencontainers/runc"
@@ -127,7 +167,8 @@ def _installed(bin_dir: Path) -> bool:
 
 
 def install_node(*, progress: IO[str] | None = None) -> NodePaths:
-    """Build (once) kubelet, kube-scheduler, containerd, runc and the CNI plugins."""
+    """Build (once) kubelet, kube-scheduler, containerd, runc, the CNI plugins and
+    prometheus-adapter (:mod:`offtake_testbed.prometheus_adapter`)."""
     bin_dir = cache_dir("kube", kube.KUBE_VERSION, "node", "bin")
     paths = NodePaths(bin_dir)
 
@@ -137,11 +178,18 @@ def install_node(*, progress: IO[str] | None = None) -> NodePaths:
 
     if _installed(bin_dir):
         say(f"found kubelet, containerd, runc and CNI plugins in the cache: {bin_dir}")
-        return paths
+    else:
+        _build_node(bin_dir, progress, say)
+    # The autoscaling tier's HPA reads external metrics through it.
+    install_prometheus_adapter(progress=progress)
+    return paths
+
+
+def _build_node(bin_dir: Path, progress: IO[str] | None, say: Callable[[str], None]) -> None:
     control = kube.install_control_plane(progress=progress)
     with kube._lock(f"node-{kube.KUBE_VERSION}"):
         if _installed(bin_dir):
-            return paths
+            return
         log = cache_dir("kube", kube.KUBE_VERSION, "logs") / "node-build.log"
         log.write_text("building the test bed's node\n")
         started = time.monotonic()
@@ -200,7 +248,6 @@ def install_node(*, progress: IO[str] | None = None) -> NodePaths:
         }
         (bin_dir / _MARKER).write_text(json.dumps(marker, indent=2) + "\n")
         say(f"done in {timings['total']} s: {bin_dir}")
-        return paths
 
 
 def _buildah() -> list[str]:
@@ -538,7 +585,10 @@ class Node(Service):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m offtake_testbed.node")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("install", help="build kubelet, kube-scheduler, containerd, runc, CNI plugins")
+    sub.add_parser(
+        "install",
+        help="build kubelet, kube-scheduler, containerd, runc, CNI plugins, prometheus-adapter",
+    )
     args = parser.parse_args(argv)
     if args.command == "install":
         try:

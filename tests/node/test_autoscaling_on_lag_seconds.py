@@ -6,15 +6,13 @@ the pipeline up, the new workers take partitions, the lag drains and it scales b
 Prometheus finds the pods through the apiserver (file_sd, kept by this test: Debian's
 Prometheus has no Kubernetes discovery).
 
-prometheus-adapter: the Go module proxy refuses ``sigs.k8s.io/prometheus-adapter`` (403), so
-its binary comes from ``OFFTAKE_PROMETHEUS_ADAPTER`` (built from the project's GitHub source:
-``go build ./cmd/adapter``); without it this test fails saying so.
+prometheus-adapter is built from the Go module proxy with the node's other parts
+(:mod:`offtake_testbed.prometheus_adapter`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import tempfile
 import threading
@@ -31,6 +29,7 @@ from offtake_testbed.kafka import KafkaBroker, read_topic
 from offtake_testbed.kube import ControlPlane
 from offtake_testbed.node import GATEWAY_IP, Node
 from offtake_testbed.prometheus import Prometheus
+from offtake_testbed.prometheus_adapter import install_prometheus_adapter
 from offtake_testbed.pytest_plugin_kube import Kubectl
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -125,14 +124,7 @@ ADAPTER_CONFIG = {
 @pytest.fixture(scope="module")
 def metrics_adapter(control_plane: ControlPlane, pod_prometheus: Prometheus) -> Iterator[None]:
     """prometheus-adapter on the host, registered as external.metrics.k8s.io v1beta1."""
-    binary = os.environ.get("OFFTAKE_PROMETHEUS_ADAPTER", "")
-    if not os.access(binary, os.X_OK):
-        pytest.fail(
-            "set OFFTAKE_PROMETHEUS_ADAPTER to a prometheus-adapter binary (the Go module proxy "
-            "refuses sigs.k8s.io/prometheus-adapter; build it from its source: go build "
-            "./cmd/adapter)",
-            pytrace=False,
-        )
+    binary = install_prometheus_adapter()
     work = Path(tempfile.mkdtemp(prefix="offtake-adapter-"))
     (work / "config.yaml").write_text(yaml.safe_dump(ADAPTER_CONFIG))
     port = 16443
@@ -140,7 +132,7 @@ def metrics_adapter(control_plane: ControlPlane, pod_prometheus: Prometheus) -> 
     with (work / "adapter.log").open("wb") as log:
         proc = subprocess.Popen(
             [
-                binary,
+                str(binary),
                 f"--prometheus-url={pod_prometheus.url}",
                 f"--config={work / 'config.yaml'}",
                 f"--lister-kubeconfig={kc}",

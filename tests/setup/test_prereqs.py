@@ -69,3 +69,13 @@ def test_with_everything_there_it_names_what_it_found(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("prerequisites found: python 3.")
     assert "java " in done.stdout and "mvn" in done.stdout
+
+
+def test_the_node_tier_names_runcs_build_tools_among_the_debian_packages(tmp_path: Path) -> None:
+    # The PATH holds no gcc and no pkg-config (nor prometheus, nor apt-get): all are named.
+    done = check(tools_except(tmp_path), "--node")
+    assert done.returncode == 1
+    missing = [line for line in done.stderr.splitlines() if line.startswith("missing: ")]
+    assert len(missing) == 1, done.stderr
+    assert "gcc pkg-config" in missing[0] and "prometheus" in missing[0], missing
+    assert "(what the tests run or build with)" in missing[0]
