@@ -138,8 +138,8 @@ _SECRET_KEYS = ("sasl.jaas.config", "ssl.key.pem", "ssl_key.pem", "sasl.oauthbea
 CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     "self.all(k, !(k.lowerAscii().endsWith('password') || k.lowerAscii().endsWith('secret') "
     "|| k.lowerAscii() in ['sasl.jaas.config', 'ssl.key.pem', 'ssl_key.pem', "
-    "'sasl.oauthbearer.config']))": lambda s: not any(
-        k.lower().endswith(("password", "secret")) or k.lower() in _SECRET_KEYS for k in s
+    "'sasl.oauthbearer.config']))": lambda s: (
+        not any(k.lower().endswith(("password", "secret")) or k.lower() in _SECRET_KEYS for k in s)
     ),
     "self.metadata.name.size() <= 55": lambda s: len(s["metadata"]["name"]) <= 55,
     "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')": lambda s: (
@@ -147,6 +147,9 @@ CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     ),
     "!(has(self.function) && has(self.container))": lambda s: (
         not (_has(s, "function") and _has(s, "container"))
+    ),
+    "!has(self.batch) || !self.batch || has(self.function)": lambda s: (
+        not s.get("batch") or _has(s, "function")
     ),
     "(has(self.kafka) ? 1 : 0) + (has(self.spark) ? 1 : 0) + (has(self.log) ? 1 : 0) == 1": (
         lambda s: sum(_has(s, k) for k in ("kafka", "spark", "log")) == 1
@@ -305,6 +308,9 @@ def fix_cross_field_rules(m: dict[str, Any]) -> None:
         submit = spark.get("submit", {})
         if submit.get("mode") == "connect":
             submit.setdefault("connectUrl", "sc://spark:15002")
+    processor = spec.get("processor")
+    if processor is not None and processor.get("batch") and "container" not in processor:
+        processor.setdefault("function", "a:b")
     errors = spec.get("errors", {})
     if errors.get("policy") == "dlq":
         errors.setdefault("dlq", {"topic": "dlq"})
@@ -584,6 +590,8 @@ def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
         loader_rejects = False
     elif "lowerAscii" in rule:
         spec["kafka"]["config"] = {"sasl.password": "hunter2"}
+    elif "self.batch" in rule:
+        spec["processor"] = {"batch": True}
     elif "has(self.function)" in rule:
         spec["processor"] = {"function": "a:b", "container": {"image": "img"}}
     elif "has(self.kafka)" in rule:

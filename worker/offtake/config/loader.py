@@ -222,8 +222,11 @@ def _processor(f: Fields | None) -> ProcessorSpec:
         c.done()
     if function is not None and container is not None:
         raise ConfigError(f.path, "set either function or container, not both")
+    batch = f.flag("batch", False)
+    if batch and function is None:
+        raise ConfigError(f.at("batch"), "applies to processor.function, which is not set")
     f.done()
-    return ProcessorSpec(function=function, container=container)
+    return ProcessorSpec(function=function, container=container, batch=batch)
 
 
 DELIVERY_MODES = ("at-least-once", "exactly-once")

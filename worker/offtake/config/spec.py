@@ -60,6 +60,8 @@ class ContainerSpec:
 class ProcessorSpec:
     function: str | None = None
     container: ContainerSpec | None = None
+    # The function takes a list of records and returns one result per record (in order).
+    batch: bool = False
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,12 @@ from offtake.kafka.protocols import ClientFactory, ConsumerLike
 from offtake.kafka.source import KafkaSource
 from offtake.metrics import Metrics
 from offtake.processing.base import Processor
-from offtake.processing.function import FunctionProcessor, PassThrough, load_function
+from offtake.processing.function import (
+    BatchFunctionProcessor,
+    FunctionProcessor,
+    PassThrough,
+    load_function,
+)
 from offtake.sinks.base import Sink
 from offtake.sinks.kafka_transactional import TransactionalKafkaSink
 from offtake.sinks.log import LogSink
@@ -115,6 +120,8 @@ def default_clients() -> ClientFactory:
 
 
 def make_processor(spec: PipelineSpec) -> Processor:
+    if spec.processor.function is not None and spec.processor.batch:
+        return BatchFunctionProcessor(load_function(spec.processor.function))
     if spec.processor.function is not None:
         return FunctionProcessor(load_function(spec.processor.function))
     if spec.processor.container is not None:
