@@ -107,3 +107,8 @@ def saturated(record: Record) -> Any:
         if len(attempts) <= 2:
             raise Backpressure(retry_after=1.0)
     return {**value, "at": time.time()}
+
+
+def with_pid(record: Record) -> Any:
+    """The record with the id of the process that handled it (processor.parallelism)."""
+    return {**record.value, "pid": os.getpid()}

@@ -9,6 +9,7 @@ record that fails inside it must fail alone (dead-lettered), its neighbours deli
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections import Counter
@@ -159,3 +160,45 @@ def test_worker_fans_out_and_dead_letters_inside_batches_without_loss_or_doubles
     }
     assert processed.get("delivered") == total - len(poison), processed
     assert processed.get("dlq") == len(poison), processed
+
+
+def test_parallelism_runs_the_function_in_processes_and_keeps_partition_order(
+    kafka_broker: KafkaBroker, topic_factory: Any
+) -> None:
+    src, out = topic_factory(2), topic_factory(1)
+    total = 3_000
+    doc = manifest(
+        "parallel",
+        kafka_broker.bootstrap,
+        [src],
+        sink={"kafka": {"topic": out}},
+        processor={"function": "support.processors:with_pid", "parallelism": 2},
+    )
+    doc["spec"]["source"]["format"] = "json"
+    produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(total)))
+    worker = build_worker(parse_pipeline(doc))
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    group = doc["spec"]["source"]["groupId"]
+    try:
+        deadline = time.monotonic() + 120
+        while committed_records(kafka_broker.bootstrap, group, src, 2) < total:
+            assert time.monotonic() < deadline, "the worker did not commit every record"
+            assert runner.is_alive(), "the worker stopped"
+            time.sleep(0.5)
+    finally:
+        worker.stop()
+        runner.join(60)
+    assert not runner.is_alive()
+    values = [json.loads(m.value()) for m in read_all(kafka_broker.bootstrap, out)]
+    assert sorted(v["id"] for v in values) == list(range(total))
+    pids = {v["pid"] for v in values}
+    assert len(pids) == 2 and os.getpid() not in pids  # two processes, not this one
+    source = [
+        (m.partition(), json.loads(m.value())["id"]) for m in read_all(kafka_broker.bootstrap, src)
+    ]
+    written = [v["id"] for v in values]
+    for p in (0, 1):  # each partition's records written in offset order
+        ids = [i for q, i in source if q == p]
+        mine = set(ids)
+        assert [i for i in written if i in mine] == ids

@@ -120,6 +120,12 @@ def default_clients() -> ClientFactory:
 
 
 def make_processor(spec: PipelineSpec) -> Processor:
+    if spec.processor.function is not None and spec.processor.parallelism > 1:
+        from offtake.processing.parallel import ParallelFunctionProcessor
+
+        return ParallelFunctionProcessor(
+            spec.processor.function, spec.processor.parallelism, spec.processor.batch
+        )
     if spec.processor.function is not None and spec.processor.batch:
         return BatchFunctionProcessor(load_function(spec.processor.function))
     if spec.processor.function is not None:
