@@ -46,6 +46,7 @@ MAX_CONSUME_GAP = 0.1  # consume() at least this often: rebalance and commit cal
 MAX_BATCH = 500
 # A bound held this long is a stall (the sink does not confirm): pause; before, just wait.
 STALL_GRACE = 0.5
+BOUND_COMMIT_SPACING = 0.02  # at the bound: synchronous commits at most this often
 STAGE_QUEUE_TARGET = 2 * MAX_BATCH  # records queued for the processing thread: two polls
 DRAIN_STEP = 0.005
 EXIT_OK, EXIT_STOPPED_ON_ERROR, EXIT_FATAL = 0, 1, 3
@@ -103,6 +104,7 @@ class Worker:
         # Partitions being revoked right now: records of them fetched meanwhile are not taken.
         self._revoking: frozenset[TopicPartition] = frozenset()
         self._last_consume = 0.0
+        self._last_bound_commit = 0.0
 
     # -- public -------------------------------------------------------------------------
     @property
@@ -193,7 +195,14 @@ class Worker:
             # is a commit's acknowledgement, so commit what is done now and wait for it (an
             # asynchronous commit's acknowledgement would only arrive inside consume()).
             # Held long enough, the bound pauses the partitions instead (a stall).
-            if self._transactions is None and self.tracker.done_uncommitted():
+            if (
+                self._transactions is None
+                and self.tracker.done_uncommitted()
+                and now - self._last_bound_commit >= BOUND_COMMIT_SPACING
+            ):
+                # Spaced: a commit refused mid-rebalance must not be retried in a tight loop
+                # (the rebalance itself needs a consume(), which the grace brings).
+                self._last_bound_commit = now
                 self.committer.commit(asynchronous=False)
             else:
                 self.stage.wait_for_progress(BUSY_POLL_TIMEOUT)
