@@ -18,13 +18,17 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from offtake.config import PipelineSpec
 from offtake.config.spec import is_topic_pattern, matching_topics
+from offtake.kafka.config import client_config
+from offtake.kafka.oldest_record import read_timestamps
+from offtake.kafka.protocols import ConsumerLike
+from offtake.records import TopicPartition as OfftakeTP
 
 TP = tuple[str, int]
 
@@ -81,12 +85,7 @@ LIBRDKAFKA_LOG.setLevel(logging.CRITICAL)
 def admin_config(
     pipeline: PipelineSpec, secret: Mapping[str, str], timeout: float
 ) -> dict[str, Any]:
-    conf: dict[str, Any] = {
-        "bootstrap.servers": pipeline.kafka.bootstrap_servers,
-        "logger": LIBRDKAFKA_LOG,
-    }
-    conf.update(pipeline.kafka.config)
-    conf.update(secret)
+    conf = client_config(pipeline, secret, LIBRDKAFKA_LOG)  # the worker's clients start here too
     conf["socket.timeout.ms"] = int(timeout * 1000)
     conf.setdefault("client.id", "offtake-operator")
     # Consumer-only and producer-only properties make the admin client log warnings; drop them.
@@ -202,17 +201,10 @@ def oldest_timestamps(
         }
     )
     try:
-        probe.assign([TopicPartition(t, p, off) for (t, p), off in positions.items()])
-        found: dict[TP, int] = {}
-        deadline = time.monotonic() + timeout
-        while len(found) < len(positions) and time.monotonic() < deadline:
-            for msg in probe.consume(num_messages=len(positions), timeout=0.5):
-                if msg.error() is not None:
-                    continue
-                tp = (str(msg.topic()), int(msg.partition() or 0))
-                if tp in positions and tp not in found:
-                    found[tp] = int(msg.timestamp()[1])
-        return found
+        # The worker's own probe reads the same way (offtake.kafka.oldest_record).
+        wanted = {OfftakeTP(t, p): off for (t, p), off in positions.items()}
+        found = read_timestamps(cast(ConsumerLike, probe), wanted, TopicPartition, timeout)
+        return {(tp.topic, tp.partition): ts for tp, ts in found.items()}
     finally:
         probe.close()
 

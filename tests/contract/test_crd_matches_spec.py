@@ -149,6 +149,12 @@ CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     "!(has(self.function) && has(self.container))": lambda s: (
         not (_has(s, "function") and _has(s, "container"))
     ),
+    "!has(self.batch) || !self.batch || has(self.function)": lambda s: (
+        not s.get("batch") or _has(s, "function")
+    ),
+    "!has(self.parallelism) || self.parallelism == 1 || has(self.function)": lambda s: (
+        s.get("parallelism", 1) == 1 or _has(s, "function")
+    ),
     "(has(self.kafka) ? 1 : 0) + (has(self.spark) ? 1 : 0) + (has(self.log) ? 1 : 0) == 1": (
         lambda s: sum(_has(s, k) for k in ("kafka", "spark", "log")) == 1
     ),
@@ -346,6 +352,12 @@ def fix_cross_field_rules(m: dict[str, Any]) -> None:
             kafka.get("schema", {}).pop("file", None)
         if kafka.get("format", "json") != "json":
             kafka.setdefault("schemaRegistry", {"url": "http://registry:8080"})
+    processor = spec.get("processor")
+    needs_function = processor is not None and (
+        processor.get("batch") or processor.get("parallelism", 1) != 1
+    )
+    if processor is not None and needs_function and "container" not in processor:
+        processor.setdefault("function", "a:b")
     errors = spec.get("errors", {})
     if errors.get("policy") == "dlq":
         errors.setdefault("dlq", {"topic": "dlq"})
@@ -625,6 +637,10 @@ def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
         loader_rejects = False
     elif "lowerAscii" in rule:
         spec["kafka"]["config"] = {"sasl.password": "hunter2"}
+    elif "self.batch" in rule:
+        spec["processor"] = {"batch": True}
+    elif "self.parallelism" in rule:
+        spec["processor"] = {"parallelism": 2}
     elif "has(self.function)" in rule:
         spec["processor"] = {"function": "a:b", "container": {"image": "img"}}
     elif "has(self.kafka)" in rule:

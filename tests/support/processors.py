@@ -81,3 +81,55 @@ def misbehave(record: Record) -> Any:
     if ident % 11 == 0:
         return _Unsendable()
     return record.value
+
+
+def fan_out(record: Record) -> Any:
+    """One record becomes ``id % 4 + 1`` values (a list); records marked poison fail.
+
+    Multi-value items of different sizes side by side in one batch, and per-record failures
+    among them (tests/worker/test_engine_stress_on_kafka.py).
+    """
+    value = record.value
+    if value.get("poison"):
+        raise ValueError(f"poison record {value['id']}")
+    return [{"id": value["id"], "part": k} for k in range(value["id"] % 4 + 1)]
+
+
+def fan_out_batch(records: list[Record]) -> list[Any]:
+    """``fan_out`` for ``processor.batch: true``: one result per record, in order.
+
+    A poison record with an even id comes back as an exception instance (that record fails);
+    one with an odd id makes the whole call raise (the engine then calls again per record).
+    """
+    results: list[Any] = []
+    for record in records:
+        value = record.value
+        if value.get("poison") and value["id"] % 2:
+            raise ValueError(f"poison record {value['id']}")
+        if value.get("poison"):
+            results.append(ValueError(f"poison record {value['id']}"))
+        else:
+            results.append([{"id": value["id"], "part": k} for k in range(value["id"] % 4 + 1)])
+    return results
+
+
+SLOW_DOWN_ATTEMPTS: dict[int, list[float]] = {}  # id -> wall-clock times of each attempt
+
+
+def saturated(record: Record) -> Any:
+    """Raises offtake.Backpressure(retry_after=1) on the first two attempts at records marked
+    ``saturate`` (its downstream is "saturated"); notes every attempt's time (in-process)."""
+    from offtake import Backpressure
+
+    value = record.value
+    if value.get("saturate"):
+        attempts = SLOW_DOWN_ATTEMPTS.setdefault(value["id"], [])
+        attempts.append(time.time())
+        if len(attempts) <= 2:
+            raise Backpressure(retry_after=1.0)
+    return {**value, "at": time.time()}
+
+
+def with_pid(record: Record) -> Any:
+    """The record with the id of the process that handled it (processor.parallelism)."""
+    return {**record.value, "pid": os.getpid()}

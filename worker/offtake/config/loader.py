@@ -281,8 +281,16 @@ def _processor(f: Fields | None) -> ProcessorSpec:
         c.done()
     if function is not None and container is not None:
         raise ConfigError(f.path, "set either function or container, not both")
+    batch = f.flag("batch", False)
+    if batch and function is None:
+        raise ConfigError(f.at("batch"), "applies to processor.function, which is not set")
+    parallelism = f.integer("parallelism", 1, minimum=1, maximum=64)
+    if parallelism > 1 and function is None:
+        raise ConfigError(f.at("parallelism"), "applies to processor.function, which is not set")
     f.done()
-    return ProcessorSpec(function=function, container=container)
+    return ProcessorSpec(
+        function=function, container=container, batch=batch, parallelism=parallelism
+    )
 
 
 DELIVERY_MODES = ("at-least-once", "exactly-once")

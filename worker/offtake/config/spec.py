@@ -101,6 +101,10 @@ class ContainerSpec:
 class ProcessorSpec:
     function: str | None = None
     container: ContainerSpec | None = None
+    # The function takes a list of records and returns one result per record (in order).
+    batch: bool = False
+    # Processes running the function (CPU-bound code); order and commits as with one.
+    parallelism: int = 1
 
 
 SinkFormat = Literal["json", "avro", "protobuf", "jsonschema"]

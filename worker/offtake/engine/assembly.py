@@ -32,7 +32,12 @@ from offtake.kafka.source import KafkaSource
 from offtake.metrics import Metrics
 from offtake.processing.base import Processor
 from offtake.processing.decode import make_decoder
-from offtake.processing.function import FunctionProcessor, PassThrough, load_function
+from offtake.processing.function import (
+    BatchFunctionProcessor,
+    FunctionProcessor,
+    PassThrough,
+    load_function,
+)
 from offtake.sinks.base import Sink
 from offtake.sinks.encoding import encode_value
 from offtake.sinks.kafka_transactional import TransactionalKafkaSink
@@ -128,6 +133,14 @@ SIDECAR_FORMATS = ("json", "string", "bytes")
 
 
 def make_processor(spec: PipelineSpec) -> Processor:
+    if spec.processor.function is not None and spec.processor.parallelism > 1:
+        from offtake.processing.parallel import ParallelFunctionProcessor
+
+        return ParallelFunctionProcessor(
+            spec.processor.function, spec.processor.parallelism, spec.processor.batch
+        )
+    if spec.processor.function is not None and spec.processor.batch:
+        return BatchFunctionProcessor(load_function(spec.processor.function))
     if spec.processor.function is not None:
         return FunctionProcessor(load_function(spec.processor.function))
     if spec.processor.container is not None:

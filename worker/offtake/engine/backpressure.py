@@ -3,6 +3,12 @@
 Pausing (not blocking) is what keeps the worker in its group: it goes on polling, so the
 broker sees it alive, while no new records arrive. Resuming only below a low-water mark
 avoids flapping between paused and resumed on every record.
+
+Reaching the bound is not yet a reason to pause: at full speed the in-flight count touches it
+whenever the records done wait for their commit's acknowledgement, and the poll loop then
+simply fetches nothing more (:meth:`Backpressure.capacity`) until the commit frees room. A
+pause costs librdkafka's prefetched records (dropped, fetched again on resume: most of a
+second), so it is kept for a bound held for ``grace`` seconds: a stalled sink.
 """
 
 from __future__ import annotations
@@ -23,9 +29,11 @@ LOW_WATER = 0.5  # resume once in-flight work fell below half of each bound
 @dataclass
 class Backpressure:
     limits: LimitsSpec
+    grace: float = 0.0  # seconds at the bound before pausing
     engaged: bool = False
+    _at_bound_since: float | None = None
 
-    def update(self, messages: int, nbytes: int) -> bool:
+    def update(self, messages: int, nbytes: int, now: float = 0.0) -> bool:
         """Return whether fetching should be paused, given the in-flight totals."""
         if self.engaged:
             if (
@@ -37,11 +45,20 @@ class Backpressure:
             messages >= self.limits.max_in_flight_messages
             or nbytes >= self.limits.max_in_flight_bytes
         ):
-            self.engaged = True
+            if self._at_bound_since is None:
+                self._at_bound_since = now
+            if now - self._at_bound_since >= self.grace:
+                self.engaged = True
+        else:
+            self._at_bound_since = None
+        if self.engaged:
+            self._at_bound_since = None
         return self.engaged
 
-    def capacity(self, messages: int) -> int:
-        """How many more records may be fetched now without crossing the message bound."""
+    def capacity(self, messages: int, nbytes: int = 0) -> int:
+        """How many more records may be fetched now without crossing either bound."""
+        if nbytes >= self.limits.max_in_flight_bytes:
+            return 0
         return max(0, self.limits.max_in_flight_messages - messages)
 
 
@@ -102,6 +119,17 @@ class PartitionPauser:
         self.held[tp] = until
         self.metrics.delayed_partitions.set(len(self.held))
         return True
+
+    def delay(self, tp: TopicPartition, until: float) -> None:
+        """Pause ``tp`` until ``until`` (wall clock), fetching on from where it is after.
+
+        For offtake.Backpressure: the processing thread holds the records it has of ``tp``
+        in order, so the consumer's position is right and no seek is needed.
+        """
+        if tp not in self.paused and tp not in self.held:
+            self.source.pause([tp])
+        self.held[tp] = max(until, self.held.get(tp, until))
+        self.metrics.delayed_partitions.set(len(self.held))
 
     def release_due(self, now: float) -> None:
         """Resume the held partitions whose record is due (unless backpressure holds them)."""

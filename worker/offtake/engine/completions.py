@@ -29,22 +29,47 @@ class Settled:
     reason: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class SettledMany:
+    """Records of one partition finished with the same way, at once (a sink batch)."""
+
+    tp: TopicPartition
+    offsets: list[int]
+    epoch: int
+    how: Settlement
+
+
 class Completions:
     def __init__(self) -> None:
-        self._queue: deque[Settled] = deque()
+        self._queue: deque[Settled | SettledMany] = deque()
         self._stops: deque[str] = deque()
+        self._slow_downs: deque[tuple[TopicPartition, int, float]] = deque()
 
     def put(
         self, tp: TopicPartition, offset: int, epoch: int, how: Settlement, reason: str = ""
     ) -> None:
         self._queue.append(Settled(tp, offset, epoch, how, reason))
 
+    def put_many(self, tp: TopicPartition, offsets: list[int], epoch: int, how: Settlement) -> None:
+        """Settle records of one partition together: one entry, not one per record."""
+        self._queue.append(SettledMany(tp, offsets, epoch, how))
+
+    def request_slow_down(self, tp: TopicPartition, epoch: int, until: float) -> None:
+        """Ask the poll loop to pause ``tp`` until ``until`` (wall clock): offtake.Backpressure."""
+        self._slow_downs.append((tp, epoch, until))
+
+    def take_slow_downs(self) -> list[tuple[TopicPartition, int, float]]:
+        out: list[tuple[TopicPartition, int, float]] = []
+        while self._slow_downs:
+            out.append(self._slow_downs.popleft())
+        return out
+
     def request_stop(self, reason: str) -> None:
         """Ask the poll loop to stop the worker (exit code 1) for a reason it logs."""
         self._stops.append(reason)
 
-    def take_all(self) -> list[Settled]:
-        out: list[Settled] = []
+    def take_all(self) -> list[Settled | SettledMany]:
+        out: list[Settled | SettledMany] = []
         while self._queue:
             out.append(self._queue.popleft())
         return out

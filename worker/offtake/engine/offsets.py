@@ -8,27 +8,110 @@ nothing (at-least-once), and records done above a pending one wait for it.
 
 Records stay counted as in flight until the broker acknowledged a commit past them, not merely
 until they are done: that is what bounds the duplicates after a crash by the in-flight limit.
+
+Batch-first: the unit of bookkeeping is a *chunk*, the records of one partition taken from
+one poll (:meth:`OffsetTracker.register_batch`). A chunk settled as a whole
+(:meth:`OffsetTracker.done_chunk`, the common case: every record of it delivered) costs one
+update, whatever its size; a record settled on its own (dead-lettered, dropped, retried, or
+delivered apart from its neighbours) marks just its offset. No object is kept per record: a
+chunk holds its offsets as one list, its byte count and its first timestamp.
 """
 
 from __future__ import annotations
 
-import heapq
+import itertools
+from bisect import bisect_left
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from offtake.records import TopicPartition
 
 
 @dataclass(slots=True)
+class _Chunk:
+    """Records of one partition from one poll, in offset order."""
+
+    offsets: list[int]
+    size: int  # bytes of the records still in this chunk
+    timestamp: int | None  # of its first record (ms), for lag in seconds
+    pending: int  # records not yet settled
+    head: int = 0  # offsets[:head] were settled in order, a run at a time
+    settled: set[int] | None = None  # offsets from head on settled one by one
+
+    @property
+    def first(self) -> int:
+        return self.offsets[0]
+
+    def lowest_pending(self) -> int | None:
+        if not self.pending:
+            return None
+        if not self.settled:
+            return self.offsets[self.head]
+        for offset in itertools.islice(self.offsets, self.head, None):
+            if offset not in self.settled:
+                return offset
+        return None  # unreachable while pending > 0
+
+    def settle_run(self, offsets: Sequence[int]) -> bool:
+        """Settle the next run of offsets in order (a sink batch of this chunk), in O(1).
+
+        False if ``offsets`` are not exactly the next ones: then they are settled one by one.
+        """
+        n, head = len(offsets), self.head
+        if (
+            self.settled
+            or not n
+            or head + n > len(self.offsets)
+            or self.offsets[head] != offsets[0]
+            or self.offsets[head + n - 1] != offsets[-1]
+        ):
+            return False
+        # Ascending, unique and taken from this chunk: first and last fix the whole run.
+        self.head = head + n
+        self.pending -= n
+        return True
+
+    def settle(self, offset: int) -> bool:
+        """Settle one offset; False if it is not in this chunk or was settled already."""
+        if not self.pending:
+            return False
+        i = bisect_left(self.offsets, offset)
+        if i < self.head or i == len(self.offsets) or self.offsets[i] != offset:
+            return False
+        settled = self.settled
+        if settled is not None and offset in settled:
+            return False
+        self.pending -= 1
+        if i == self.head:  # next in order: move the head on, past any settled before it
+            self.head += 1
+            while settled and self.head < len(self.offsets) and self.offsets[self.head] in settled:
+                settled.discard(self.offsets[self.head])
+                self.head += 1
+        elif settled is None:
+            self.settled = {offset}
+        else:
+            settled.add(offset)
+        if not self.pending:
+            self.settled = None
+        return True
+
+
+@dataclass(slots=True)
 class _Partition:
     epoch: int
-    # (offset, bytes, timestamp ms) in consumption order, for every record not yet committed.
-    uncommitted: deque[tuple[int, int, int | None]] = field(default_factory=deque)
-    pending: set[int] = field(default_factory=set)
-    heap: list[int] = field(default_factory=list)  # pending offsets, lazily pruned
+    # Chunks of records not yet covered by an acknowledged commit, in consumption order.
+    chunks: deque[_Chunk] = field(default_factory=deque)
+    pending: int = 0  # records pending in all chunks
     next_offset: int | None = None  # one past the last consumed offset
     committed: int | None = None  # last commit position the broker acknowledged
     failed: int | None = None  # a record the stop policy gave up on: nothing past it commits
+
+    def chunk_of(self, offset: int) -> _Chunk | None:
+        for chunk in self.chunks:  # few chunks per partition; a record alone is the rare case
+            if chunk.offsets[0] <= offset <= chunk.offsets[-1]:
+                return chunk
+        return None
 
 
 class OffsetTracker:
@@ -56,9 +139,9 @@ class OffsetTracker:
         """Forget a partition (revoked after its final commit, or lost)."""
         part = self._parts.pop(tp, None)
         if part is not None:
-            for _, size, _ in part.uncommitted:
-                self.inflight_messages -= 1
-                self.inflight_bytes -= size
+            for chunk in part.chunks:
+                self.inflight_messages -= len(chunk.offsets)
+                self.inflight_bytes -= chunk.size
 
     def epoch(self, tp: TopicPartition) -> int | None:
         part = self._parts.get(tp)
@@ -69,16 +152,24 @@ class OffsetTracker:
 
     # -- records ----------------------------------------------------------------------------
     def register(self, tp: TopicPartition, offset: int, size: int, timestamp: int | None) -> int:
-        """A record was consumed: pending until done. Returns the partition's epoch."""
+        """One record was consumed: pending until done. Returns the partition's epoch."""
+        return self.register_batch(tp, [offset], size, timestamp)
+
+    def register_batch(
+        self, tp: TopicPartition, offsets: list[int], size: int, timestamp: int | None
+    ) -> int:
+        """Records of one partition were consumed (offsets ascending, ``size`` bytes in all).
+
+        They form one chunk: pending until done. Returns the partition's epoch.
+        """
         part = self._parts.get(tp)
-        if part is None:  # a record of a partition we never saw assigned: track it anyway
+        if part is None:  # records of a partition we never saw assigned: track them anyway
             self.assign(tp)
             part = self._parts[tp]
-        part.uncommitted.append((offset, size, timestamp))
-        part.pending.add(offset)
-        heapq.heappush(part.heap, offset)
-        part.next_offset = offset + 1
-        self.inflight_messages += 1
+        part.chunks.append(_Chunk(offsets, size, timestamp, len(offsets)))
+        part.pending += len(offsets)
+        part.next_offset = offsets[-1] + 1
+        self.inflight_messages += len(offsets)
         self.inflight_bytes += size
         return part.epoch
 
@@ -87,7 +178,22 @@ class OffsetTracker:
         part = self._parts.get(tp)
         if part is None or part.epoch != epoch:
             return False
-        part.pending.discard(offset)
+        chunk = part.chunk_of(offset)
+        if chunk is not None and chunk.settle(offset):
+            part.pending -= 1
+        return True
+
+    def done_many(self, tp: TopicPartition, offsets: Sequence[int], epoch: int) -> bool:
+        """Records of one partition reached their destination (see :meth:`done`)."""
+        part = self._parts.get(tp)
+        if part is None or part.epoch != epoch:
+            return False
+        chunk = part.chunk_of(offsets[0]) if offsets else None
+        if chunk is not None and chunk.settle_run(offsets):
+            part.pending -= len(offsets)
+            return True
+        for offset in offsets:
+            self.done(tp, offset, epoch)
         return True
 
     def fail(self, tp: TopicPartition, offset: int, epoch: int) -> None:
@@ -95,7 +201,9 @@ class OffsetTracker:
         part = self._parts.get(tp)
         if part is not None and part.epoch == epoch:
             part.failed = offset if part.failed is None else min(part.failed, offset)
-            part.pending.discard(offset)  # settled (as failed), so drains do not wait for it
+            chunk = part.chunk_of(offset)
+            if chunk is not None and chunk.settle(offset):
+                part.pending -= 1  # settled (as failed), so drains do not wait for it
 
     # -- commits ----------------------------------------------------------------------------
     def position(self, tp: TopicPartition) -> int | None:
@@ -103,9 +211,13 @@ class OffsetTracker:
         part = self._parts.get(tp)
         if part is None or part.next_offset is None:
             return None
-        while part.heap and part.heap[0] not in part.pending:
-            heapq.heappop(part.heap)
-        pos = part.heap[0] if part.heap else part.next_offset
+        pos = part.next_offset
+        if part.pending:
+            for chunk in part.chunks:
+                low = chunk.lowest_pending()
+                if low is not None:
+                    pos = low
+                    break
         if part.failed is not None:
             pos = min(pos, part.failed)
         return pos
@@ -137,15 +249,26 @@ class OffsetTracker:
             return
         if part.committed is None or offset > part.committed:
             part.committed = offset
-        while part.uncommitted and part.uncommitted[0][0] < offset:
-            _, size, _ = part.uncommitted.popleft()
-            self.inflight_messages -= 1
+        chunks = part.chunks
+        while chunks and chunks[0].offsets[-1] < offset:
+            chunk = chunks.popleft()
+            self.inflight_messages -= len(chunk.offsets)
+            self.inflight_bytes -= chunk.size
+        if chunks and chunks[0].offsets[0] < offset:
+            # A commit inside a chunk (a record of it settled late): release the part below.
+            chunk = chunks[0]
+            below = bisect_left(chunk.offsets, offset)
+            size = chunk.size * below // len(chunk.offsets)
+            chunk.offsets = chunk.offsets[below:]
+            chunk.head = max(0, chunk.head - below)
+            chunk.size -= size
+            self.inflight_messages -= below
             self.inflight_bytes -= size
 
     def oldest_uncommitted(self, tp: TopicPartition) -> int | None:
         """The offset of the oldest record consumed and not yet committed, if any."""
         part = self._parts.get(tp)
-        return part.uncommitted[0][0] if part is not None and part.uncommitted else None
+        return part.chunks[0].offsets[0] if part is not None and part.chunks else None
 
     def last_committed(self, tp: TopicPartition) -> int | None:
         part = self._parts.get(tp)
@@ -153,22 +276,21 @@ class OffsetTracker:
 
     def done_uncommitted(self) -> int:
         """Records done but not yet covered by an acknowledged commit (drives early commits)."""
-        total = 0
-        for part in self._parts.values():
-            total += len(part.uncommitted) - len(part.pending)
-        return total
+        return self.inflight_messages - sum(p.pending for p in self._parts.values())
 
     def pending_in(self, partitions: set[TopicPartition] | None = None) -> int:
         """Records still pending, in these partitions (all when None)."""
         return sum(
-            len(p.pending)
-            for tp, p in self._parts.items()
-            if partitions is None or tp in partitions
+            p.pending for tp, p in self._parts.items() if partitions is None or tp in partitions
         )
 
     def oldest_uncommitted_timestamp(self, tp: TopicPartition) -> int | None:
-        """Timestamp (ms) of the oldest consumed record not yet committed, for lag in seconds."""
+        """Timestamp (ms) of the oldest consumed record not yet committed, for lag in seconds.
+
+        After a commit inside a chunk this is the chunk's first record's: a bound, older by
+        at most one poll's span.
+        """
         part = self._parts.get(tp)
-        if part is None or not part.uncommitted:
+        if part is None or not part.chunks:
             return None
-        return part.uncommitted[0][2]
+        return part.chunks[0].timestamp

@@ -6,6 +6,9 @@ and is handled in that order, so records of one partition reach the sink in offs
 except a record being retried: it waits out its backoff parked, while the records behind it
 go on (one poison record must not stall every partition for seconds). The offset tracker
 still holds commits at the parked record, so nothing past it is committed before it is done.
+A record whose processor raised :class:`offtake.Backpressure` ("slow down") is parked the
+same way without counting an attempt, and the records behind it on its partition are held
+(whatever ``errors.ordering``), while the poll loop pauses the partition for the delay.
 With ``errors.ordering: strict`` the records behind a parked one on its partition are held
 too (with their results, if the processor already had them in the same batch) and go on, in
 order, once it is settled; other partitions are not held.
@@ -44,11 +47,13 @@ from offtake.engine.errors import ErrorPolicy
 from offtake.health import Health
 from offtake.kafka.protocols import MessageLike
 from offtake.metrics import Metrics
+from offtake.processing.base import Backpressure as SlowDown
 from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
 from offtake.processing.decode import DecodeError, ValueDecoder, to_record
+from offtake.processing.function import PassThrough
 from offtake.processing.schema_formats import RegistryUnavailable
 from offtake.records import Record, TopicPartition
-from offtake.sinks.base import Sink, SinkItem
+from offtake.sinks.base import Forward, Sink, SinkItem
 
 log = logging.getLogger("offtake.processing")
 
@@ -67,12 +72,24 @@ FLUSH_SLICE = 0.1  # one sink.drain() call while a flush is requested; the loop 
 
 @dataclass(slots=True)
 class Work:
-    messages: list[tuple[MessageLike, int]]  # message and the epoch of its partition's assignment
+    """Records of one partition from one poll, in offset order: the unit the engine moves.
+
+    The poll loop registered them with the offset tracker as one chunk (``offsets``); when
+    all of them are delivered together they settle with one entry in :class:`Completions`.
+    """
+
+    tp: TopicPartition
+    epoch: int  # of the partition's assignment they were consumed in
+    messages: list[MessageLike]
+    offsets: list[int]
 
 
 @dataclass(slots=True)
 class _Block:
-    """errors.ordering strict: a parked record and the records held behind it, in order."""
+    """A parked record and the records held behind it, in order.
+
+    For errors.ordering strict (a record being retried) and for offtake.Backpressure.
+    """
 
     offset: int  # the parked record that holds its partition
     epoch: int
@@ -102,6 +119,10 @@ class ProcessingStage:
         self.metrics = metrics
         self.max_retries = max_retries
         self.strict = strict_ordering
+        # Pass-through (no processor, format bytes) into a sink that can write consumed
+        # records as they are: a poll's records of a partition go to the sink as one Forward,
+        # with no Record, Outcome or SinkItem made per record (docs/architecture.md).
+        self.forwarding = isinstance(processor, PassThrough) and fmt == "bytes" and sink.forwards
         self._blocked: dict[TopicPartition, _Block] = {}
         self._unblocked: list[TopicPartition] = []
         self.abort = threading.Event()  # set to give up on queued work (drain budget spent)
@@ -125,13 +146,16 @@ class ProcessingStage:
 
     # -- called by the poll loop -----------------------------------------------------------
     def start(self) -> None:
-        self.sink.start(self._on_sink_complete)
+        self.sink.start(self._on_sink_complete, self._on_sink_batch_complete)
+        if self.forwarding:
+            self.sink.start_forwarding(self._on_forwarded)
         self._thread.start()
 
-    def submit(self, work: Work) -> None:
+    def submit(self, works: list[Work]) -> None:
+        """Hand over one poll's records (a :class:`Work` per partition)."""
         with self._cond:
-            self._queue.append(work)
-            self._queued += len(work.messages)
+            self._queue.extend(works)
+            self._queued += sum(len(w.messages) for w in works)
             self._cond.notify()
 
     def set_current(self, epochs: Mapping[TopicPartition, int]) -> None:
@@ -301,16 +325,24 @@ class ProcessingStage:
         return self._current.get(tp) == epoch
 
     def _handle(self, work: Work) -> None:
+        epoch = work.epoch
+        if not self._is_current(work.tp, epoch):
+            return  # its partition was revoked or lost meanwhile: not ours any more
+        if self.forwarding:
+            self._out += len(work.messages)
+            self.sink.forward(
+                Forward(work.tp, epoch, work.messages, work.offsets, time.monotonic())
+            )
+            self._serve()
+            return
         todo: list[tuple[Record, int, int]] = []
-        for msg, epoch in work.messages:
+        for msg in work.messages:
             decoded = self._decode(msg)
             if decoded is None:
                 return  # given up while the schema registry was unreachable (drain budget spent)
             record, decode_error = decoded
-            if not self._is_current(record.tp, epoch):
-                continue  # its partition was revoked or lost meanwhile: not ours any more
-            block = self._block_of(record.tp, epoch) if self.strict else None
-            if block is not None:  # strict: behind a parked record of its partition
+            block = self._block_of(record.tp, epoch) if self._blocked else None
+            if block is not None:  # behind a parked record of its partition
                 failed = None if decode_error is None else Outcome([], decode_error, False)
                 block.held.append((record, epoch, 1, failed))
             elif decode_error is not None:
@@ -379,17 +411,24 @@ class ProcessingStage:
     ) -> list[tuple[Record, int, int]]:
         """Send results on; return the records to retry (with their next attempt number)."""
         retry: list[tuple[Record, int, int]] = []
+        to_sink: list[SinkItem] = []
         for (record, epoch, attempts), outcome in zip(todo, outcomes, strict=True):
             if not self._is_current(record.tp, epoch):
                 continue
             blocker = False
-            if self.strict and (block := self._block_of(record.tp, epoch)) is not None:
+            if self._blocked and (block := self._block_of(record.tp, epoch)) is not None:
                 if block.offset != record.offset:
                     block.held.append((record, epoch, attempts, outcome))  # wait behind it
                     continue
                 blocker = True
+            if isinstance(outcome.error, SlowDown):
+                self._slow_down(record, epoch, attempts, outcome.error, blocker)
+                continue  # a blocker stays one until it is settled
             if outcome.ok:
-                self._to_sink(record, epoch, outcome, attempts)
+                if outcome.values:
+                    to_sink.append(SinkItem(record, outcome.values, epoch, attempts))
+                else:
+                    self.completions.put(record.tp, record.offset, epoch, "dropped")
             elif outcome.retriable and attempts <= self.max_retries:
                 self.metrics.errors.labels("process").inc()
                 self.metrics.retries.inc()
@@ -406,7 +445,22 @@ class ProcessingStage:
                 self.policy.give_up(record, epoch, outcome.error, attempts, stage)
             if blocker:
                 self._unblocked.append(record.tp)
+        if to_sink:
+            self._to_sink(to_sink)
         return retry
+
+    def _slow_down(
+        self, record: Record, epoch: int, attempts: int, exc: SlowDown, blocker: bool
+    ) -> None:
+        """offtake.Backpressure: park the record (same attempt) and hold its partition."""
+        log.info("%s: processor asked to slow down (%s)", record.where(), exc)
+        tp = record.tp
+        with self._cond:
+            due = time.monotonic() + exc.retry_after
+            heapq.heappush(self._parked, (due, next(self._tiebreak), record, epoch, attempts))
+        if not blocker:
+            self._blocked[tp] = _Block(record.offset, epoch, deque())
+        self.completions.request_slow_down(tp, epoch, time.time() + exc.retry_after)
 
     def _block_of(self, tp: TopicPartition, epoch: int) -> _Block | None:
         """The block holding ``tp`` in this assignment (a stale one is dropped)."""
@@ -441,29 +495,48 @@ class ProcessingStage:
                 again.held.extend(held)
                 return
 
-    def _to_sink(self, record: Record, epoch: int, outcome: Outcome, attempts: int) -> None:
-        if not outcome.values:
-            self.completions.put(record.tp, record.offset, epoch, "dropped")
-            return
-        item = SinkItem(record, outcome.values, epoch, attempts)
-        item.extra["submitted"] = time.monotonic()
-        self._out += 1
-        try:
-            self.sink.submit(item)
-        except Exception as exc:
+    def _to_sink(self, items: list[SinkItem]) -> None:
+        """One sink batch; ``items`` in consumption order (of one partition, mostly)."""
+        items[0].submitted = time.monotonic()  # one clock read: the batch's sink latency
+        self._out += len(items)
+        for item, exc in self.sink.submit_batch(items):
             self._out -= 1
-            self.policy.exhausted(record, epoch, exc, attempts, "sink")
+            self.policy.exhausted(item.record, item.epoch, exc, item.attempts, "sink")
 
     def _on_sink_complete(self, item: SinkItem, error: BaseException | None) -> None:
-        """The sink's callback: fires on this thread (see the module docstring)."""
-        self._out -= 1
-        submitted = item.extra.get("submitted")
-        if submitted is not None:
-            self.metrics.sink_seconds.observe(time.monotonic() - submitted)
-        if error is None:
-            self.completions.put(item.tp, item.record.offset, item.epoch, "delivered")
-        else:
-            self.policy.exhausted(item.record, item.epoch, error, item.attempts, "sink")
+        """The sink's callback for one item: fires on this thread (see the module docstring)."""
+        self._on_sink_batch_complete([item], {} if error is None else {0: error})
+
+    def _on_forwarded(self, forward: Forward, failed: dict[int, BaseException]) -> None:
+        """The sink's callback for a forward: one settlement for all its records."""
+        self._out -= len(forward.messages)
+        self.metrics.sink_seconds.observe(time.monotonic() - forward.submitted)
+        if not failed:
+            self.completions.put_many(forward.tp, forward.offsets, forward.epoch, "delivered")
+            return
+        offsets = [o for i, o in enumerate(forward.offsets) if i not in failed]
+        if offsets:
+            self.completions.put_many(forward.tp, offsets, forward.epoch, "delivered")
+        for i, error in failed.items():  # a failing record does not fail its neighbours
+            record, _ = to_record(forward.messages[i], self.fmt)
+            self.policy.exhausted(record, forward.epoch, error, 1, "sink")
+
+    def _on_sink_batch_complete(
+        self, items: list[SinkItem], failed: dict[int, BaseException]
+    ) -> None:
+        """The sink's callback for items finished together: one settlement per partition."""
+        self._out -= len(items)
+        if items[0].submitted:
+            self.metrics.sink_seconds.observe(time.monotonic() - items[0].submitted)
+        delivered: dict[tuple[TopicPartition, int], list[int]] = {}
+        for i, item in enumerate(items):
+            error = failed.get(i) if failed else None
+            if error is None:
+                delivered.setdefault((item.tp, item.epoch), []).append(item.record.offset)
+            else:  # a failing record does not fail its neighbours
+                self.policy.exhausted(item.record, item.epoch, error, item.attempts, "sink")
+        for (tp, epoch), offsets in delivered.items():
+            self.completions.put_many(tp, offsets, epoch, "delivered")
 
 
 def _run_call(fn: Callable[[], object], future: Future[object]) -> None:

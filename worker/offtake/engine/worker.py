@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from offtake.config.spec import PipelineSpec
 from offtake.engine.backpressure import Backpressure, PartitionPauser
 from offtake.engine.commits import Committer
-from offtake.engine.completions import Completions
+from offtake.engine.completions import Completions, SettledMany
 from offtake.engine.lag import LagGauges
 from offtake.engine.offsets import OffsetTracker
 from offtake.engine.processing_stage import ProcessingStage, Work
@@ -34,7 +34,7 @@ from offtake.kafka.protocols import MessageLike
 from offtake.kafka.source import KafkaSource, SourceFatal, StartPosition
 from offtake.metrics import Metrics
 from offtake.processing.base import Processor
-from offtake.records import TopicPartition, footprint
+from offtake.records import RECORD_OVERHEAD, TopicPartition
 from offtake.sinks.base import Sink
 from offtake.sinks.kafka_transactional import TransactionalKafkaSink
 
@@ -44,6 +44,9 @@ POLL_TIMEOUT = 0.1
 BUSY_POLL_TIMEOUT = 0.005
 MAX_CONSUME_GAP = 0.1  # consume() at least this often: rebalance and commit callbacks run there
 MAX_BATCH = 500
+# A bound held this long is a stall (the sink does not confirm): pause; before, just wait.
+STALL_GRACE = 0.5
+BOUND_COMMIT_SPACING = 0.02  # at the bound: synchronous commits at most this often
 STAGE_QUEUE_TARGET = 2 * MAX_BATCH  # records queued for the processing thread: two polls
 DRAIN_STEP = 0.005
 EXIT_OK, EXIT_STOPPED_ON_ERROR, EXIT_FATAL = 0, 1, 3
@@ -78,7 +81,7 @@ class Worker:
         self.health = parts.health
         self.route = parts.route
         self.tracker = OffsetTracker()
-        self.backpressure = Backpressure(self.spec.limits)
+        self.backpressure = Backpressure(self.spec.limits, grace=STALL_GRACE)
         self.pauser = PartitionPauser(self.source, self.metrics)
         self.lag = LagGauges(self.source, self.tracker, self.metrics)
         commit_args = (
@@ -101,6 +104,7 @@ class Worker:
         # Partitions being revoked right now: records of them fetched meanwhile are not taken.
         self._revoking: frozenset[TopicPartition] = frozenset()
         self._last_consume = 0.0
+        self._last_bound_commit = 0.0
 
     # -- public -------------------------------------------------------------------------
     @property
@@ -150,7 +154,7 @@ class Worker:
     def _iterate(self) -> None:
         self.health.heartbeat()
         paused = self.backpressure.update(
-            self.tracker.inflight_messages, self.tracker.inflight_bytes
+            self.tracker.inflight_messages, self.tracker.inflight_bytes, time.monotonic()
         )
         self._pause(paused)
         if self.pauser.held:
@@ -181,9 +185,28 @@ class Worker:
         them on resume, which costs most of a second each time.
         """
         headroom = STAGE_QUEUE_TARGET - self.stage.queued()
-        capacity = self.backpressure.capacity(self.tracker.inflight_messages)
+        capacity = self.backpressure.capacity(
+            self.tracker.inflight_messages, self.tracker.inflight_bytes
+        )
         want = MAX_BATCH if paused else min(MAX_BATCH, capacity, headroom)
         now = time.monotonic()
+        if capacity <= 0 and not paused:
+            # At the in-flight bound: consume() would return records past it. What frees room
+            # is a commit's acknowledgement, so commit what is done now and wait for it (an
+            # asynchronous commit's acknowledgement would only arrive inside consume()).
+            # Held long enough, the bound pauses the partitions instead (a stall).
+            if (
+                self._transactions is None
+                and self.tracker.done_uncommitted()
+                and now - self._last_bound_commit >= BOUND_COMMIT_SPACING
+            ):
+                # Spaced: a commit refused mid-rebalance must not be retried in a tight loop
+                # (the rebalance itself needs a consume(), which the grace brings).
+                self._last_bound_commit = now
+                self.committer.commit(asynchronous=False)
+            else:
+                self.stage.wait_for_progress(BUSY_POLL_TIMEOUT)
+            return []
         if want <= 0 and not paused and now - self._last_consume < MAX_CONSUME_GAP:
             self.stage.wait_for_progress(BUSY_POLL_TIMEOUT)
             return []
@@ -199,30 +222,45 @@ class Worker:
             return []
 
     def _dispatch(self, messages: list[MessageLike]) -> None:
-        batch: list[tuple[MessageLike, int]] = []
-        consumed: Counter[str] = Counter()
+        """Hand one poll's records over as one :class:`Work` per partition.
+
+        Each partition's records are registered with the tracker as one chunk: the per-record
+        work here is reading offset, key and value sizes, nothing else.
+        """
+        works: dict[tuple[str, int], Work | None] = {}
+        sizes: dict[tuple[str, int], int] = {}
         now_ms = time.time() * 1000
+        retry_topics = self.route.topics if self.route is not None else ()
         for msg in messages:
-            tp = TopicPartition(msg.topic() or "", msg.partition() or 0)
-            epoch = self.tracker.epoch(tp)
-            if epoch is None or tp in self._revoking:
-                continue  # fetched before a revoke: the new owner will consume it
-            if (
-                self.route is not None
-                and tp.topic in self.route.topics
-                and self._not_due(msg, tp, now_ms)
-            ):
+            where = (msg.topic() or "", msg.partition() or 0)
+            if where in works:
+                work = works[where]
+            else:
+                tp = TopicPartition(*where)
+                epoch = self.tracker.epoch(tp)
+                # Fetched before a revoke: the new owner will consume it.
+                work = None if epoch is None or tp in self._revoking else Work(tp, epoch, [], [])
+                works[where] = work
+                sizes[where] = 0
+            if work is None:
                 continue
-            ts_type, ts = msg.timestamp()
-            size = footprint(msg.key(), msg.value())
+            if where[0] in retry_topics and self._not_due(msg, work.tp, now_ms):
+                continue
             offset = msg.offset() or 0
-            self.tracker.register(tp, offset, size, ts if ts_type and ts >= 0 else None)
-            consumed[tp.topic] += 1
-            batch.append((msg, epoch))
-        if batch:
-            self.stage.submit(Work(batch))
-        for topic, n in consumed.items():
-            self.metrics.consumed.labels(topic).inc(n)
+            work.messages.append(msg)
+            work.offsets.append(offset)
+            sizes[where] += len(msg.key() or b"") + len(msg.value() or b"") + RECORD_OVERHEAD
+        handed: list[Work] = []
+        for where, work in works.items():
+            if work is None or not work.messages:
+                continue
+            ts_type, ts = work.messages[0].timestamp()
+            stamp = ts if ts_type and ts >= 0 else None
+            self.tracker.register_batch(work.tp, work.offsets, sizes[where], stamp)
+            self.metrics.consumed.labels(work.tp.topic).inc(len(work.messages))
+            handed.append(work)
+        if handed:
+            self.stage.submit(handed)
 
     def _not_due(self, msg: MessageLike, tp: TopicPartition, now_ms: float) -> bool:
         """A retry-topic record not yet due holds its partition: paused, fetched again later.
@@ -247,13 +285,19 @@ class Worker:
         """Apply what the processing thread finished to the tracker; act on stop requests."""
         done: Counter[tuple[str, str]] = Counter()
         for s in self.completions.take_all():
-            if s.how == "failed":
+            if isinstance(s, SettledMany):
+                if self.tracker.done_many(s.tp, s.offsets, s.epoch):
+                    done[s.tp.topic, s.how] += len(s.offsets)
+            elif s.how == "failed":
                 self.tracker.fail(s.tp, s.offset, s.epoch)
                 self.fail(EXIT_STOPPED_ON_ERROR, s.reason)
             elif self.tracker.done(s.tp, s.offset, s.epoch):
                 done[s.tp.topic, s.how] += 1
         for (topic, how), n in done.items():  # one counter update per kind, not per record
             self.metrics.processed.labels(topic, how).inc(n)
+        for tp, epoch, until in self.completions.take_slow_downs():
+            if self.tracker.epoch(tp) == epoch and tp not in self._revoking:
+                self.pauser.delay(tp, until)
         reason = self.completions.take_stop()
         if reason is not None:
             self.fail(EXIT_STOPPED_ON_ERROR, reason)

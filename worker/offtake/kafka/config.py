@@ -1,13 +1,17 @@
-"""librdkafka properties for the worker's consumer and producers, from the spec.
+"""librdkafka properties from the spec: the worker's consumer and producers, the operator's
+admin client and probe.
 
-The engine's correctness depends on a few properties (manual commits, manual offset store),
-so those are forced; everything else in ``spec.kafka.config`` is passed through.
+Every client of a pipeline's cluster, in the worker or in the operator, starts from
+:func:`client_config` (bootstrap servers, ``spec.kafka.config``, the Kafka Secret's
+properties); the functions below add what each role needs. The engine's correctness depends
+on a few consumer properties (manual commits, manual offset store), so those are forced.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,16 +51,24 @@ def secret_properties(directory: str | None = None) -> dict[str, str]:
     }
 
 
-def _common(spec: PipelineSpec) -> dict[str, Any]:
-    # librdkafka's log lines through the worker's JSON logging, repeats collapsed (offtake.logs),
-    # instead of its raw syslog-style lines on stderr.
-    conf: dict[str, Any] = {
-        "bootstrap.servers": spec.kafka.bootstrap_servers,
-        "logger": librdkafka_logger(),
-    }
+def client_config(
+    spec: PipelineSpec, secret: Mapping[str, str], logger: logging.Logger
+) -> dict[str, Any]:
+    """What every client of the pipeline's cluster starts from, worker's or operator's.
+
+    ``secret``: the Kafka Secret's properties (the worker reads them from its mounted files,
+    :func:`secret_properties`; the operator from the API server). ``logger`` receives
+    librdkafka's log lines instead of its raw syslog-style lines on stderr.
+    """
+    conf: dict[str, Any] = {"bootstrap.servers": spec.kafka.bootstrap_servers, "logger": logger}
     conf.update(spec.kafka.config)
-    conf.update(secret_properties())
+    conf.update(secret)
     return conf
+
+
+def _common(spec: PipelineSpec) -> dict[str, Any]:
+    # librdkafka's log lines through the worker's JSON logging, repeats collapsed (offtake.logs).
+    return client_config(spec, secret_properties(), librdkafka_logger())
 
 
 # librdkafka logs these itself (its FAIL line names the broker and the cause) before it hands

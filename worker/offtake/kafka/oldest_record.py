@@ -6,13 +6,17 @@ were not fetched yet (the worker takes only what it can process, partition after
 would otherwise report 0 seconds, hiding exactly the stuck partition an alert should see. This
 probe reads the one record at the committed offset with a separate consumer that joins no
 group and commits nothing, on its own thread so that the poll loop never waits for it.
+
+:func:`read_timestamps` is the reading itself, shared with the operator, which measures lag in
+seconds from the broker for every partition of a pipeline (offtake_operator/lag.py).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from offtake.kafka.protocols import ConsumerLike
@@ -21,6 +25,39 @@ from offtake.records import TopicPartition
 log = logging.getLogger("offtake.lag")
 
 PEEK_TIMEOUT = 2.0
+
+
+def read_timestamps(
+    consumer: ConsumerLike,
+    positions: Mapping[TopicPartition, int],
+    make_tp: Callable[[str, int, int], Any],
+    timeout: float,
+) -> dict[TopicPartition, int]:
+    """Timestamp (ms) of the record at each position, read with a consumer that joins no group.
+
+    The consumer is assigned the positions (never subscribed) and unassigned after, so that it
+    stops fetching; partitions that do not answer within ``timeout`` are left out.
+    """
+    if not positions:
+        return {}
+    consumer.assign([make_tp(tp.topic, tp.partition, offset) for tp, offset in positions.items()])
+    found: dict[TopicPartition, int] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(found) < len(positions):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for msg in consumer.consume(num_messages=len(positions), timeout=min(left, 0.5)):
+                if msg.error() is not None:
+                    continue
+                tp = TopicPartition(msg.topic() or "", msg.partition() or 0)
+                ts_type, ts = msg.timestamp()
+                if tp in positions and tp not in found and ts_type and ts >= 0:
+                    found[tp] = int(ts)
+    finally:
+        consumer.assign([])  # stop fetching these partitions
+    return found
 
 
 class OldestRecordProbe:
@@ -81,15 +118,8 @@ class OldestRecordProbe:
         try:
             if self._consumer is None:
                 self._consumer = self._make_consumer()
-            consumer = self._consumer
-            consumer.assign([self._make_tp(tp.topic, tp.partition, offset)])
-            try:
-                for msg in consumer.consume(num_messages=1, timeout=PEEK_TIMEOUT):
-                    if msg.error() is None:
-                        ts_type, ts = msg.timestamp()
-                        return int(ts) if ts_type and ts >= 0 else None
-            finally:
-                consumer.assign([])  # stop fetching the partition until the next peek
+            found = read_timestamps(self._consumer, {tp: offset}, self._make_tp, PEEK_TIMEOUT)
+            return found.get(tp)
         except Exception as exc:  # lag in seconds is best effort; consuming must go on
             log.debug("could not read the record at %s@%d: %s", tp, offset, exc)
         return None

@@ -35,6 +35,22 @@ class Outcome:
         return self.error is None
 
 
+class Backpressure(Exception):
+    """Raised by a processing function: "slow down", its downstream is saturated.
+
+    Not a failure: the record is not charged an attempt, counted as an error or dead-lettered.
+    The worker pauses the record's partition (it keeps polling the others), and after
+    ``retry_after`` seconds processes the record again, with the records behind it on its
+    partition in order.
+    """
+
+    def __init__(self, retry_after: float = 1.0, reason: str = "") -> None:
+        if not retry_after >= 0:  # also catches NaN
+            raise ValueError(f"offtake.Backpressure: retry_after must be >= 0, got {retry_after!r}")
+        super().__init__(reason or f"downstream saturated: retry after {retry_after:g}s")
+        self.retry_after = float(retry_after)
+
+
 class ProcessorUnavailable(Exception):
     """The processor could not be reached; the batch is retried, no record is charged."""
 

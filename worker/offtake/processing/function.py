@@ -1,4 +1,10 @@
-"""In-process processing: a Python function ``module:callable`` called once per record."""
+"""In-process processing: a Python function ``module:callable``, per record or per batch.
+
+``processor.batch: false`` (the default): the function takes one record. ``processor.batch:
+true``: it takes a list of records and returns a list with one result per record, in the same
+order (:class:`BatchFunctionProcessor`). Either way a result means the same: None drops the
+record, a list fans it out to several values, anything else is one value.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from offtake.processing.base import Outcome, Processor
+from offtake.processing.base import Backpressure, Outcome, Processor
 from offtake.records import Record
 
 ProcessFunction = Callable[[Record], Any]
@@ -16,7 +22,7 @@ class FunctionLoadError(ValueError):
     """processor.function does not name an importable callable."""
 
 
-def load_function(path: str) -> ProcessFunction:
+def load_function(path: str) -> Callable[..., Any]:
     """Import ``module:attr`` (attr may be dotted) and check that it is callable."""
     module_name, _, attr = path.partition(":")
     if not module_name or not attr:
@@ -61,6 +67,43 @@ class FunctionProcessor(Processor):
             except Exception as exc:  # user code: any exception is that record's failure
                 out.append(Outcome([], exc))
         return out
+
+
+ProcessBatchFunction = Callable[[list[Record]], Any]
+
+
+class BatchFunctionProcessor(Processor):
+    """Calls the user's function on a list of records; per-record failures stay per record.
+
+    An exception *instance* among the results fails that record alone. An exception raised
+    by the call fails no one yet: the function is called again on each record alone, so that
+    only the records that fail on their own are retried or dead-lettered, not their batch.
+    """
+
+    def __init__(self, function: ProcessBatchFunction, name: str = "processor.function") -> None:
+        self.function = function
+        self.name = name
+
+    def process(self, records: Sequence[Record]) -> list[Outcome]:
+        batch = list(records)
+        try:
+            results = self.function(batch)
+        except Backpressure as exc:  # "slow down" holds the whole call's records
+            return [Outcome([], exc)] * len(batch)
+        except Exception as exc:  # user code: find the records that fail, one by one
+            if len(batch) == 1:
+                return [Outcome([], exc)]
+            return [self.process([r])[0] for r in batch]
+        if not isinstance(results, list) or len(results) != len(batch):
+            got = f"{len(results)} results" if isinstance(results, list) else type(results).__name__
+            error = ValueError(
+                f"{self.name} (batch: true) must return a list with one result per record: "
+                f"got {got} for {len(batch)} record(s)"
+            )
+            return [Outcome([], error)] * len(batch)
+        return [
+            Outcome([], r) if isinstance(r, Exception) else Outcome(values_of(r)) for r in results
+        ]
 
 
 class PassThrough(Processor):

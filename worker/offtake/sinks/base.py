@@ -10,6 +10,9 @@ a whole batch at once when its job succeeds. Both fit the same calls, so the eng
 special case for either:
 
 - ``submit`` hands over an item; it must not block for long (the processing thread calls it).
+  ``submit_batch`` hands over several at once (the engine's unit: one poll's records of a
+  partition); a sink that can account for them together completes them with one
+  ``complete_batch`` instead of a report per item. The default submits them one by one.
 - ``poll`` lets the sink make progress and fire callbacks (the engine loop calls it often);
   a batch sink starts a job here once a batch reaches its bounds.
 - ``drain`` completes what was submitted for the given partitions (all when None) within a
@@ -39,9 +42,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from offtake.kafka.protocols import MessageLike
 from offtake.records import Record, TopicPartition
 
 
@@ -53,14 +57,34 @@ class SinkItem:
     values: list[Any]
     epoch: int = 0
     attempts: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
+    submitted: float = 0.0  # time.monotonic() when handed to the sink, for the sink latency
 
     @property
     def tp(self) -> TopicPartition:
         return self.record.tp
 
 
+@dataclass(slots=True)
+class Forward:
+    """Consumed records to write unchanged (pass-through: no processor, ``format: bytes``).
+
+    Records of one partition from one poll, in offset order, with no per-record object made
+    for them: a sink that can (:attr:`Sink.forwards`) writes key, value and headers as
+    consumed and completes them together with :meth:`Sink.complete_forward`.
+    """
+
+    tp: TopicPartition
+    epoch: int
+    messages: list[MessageLike]
+    offsets: list[int]
+    submitted: float = 0.0  # time.monotonic() when handed to the sink, for the sink latency
+
+
 OnComplete = Callable[[SinkItem, BaseException | None], None]
+# Several items finished together: the items, and the failed ones' errors by index in them.
+OnCompleteBatch = Callable[[list[SinkItem], dict[int, BaseException]], None]
+# A forward finished: the forward, and the failed records' errors by index in its messages.
+OnForwarded = Callable[[Forward, dict[int, BaseException]], None]
 
 
 class SinkError(Exception):
@@ -71,21 +95,68 @@ class Sink(ABC):
     """Base class of every sink; see the module docstring for the contract."""
 
     name: str = "sink"
+    forwards: bool = False  # implements forward(): writes consumed records as they are
 
     def __init__(self) -> None:
         self._on_complete: OnComplete | None = None
+        self._on_complete_batch: OnCompleteBatch | None = None
+        self._on_forwarded: OnForwarded | None = None
 
-    def start(self, on_complete: OnComplete) -> None:
-        """Called once by the engine before the first submit."""
+    def start(
+        self, on_complete: OnComplete, on_complete_batch: OnCompleteBatch | None = None
+    ) -> None:
+        """Called once by the engine before the first submit.
+
+        ``on_complete_batch``, when given, receives the items a sink completes together (see
+        :meth:`complete_batch`); without it they are reported one by one to ``on_complete``.
+        """
         self._on_complete = on_complete
+        self._on_complete_batch = on_complete_batch
 
     def complete(self, item: SinkItem, error: BaseException | None = None) -> None:
         """Report an item done (error None) or given up; only from submit, poll or drain."""
         assert self._on_complete is not None, "Sink.start() was not called"
         self._on_complete(item, error)
 
+    def start_forwarding(self, on_forwarded: OnForwarded) -> None:
+        """Where :meth:`complete_forward` reports; called by the engine before a forward."""
+        self._on_forwarded = on_forwarded
+
+    def complete_forward(self, forward: Forward, failed: dict[int, BaseException]) -> None:
+        """Report a forward done; ``failed`` maps the index of each failed record to why."""
+        assert self._on_forwarded is not None, "Sink.start_forwarding() was not called"
+        self._on_forwarded(forward, failed)
+
+    def forward(self, forward: Forward) -> None:
+        """Write consumed records unchanged; only a sink with :attr:`forwards` set has it.
+
+        They complete once, together, like a batch; a failed record does not fail the rest.
+        """
+        raise NotImplementedError(f"the {self.name} sink does not forward records")
+
+    def complete_batch(self, items: list[SinkItem], failed: dict[int, BaseException]) -> None:
+        """Report items done together; ``failed`` maps the index of each failed one to why."""
+        if self._on_complete_batch is not None:
+            self._on_complete_batch(items, failed)
+            return
+        for i, item in enumerate(items):
+            self.complete(item, failed.get(i))
+
     @abstractmethod
     def submit(self, item: SinkItem) -> None: ...
+
+    def submit_batch(self, items: list[SinkItem]) -> list[tuple[SinkItem, BaseException]]:
+        """Hand over several items; returns those whose submit raised (given back, as there).
+
+        The others complete as submitted items do. One item's failure does not touch the rest.
+        """
+        refused: list[tuple[SinkItem, BaseException]] = []
+        for item in items:
+            try:
+                self.submit(item)
+            except Exception as exc:
+                refused.append((item, exc))
+        return refused
 
     def poll(self) -> None:
         """Make progress and fire completions; the default has nothing to do."""

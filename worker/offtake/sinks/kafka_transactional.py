@@ -16,7 +16,7 @@ from typing import Any
 
 from offtake.kafka.protocols import ProducerLike
 from offtake.records import TopicPartition
-from offtake.sinks.base import OnComplete, SinkError
+from offtake.sinks.base import OnComplete, OnCompleteBatch, SinkError
 from offtake.sinks.encoding import encode_value
 from offtake.sinks.kafka import KafkaSink
 
@@ -45,9 +45,11 @@ class TransactionalKafkaSink(KafkaSink):
         self.commit_timeout = commit_timeout
         self._open = False
 
-    def start(self, on_complete: OnComplete) -> None:
+    def start(
+        self, on_complete: OnComplete, on_complete_batch: OnCompleteBatch | None = None
+    ) -> None:
         """Register the transactional.id (fencing an older producer with it) and begin."""
-        super().start(on_complete)
+        super().start(on_complete, on_complete_batch)
         p: Any = self.producer
         try:
             p.init_transactions(INIT_TIMEOUT)

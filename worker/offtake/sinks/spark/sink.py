@@ -23,7 +23,7 @@ from typing import Any
 from offtake.config.spec import PipelineSpec, SparkSinkSpec
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
-from offtake.sinks.base import Sink, SinkError, SinkItem
+from offtake.sinks.base import OnCompleteBatch, Sink, SinkError, SinkItem
 from offtake.sinks.spark.batching import Batch, Batcher
 from offtake.sinks.spark.errors import describe
 from offtake.sinks.spark.rows import batch_table
@@ -78,8 +78,12 @@ class SparkSink(Sink):
         self.session_seconds: float | None = None
 
     # -- the engine's calls ---------------------------------------------------------------
-    def start(self, on_complete: Callable[[SinkItem, BaseException | None], None]) -> None:
-        super().start(on_complete)
+    def start(
+        self,
+        on_complete: Callable[[SinkItem, BaseException | None], None],
+        on_complete_batch: OnCompleteBatch | None = None,
+    ) -> None:
+        super().start(on_complete, on_complete_batch)
         self._thread = threading.Thread(target=self._run, name="offtake-spark-jobs", daemon=True)
         self._thread.start()
 
