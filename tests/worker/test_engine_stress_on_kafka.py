@@ -193,7 +193,9 @@ def test_parallelism_runs_the_function_in_processes_and_keeps_partition_order(
     values = [json.loads(m.value()) for m in read_all(kafka_broker.bootstrap, out)]
     assert sorted(v["id"] for v in values) == list(range(total))
     pids = {v["pid"] for v in values}
-    assert len(pids) == 2 and os.getpid() not in pids  # two processes, not this one
+    # In the pool's processes, not this one. Which of the two takes a slice is the pool's
+    # choice (a busy machine can hand both slices of every batch to the first one idle).
+    assert pids and len(pids) <= 2 and os.getpid() not in pids
     source = [
         (m.partition(), json.loads(m.value())["id"]) for m in read_all(kafka_broker.bootstrap, src)
     ]

@@ -526,7 +526,7 @@ class ProcessingStage:
     ) -> None:
         """The sink's callback for items finished together: one settlement per partition."""
         self._out -= len(items)
-        if items[0].submitted:
+        if items and items[0].submitted:
             self.metrics.sink_seconds.observe(time.monotonic() - items[0].submitted)
         delivered: dict[tuple[TopicPartition, int], list[int]] = {}
         for i, item in enumerate(items):

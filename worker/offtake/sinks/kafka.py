@@ -258,7 +258,8 @@ class KafkaSink(Sink):
             kept = [i for i in range(len(batch.items)) if i not in batch.given_back]
             index = {old: new for new, old in enumerate(kept)}
             failed = {index[i]: e for i, e in failed.items() if i in index}
-            self.complete_batch([batch.items[i] for i in kept], failed)
+            if kept:  # every item given back: the engine settles them itself, nothing to report
+                self.complete_batch([batch.items[i] for i in kept], failed)
             return
         self.complete_batch(batch.items, failed)
 
