@@ -67,6 +67,8 @@ HPAS = Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodA
 SERVICEMONITORS = Resource("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor")
 SCALEDOBJECTS = Resource("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject")
 TRIGGERAUTHS = Resource("keda.sh", "v1alpha1", "triggerauthentications", "TriggerAuthentication")
+# The Kubeflow Spark operator's Spark Connect server (sink.spark.submit.mode: kubernetes).
+SPARKCONNECTS = Resource("sparkoperator.k8s.io", "v1alpha1", "sparkconnects", "SparkConnect")
 
 
 class ApiError(Exception):

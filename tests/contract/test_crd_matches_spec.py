@@ -46,7 +46,6 @@ CONTAINER_EXTRAS = {
     "imagePullPolicy",
     "securityContext",
 }
-SUBMIT_EXTRAS = {"image", "serviceAccount", "sparkApplication"}
 
 FieldPath = tuple[str, ...]
 Node = Mapping[str, Any]
@@ -133,13 +132,14 @@ def _has(d: Mapping[str, Any], key: str) -> bool:
     return key in d
 
 
+_CLUSTER_ONLY = ("image", "serviceAccount", "server", "executors")
 _SECRET_KEYS = ("sasl.jaas.config", "ssl.key.pem", "ssl_key.pem", "sasl.oauthbearer.config")
 
 CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     "self.all(k, !(k.lowerAscii().endsWith('password') || k.lowerAscii().endsWith('secret') "
     "|| k.lowerAscii() in ['sasl.jaas.config', 'ssl.key.pem', 'ssl_key.pem', "
-    "'sasl.oauthbearer.config']))": lambda s: not any(
-        k.lower().endswith(("password", "secret")) or k.lower() in _SECRET_KEYS for k in s
+    "'sasl.oauthbearer.config']))": lambda s: (
+        not any(k.lower().endswith(("password", "secret")) or k.lower() in _SECRET_KEYS for k in s)
     ),
     "self.metadata.name.size() <= 55": lambda s: len(s["metadata"]["name"]) <= 55,
     "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')": lambda s: (
@@ -156,6 +156,16 @@ CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     ),
     "!has(self.mode) || self.mode != 'connect' || has(self.connectUrl)": lambda s: (
         not _has(s, "mode") or s["mode"] != "connect" or _has(s, "connectUrl")
+    ),
+    "self.format != 'iceberg' || has(self.iceberg)": lambda s: (
+        s["format"] != "iceberg" or _has(s, "iceberg")
+    ),
+    "!has(self.mode) || self.mode != 'kubernetes' || !has(self.connectUrl)": lambda s: (
+        not _has(s, "mode") or s["mode"] != "kubernetes" or not _has(s, "connectUrl")
+    ),
+    "(has(self.mode) && self.mode == 'kubernetes') || !(has(self.image) || "
+    "has(self.serviceAccount) || has(self.server) || has(self.executors))": lambda s: (
+        s.get("mode") == "kubernetes" or not any(_has(s, k) for k in _CLUSTER_ONLY)
     ),
     "!has(self.policy) || self.policy != 'dlq' || has(self.dlq)": lambda s: (
         not _has(s, "policy") or s["policy"] != "dlq" or _has(s, "dlq")
@@ -216,6 +226,8 @@ SAMPLE_STRINGS = {
     "until": "2024-05-01T12:00:00Z",
     "path": "/v1/process",
     "connectUrl": "sc://spark:15002",
+    "table": "lake.orders",
+    "memory": "2g",
 }
 
 
@@ -302,7 +314,15 @@ def fix_cross_field_rules(m: dict[str, Any]) -> None:
             spark["jdbc"] = {"url": "jdbc:postgresql://db/x", "table": "t"}
         else:
             spark.setdefault("path", "s3a://lake/x")
+        if spark["format"] == "iceberg":
+            spark.setdefault("iceberg", {"table": "lake.orders", "catalogUri": "sqlite://"})
+        elif "iceberg" in spark:
+            spark["format"] = "iceberg"
         submit = spark.get("submit", {})
+        if any(k in submit for k in _CLUSTER_ONLY):
+            submit["mode"] = "kubernetes"
+        if submit.get("mode") == "kubernetes":
+            submit.pop("connectUrl", None)
         if submit.get("mode") == "connect":
             submit.setdefault("connectUrl", "sc://spark:15002")
     errors = spec.get("errors", {})
@@ -332,8 +352,6 @@ def worker_reads(path: tuple[str, ...]) -> bool:
         return False
     if path[:3] == ("spec", "processor", "container") and len(path) > 3:
         return path[3] not in CONTAINER_EXTRAS
-    if path[:4] == ("spec", "sink", "spark", "submit") and len(path) > 4:
-        return path[4] not in SUBMIT_EXTRAS
     return True
 
 
@@ -590,6 +608,14 @@ def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
         spec["sink"] = {"log": {}, "kafka": {"topic": "t"}}
     elif "has(self.jdbc)" in rule:
         spec["sink"] = {"spark": {"format": "parquet"}}
+    elif "has(self.iceberg)" in rule:
+        spec["sink"] = {"spark": {"format": "iceberg", "path": "/x"}}
+    elif "!has(self.connectUrl)" in rule:
+        submit = {"mode": "kubernetes", "connectUrl": "sc://x:15002"}
+        spec["sink"] = {"spark": {"format": "json", "path": "/x", "submit": submit}}
+    elif "has(self.serviceAccount)" in rule:
+        submit = {"mode": "local", "image": "spark:4"}
+        spec["sink"] = {"spark": {"format": "json", "path": "/x", "submit": submit}}
     elif "connectUrl" in rule:
         spec["sink"] = {"spark": {"format": "json", "path": "/x", "submit": {"mode": "connect"}}}
     elif "retryTopics" in rule:

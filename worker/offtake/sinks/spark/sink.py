@@ -60,7 +60,7 @@ class SparkSink(Sink):
         self.max_retries = spec.errors.max_retries
         self.backoff = spec.errors.retry_backoff_seconds
         self.value_format = spec.source.format
-        self.session_config = session_config(self.spec, spec.name)
+        self.session_config = session_config(self.spec, spec.name, spec.namespace)
         # Load the transform now: a wrong module:callable is a configuration error at start,
         # not a failure of every batch.
         self.transform = make_transform(self.spec.transform, self.spec.sql)
@@ -271,13 +271,39 @@ class SparkSink(Sink):
     def _job(self, batch: Batch) -> None:
         session = self._ensure_session()
         assert self._writer is not None
-        table = batch_table(batch, self.value_format)
+        todo = self._unwritten(batch)
+        if todo is None:
+            return
+        table = batch_table(todo, self.value_format)
         if table.num_rows == 0:
             return  # every record was dropped by processing: nothing to write
         df = session.createDataFrame(table)
         if self.transform is not None:
             df = self.transform(df)
-        self._writer.write(df, batch.id, lambda: not batch.abandoned)
+        self._writer.write(df, todo.id, lambda: not batch.abandoned)
+
+    def _unwritten(self, batch: Batch) -> Batch | None:
+        """The part of ``batch`` its target does not hold yet (None: all of it is there).
+
+        Only writers that record what they hold (Iceberg's snapshot summaries) answer; a batch
+        read again after a crash between their commit and the offset commit is then dropped
+        or cut, instead of replaced as the other writers do.
+        """
+        assert self._writer is not None
+        through = self._writer.written_through(batch.tp)
+        if through is None or through < batch.items[0].record.offset:
+            return batch
+        rest = [it for it in batch.items if it.record.offset > through]
+        log.info(
+            "batch %s: the table holds %s through offset %d; %d record(s) already written",
+            batch.id,
+            batch.tp,
+            through,
+            len(batch.items) - len(rest),
+        )
+        if not rest:
+            return None
+        return Batch(batch.tp, batch.epoch, batch.opened_at, rest)
 
 
 def make_spark_sink(spec: PipelineSpec, metrics: Metrics, session: Any | None = None) -> SparkSink:
