@@ -46,7 +46,6 @@ from offtake.sinks.spark.writers import batch_of_file, staging_root
 from offtake_testbed.kafka import KafkaBroker
 
 from .connect_server import ConnectServer
-from .delta_server import delta_connect_server
 from .iceberg_readers import batch_summaries, ids_by_reader, load_table
 from .readers import META, read_everywhere
 
@@ -321,6 +320,7 @@ def _iceberg_rows(uri: str, warehouse: Path, name: str) -> int:
 NO_EARLY_COMMIT = {"maxInFlightMessages": 100_000}
 
 
+@pytest.mark.lake_crash
 def test_iceberg_sigkill_mid_batch_then_restart_leaves_every_record_once(
     kafka_broker: KafkaBroker,
     topic_factory: Any,
@@ -404,13 +404,6 @@ def _delta_commits(path: Path) -> int:
     return len(list(log_dir.glob("*.json"))) if log_dir.exists() else 0
 
 
-@pytest.fixture(scope="module")
-def delta_server() -> Iterator[ConnectServer]:
-    server = delta_connect_server().start()
-    yield server
-    server.stop()
-
-
 def _delta_unreferenced_files(path: Path) -> int:
     """Data files in the table folder that no commit names yet (a batch being written)."""
     named: set[str] = set()
@@ -422,6 +415,7 @@ def _delta_unreferenced_files(path: Path) -> int:
     return len({f.name for f in path.glob("*.parquet")} - named)
 
 
+@pytest.mark.lake_crash
 def test_delta_sigkill_mid_batch_then_restart_leaves_every_record_once(
     kafka_broker: KafkaBroker,
     topic_factory: Any,
