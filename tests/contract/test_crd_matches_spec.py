@@ -157,8 +157,11 @@ CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     "!has(self.mode) || self.mode != 'connect' || has(self.connectUrl)": lambda s: (
         not _has(s, "mode") or s["mode"] != "connect" or _has(s, "connectUrl")
     ),
-    "self.format != 'iceberg' || has(self.iceberg)": lambda s: (
-        s["format"] != "iceberg" or _has(s, "iceberg")
+    "self.format == 'iceberg' ? (has(self.iceberg) && !has(self.partitionBy)) "
+    ": !has(self.iceberg)": lambda s: (
+        (_has(s, "iceberg") and not _has(s, "partitionBy"))
+        if s["format"] == "iceberg"
+        else not _has(s, "iceberg")
     ),
     "!has(self.mode) || self.mode != 'kubernetes' || !has(self.connectUrl)": lambda s: (
         not _has(s, "mode") or s["mode"] != "kubernetes" or not _has(s, "connectUrl")
@@ -314,10 +317,13 @@ def fix_cross_field_rules(m: dict[str, Any]) -> None:
             spark["jdbc"] = {"url": "jdbc:postgresql://db/x", "table": "t"}
         else:
             spark.setdefault("path", "s3a://lake/x")
+        if "iceberg" in spark:
+            spark["format"] = "iceberg"
         if spark["format"] == "iceberg":
             spark.setdefault("iceberg", {"table": "lake.orders", "catalogUri": "sqlite://"})
-        elif "iceberg" in spark:
-            spark["format"] = "iceberg"
+            if "partitionBy" in spark:
+                spark["format"] = "parquet"
+                del spark["iceberg"]
         submit = spark.get("submit", {})
         if any(k in submit for k in _CLUSTER_ONLY):
             submit["mode"] = "kubernetes"

@@ -321,6 +321,7 @@ NO_EARLY_COMMIT = {"maxInFlightMessages": 100_000}
 
 
 @pytest.mark.lake_crash
+@pytest.mark.timeout(900)  # two worker starts and twenty batches: minutes on a busy machine
 def test_iceberg_sigkill_mid_batch_then_restart_leaves_every_record_once(
     kafka_broker: KafkaBroker,
     topic_factory: Any,
@@ -416,6 +417,7 @@ def _delta_unreferenced_files(path: Path) -> int:
 
 
 @pytest.mark.lake_crash
+@pytest.mark.timeout(900)
 def test_delta_sigkill_mid_batch_then_restart_leaves_every_record_once(
     kafka_broker: KafkaBroker,
     topic_factory: Any,

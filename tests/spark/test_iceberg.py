@@ -3,12 +3,14 @@ batch written again (whole or cut elsewhere) lands once. Read back with pyiceber
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from offtake.config import ConfigError
 from offtake.records import TopicPartition
 from offtake.sinks.spark.iceberg import written_through
 
@@ -27,6 +29,29 @@ def test_written_through_is_the_newest_snapshot_of_the_partition() -> None:
     assert written_through(summaries, TopicPartition("orders", 1)) == 59
     assert written_through(summaries, TopicPartition("orders", 2)) is None
     assert written_through(summaries, TopicPartition("other", 0)) is None
+
+
+ICEBERG = {"table": "lake.orders", "catalogUri": "sqlite://"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"format": "iceberg", "path": "/lake"}, "sink.spark.iceberg"),
+        ({"format": "parquet", "path": "/lake", "iceberg": ICEBERG}, "sink.spark.iceberg"),
+        (
+            {"format": "iceberg", "path": "/lake", "iceberg": ICEBERG, "partitionBy": ["c"]},
+            "sink.spark.partitionBy",
+        ),
+        (
+            {"format": "iceberg", "path": "/lake", "iceberg": {**ICEBERG, "table": "orders"}},
+            "sink.spark.iceberg.table",
+        ),
+    ],
+)
+def test_iceberg_fields_are_checked_with_their_names(fields: dict[str, Any], named: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        pipeline(fields)
 
 
 @pytest.mark.spark

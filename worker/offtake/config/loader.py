@@ -286,6 +286,12 @@ def _spark(f: Fields) -> SparkSinkSpec:
             raise ConfigError(ice.at("table"), f"{iceberg.table!r} must be namespace.table")
     if fmt == "iceberg" and iceberg is None:
         raise ConfigError(f.at("iceberg"), "is required when format is iceberg")
+    if fmt != "iceberg" and iceberg is not None:
+        raise ConfigError(f.at("iceberg"), "is only used when format is iceberg")
+    if fmt == "iceberg" and "partitionBy" in f.raw:
+        raise ConfigError(
+            f.at("partitionBy"), "is not used with format iceberg (partition the table itself)"
+        )
     if fmt == "jdbc" and jdbc is None:
         raise ConfigError(f.at("jdbc"), "is required when format is jdbc")
     if fmt != "jdbc" and path is None:

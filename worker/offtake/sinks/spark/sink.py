@@ -1,7 +1,8 @@
 """SparkSink: bounded batches per partition, one background thread running their Spark jobs.
 
 The engine thread calls ``submit`` and ``poll``; neither waits for Spark. Closed batches queue
-for a single job thread (one job at a time keeps a small worker's cores for consuming, and
+(a batch closed behind a queued one of its partition joins it, within the bounds) for a single
+job thread (one job at a time keeps a small worker's cores for consuming, and
 keeps each partition's batches in offset order, which the replacement rule of writers.py relies on).
 Completions are handed back to the engine thread: ``poll`` and ``drain`` fire them, so the
 engine's callback never runs concurrently with its own loop.
@@ -159,8 +160,35 @@ class SparkSink(Sink):
 
     # -- inside the sink ------------------------------------------------------------------
     def _enqueue(self, batches: list[Batch]) -> None:
-        self._queue.extend(batches)
+        for batch in batches:
+            if not self._merged_into_queued(batch):
+                self._queue.append(batch)
         self._cond.notify_all()
+
+    def _merged_into_queued(self, batch: Batch) -> bool:
+        """Append ``batch`` to the newest queued batch of its partition if it follows it and
+        both fit ``maxRecords`` and ``maxBytes`` together.
+
+        While a job runs, the time bound keeps closing small batches behind it; queued
+        separately, each would pay a Spark job's fixed cost (seconds on a busy machine). A
+        queued batch has not started, so growing it changes nothing already written, and the
+        result is what the batcher would have cut without the time bound.
+        """
+        bounds = self.spec.batch
+        for queued in reversed(self._queue):
+            if queued.tp != batch.tp:
+                continue
+            fits = (
+                queued.epoch == batch.epoch
+                and batch.items[0].record.offset > queued.items[-1].record.offset
+                and len(queued.items) + len(batch.items) <= bounds.max_records
+                and queued.nbytes + batch.nbytes <= bounds.max_bytes
+            )
+            if fits:
+                queued.items.extend(batch.items)
+                queued.nbytes += batch.nbytes
+            return fits  # only the partition's newest queued batch: offsets stay in order
+        return False
 
     def _busy(self, tps: set[TopicPartition] | None) -> bool:
         def mine(b: Batch) -> bool:

@@ -334,16 +334,17 @@ class IcebergWriter(Writer):
         if not still_owned():
             self.fs.delete(staged)
             raise BatchAbandoned(f"batch {batch}: partition revoked before the commit")
-        table = existing or self.table.create(schema_of(files[0]) if files else None)
+        if not files:
+            self.fs.delete(staged)
+            return
+        # Loaded again: the table may have moved on while Spark wrote (another worker's commit).
+        table = self.table.load() or self.table.create(schema_of(files[0]))
         through = self.table.written_through(table, batch.tp)
         if through is not None and through >= batch.start:
             # Another attempt committed meanwhile (a retry after a commit whose answer was
             # lost): the table has these records; adding them again would duplicate them.
             self.fs.delete(staged)
             log.info("batch %s: already in the table through offset %d", batch, through)
-            return
-        if not files:
-            self.fs.delete(staged)
             return
         table.add_files(files, snapshot_properties=batch_properties(batch))
         log.debug("batch %s: %d file(s) committed to %s", batch, len(files), self.table.spec.table)
