@@ -25,7 +25,6 @@ never see them, and Iceberg's orphan file removal deletes them.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -33,8 +32,6 @@ from offtake.config.spec import IcebergSpec
 from offtake.records import TopicPartition
 from offtake.sinks.spark.batching import BatchId
 from offtake.sinks.spark.fileops import join
-
-log = logging.getLogger(__name__)
 
 TOPIC_KEY = "offtake.topic"
 PARTITION_KEY = "offtake.partition"
