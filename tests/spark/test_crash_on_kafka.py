@@ -158,6 +158,7 @@ def crash_and_recover(
     workers: list[WorkerProcess],
     mid_batch: Callable[[], bool],
     rows_written: Callable[[], int],
+    patience: float = 1.0,
 ) -> dict[str, Any]:
     """Kill the worker while ``mid_batch()``, restart it, wait until the group caught up.
 
@@ -172,7 +173,11 @@ def crash_and_recover(
     group = doc["spec"]["source"]["groupId"]
     began = time.monotonic()
     first = start(workers, first_path, tmp_path / "first.log")
-    first.wait_until(mid_batch, "batch in the middle of its write after an earlier batch")
+    first.wait_until(
+        mid_batch,
+        "batch in the middle of its write after an earlier batch",
+        timeout=180 * patience,
+    )
     kill_tree(first)
     at_kill = time.monotonic() - began
     committed_at_kill = committed_records(bootstrap, group, topic, PARTITIONS)
@@ -186,7 +191,7 @@ def crash_and_recover(
         f"(written {written_before_restart}, committed {committed_at_kill})"
     )
     second = start(workers, path, tmp_path / "second.log")
-    wait_caught_up(bootstrap, group, topic, PARTITIONS, timeout=240)
+    wait_caught_up(bootstrap, group, topic, PARTITIONS, timeout=240 * patience)
     caught_up = time.monotonic() - began
     assert second.terminate() == 0, second.output()[-4000:]
     return {
@@ -318,6 +323,9 @@ def _iceberg_rows(uri: str, warehouse: Path, name: str) -> int:
 # The early commit (half of maxInFlightMessages done) would commit the first run's batches
 # before the kill; the table formats' crash tests need them written and not committed.
 NO_EARLY_COMMIT = {"maxInFlightMessages": 100_000}
+# Table-format commits cost seconds each (a Delta commit on a busy machine tens): the waits for
+# the kill and for the catch-up get twice the file formats'.
+LAKE_PATIENCE = 2.0
 
 
 @pytest.mark.lake_crash
@@ -357,6 +365,7 @@ def test_iceberg_sigkill_mid_batch_then_restart_leaves_every_record_once(
             # A batch committed to Iceberg (not to Kafka), the next one's files being written.
             mid_batch=lambda: _iceberg_mid_batch(warehouse),
             rows_written=lambda: _iceberg_rows(uri, warehouse, name),
+            patience=LAKE_PATIENCE,
         )
         table = load_table(uri, str(warehouse), name)
         reads = ids_by_reader(table)
@@ -460,6 +469,7 @@ def test_delta_sigkill_mid_batch_then_restart_leaves_every_record_once(
         workers=workers,
         mid_batch=mid_batch,
         rows_written=lambda: _delta_rows(table),
+        patience=LAKE_PATIENCE,
     )
     rows = DeltaTable(str(table)).to_pyarrow_table(columns=["id"]).column("id").to_pylist()
     ids = Counter(int(i) for i in rows)
