@@ -13,7 +13,9 @@ goes first) and the output gives medians and each round's ratio:
   newest pyspark whose connector does: the output names both Spark versions;
 - ``offtake worker`` (pyspark of this environment) as a process, with ``sink.spark`` writing
   Parquet, timed from start until the group's committed offsets reach the log end, that is,
-  until every batch was written *and* committed; then stopped with SIGTERM.
+  until every batch was written *and* committed; then stopped with SIGTERM;
+- the same worker with ``format: iceberg`` (a SQLite SQL catalog beside the warehouse), read
+  back through pyiceberg.
 
 Both write the same columns (the Kafka metadata and the JSON fields) with the same master and
 conf, and both outputs are read back (row count and distinct ids), so a fast wrong answer
@@ -55,6 +57,8 @@ SPARK_CONF = {
 # spark-token-provider-kafka, so 4.0.0 runs. 3.5 is built for Scala 2.12.
 ANCHOR_CANDIDATES = (("4.0.1", "2.13"), ("4.0.0", "2.13"), ("3.5.7", "2.12"))
 RESOLUTIONS = "anchor-resolutions.json"
+ICEBERG_TABLE = "bench.orders"
+SIDES = ("sss", "offtake", "iceberg")
 
 
 def cache_root() -> Path:
@@ -266,7 +270,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def pipeline_doc(bootstrap: str, topic: str, group: str, path: str, batch: int) -> dict[str, Any]:
+def pipeline_doc(
+    bootstrap: str, topic: str, group: str, path: str, batch: int, fmt: str = "parquet"
+) -> dict[str, Any]:
+    sink: dict[str, Any] = {
+        "format": fmt,
+        "path": path,
+        "batch": {"maxRecords": batch, "maxIntervalSeconds": 2},
+        "submit": {"mode": "local", "master": MASTER, "conf": dict(SPARK_CONF)},
+    }
+    if fmt == "iceberg":
+        # A SQLite catalog beside the warehouse (Iceberg's JDBC catalog schema).
+        sink["iceberg"] = {"table": ICEBERG_TABLE, "catalogUri": f"sqlite:///{path}.db"}
     return {
         "apiVersion": "offtake.dev/v1alpha1",
         "kind": "ConsumerPipeline",
@@ -274,14 +289,7 @@ def pipeline_doc(bootstrap: str, topic: str, group: str, path: str, batch: int) 
         "spec": {
             "kafka": {"bootstrapServers": bootstrap},
             "source": {"topics": [topic], "groupId": group, "format": "json"},
-            "sink": {
-                "spark": {
-                    "format": "parquet",
-                    "path": path,
-                    "batch": {"maxRecords": batch, "maxIntervalSeconds": 2},
-                    "submit": {"mode": "local", "master": MASTER, "conf": dict(SPARK_CONF)},
-                }
-            },
+            "sink": {"spark": sink},
             # Commit as soon as a batch is done: the clock stops at the last commit.
             "commit": {"intervalSeconds": 0.2},
             "limits": {"maxInFlightMessages": batch * PARTITIONS * 2, "maxInFlightBytes": 1 << 30},
@@ -301,18 +309,20 @@ def scrape(port: int) -> dict[str, float]:
     return out
 
 
-def run_offtake(bootstrap: str, topic: str, path: str, batch: int, work: Path) -> dict[str, Any]:
+def run_offtake(
+    bootstrap: str, topic: str, path: str, batch: int, work: Path, fmt: str = "parquet"
+) -> dict[str, Any]:
     import yaml
     from confluent_kafka import Consumer, TopicPartition
 
     group = f"bench-{uuid.uuid4().hex[:8]}"
-    manifest = work / "pipeline.yaml"
-    manifest.write_text(yaml.safe_dump(pipeline_doc(bootstrap, topic, group, path, batch)))
+    manifest = work / f"pipeline-{fmt}.yaml"
+    manifest.write_text(yaml.safe_dump(pipeline_doc(bootstrap, topic, group, path, batch, fmt)))
     port = free_port()
     probe = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
     ends = sum(probe.get_watermark_offsets(tp, timeout=10)[1] for tp in tps)
-    out_path = work / "offtake.log"
+    out_path = work / f"offtake-{fmt}.log"
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_HOME", "SPARK_REMOTE")}
     cmd = [sys.executable, "-m", "offtake.cli", "worker", "--pipeline", str(manifest)]
     cmd += ["--metrics-port", str(port)]
@@ -379,6 +389,18 @@ def fill(bootstrap: str, topic: str, records: int) -> None:
     assert producer.flush(60) == 0
 
 
+def read_back_iceberg(path: str) -> tuple[int, int]:
+    """Rows and distinct ids of the Iceberg table, read through its catalog with pyiceberg."""
+    import pyarrow.compute as pc
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from offtake.sinks.spark.iceberg import CATALOG_NAME
+
+    catalog = SqlCatalog(CATALOG_NAME, uri=f"sqlite:///{path}.db", warehouse=path)
+    ids = catalog.load_table(ICEBERG_TABLE).scan(selected_fields=("id",)).to_arrow()["id"]
+    return len(ids), len(pc.unique(ids))
+
+
 def read_back(path: str) -> tuple[int, int]:
     """Rows and distinct ids of a Parquet output, read with pyarrow (no JVM).
 
@@ -435,17 +457,25 @@ def main() -> None:
                 rdir = work / f"round{r}"
                 rdir.mkdir()
                 got: dict[str, dict[str, Any]] = {}
-                for side in ("sss", "offtake") if r % 2 == 0 else ("offtake", "sss"):
+                for side in SIDES if r % 2 == 0 else SIDES[::-1]:
                     out = str(rdir / side)
                     if side == "sss":
                         got[side] = run_anchor_any(broker.bootstrap, topic, out, rdir)
-                    else:
+                        got[side]["rows_written"], got[side]["distinct_ids"] = read_back(out)
+                    elif side == "offtake":
                         got[side] = run_offtake(broker.bootstrap, topic, out, args.batch, rdir)
-                    got[side]["rows_written"], got[side]["distinct_ids"] = read_back(out)
+                        got[side]["rows_written"], got[side]["distinct_ids"] = read_back(out)
+                    else:
+                        got[side] = run_offtake(
+                            broker.bootstrap, topic, out, args.batch, rdir, "iceberg"
+                        )
+                        written = read_back_iceberg(out)
+                        got[side]["rows_written"], got[side]["distinct_ids"] = written
                 log(
                     f"round {r + 1}: structured streaming ({got['sss']['spark_version']}) "
                     f"{got['sss']['wall_seconds']:.1f}s, offtake worker (pyspark "
-                    f"{pyspark.__version__}) {got['offtake']['wall_seconds']:.1f}s"
+                    f"{pyspark.__version__}) parquet {got['offtake']['wall_seconds']:.1f}s, "
+                    f"iceberg {got['iceberg']['wall_seconds']:.1f}s"
                 )
                 rounds.append(got)
         print(json.dumps(summary(n, args.batch, pyspark.__version__, rounds), indent=2))
@@ -458,6 +488,7 @@ def summary(
 ) -> dict[str, Any]:
     off = [r["offtake"] for r in rounds]
     sss = [r["sss"] for r in rounds]
+    ice = [r["iceberg"] for r in rounds]
 
     def each(runs: list[dict[str, Any]], key: str) -> list[Any]:
         return [_round(r[key]) if isinstance(r[key], float) else r[key] for r in runs]
@@ -471,6 +502,10 @@ def summary(
     ratios = [
         _ratio(rate(n, o["wall_seconds"]), rate(n, s["wall_seconds"]))
         for o, s in zip(off, sss, strict=True)
+    ]
+    iceberg_ratios = [
+        _ratio(rate(n, i["wall_seconds"]), rate(n, s["wall_seconds"]))
+        for i, s in zip(ice, sss, strict=True)
     ]
     net = [
         _ratio(rate(n, o["after_session_ready_seconds"]), rate(n, s["processing_seconds"]))
@@ -499,6 +534,14 @@ def summary(
             "rows_written": each(off, "rows_written"),
             "distinct_ids": each(off, "distinct_ids"),
         },
+        "offtake_iceberg": {
+            "rows_per_second_median": median_rate(ice, "wall_seconds"),
+            "seconds_start_to_committed": each(ice, "wall_seconds"),
+            "spark_jobs": each(ice, "spark_jobs"),
+            "spark_job_seconds_total": each(ice, "spark_job_seconds_total"),
+            "rows_written": each(ice, "rows_written"),
+            "distinct_ids": each(ice, "distinct_ids"),
+        },
         "structured_streaming": {
             "spark_version": anchor,
             "package": sss[0]["package"],
@@ -517,9 +560,13 @@ def summary(
             "per_round": ratios,
             "median": _median(ratios),
         },
+        "ratio_iceberg_vs_structured_streaming": {
+            "per_round": iceberg_ratios,
+            "median": _median(iceberg_ratios),
+        },
         "ratio_without_jvm_start": {"per_round": net, "median": _median(net)},
         "every_record_once": all(
-            r["rows_written"] == n and r["distinct_ids"] == n for r in off + sss
+            r["rows_written"] == n and r["distinct_ids"] == n for r in off + ice + sss
         ),
         "note": (
             f"Versions differ: Offtake ran on Spark {version}, the anchor on Spark {anchor} "

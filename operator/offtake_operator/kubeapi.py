@@ -68,6 +68,8 @@ SERVICEMONITORS = Resource("monitoring.coreos.com", "v1", "servicemonitors", "Se
 PROMETHEUSRULES = Resource("monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule")
 SCALEDOBJECTS = Resource("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject")
 TRIGGERAUTHS = Resource("keda.sh", "v1alpha1", "triggerauthentications", "TriggerAuthentication")
+# The Kubeflow Spark operator's Spark Connect server (sink.spark.submit.mode: kubernetes).
+SPARKCONNECTS = Resource("sparkoperator.k8s.io", "v1alpha1", "sparkconnects", "SparkConnect")
 
 
 class ApiError(Exception):

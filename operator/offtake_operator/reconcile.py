@@ -17,6 +17,7 @@ from typing import Any, cast
 import kopf
 
 from offtake.config import ConfigError, PipelineSpec, parse_pipeline
+from offtake.sinks.spark import kubernetes as spark_k8s
 
 from . import names, redrive, render, rewind, security, slo_rules
 from .apply import Applied, NotOursError, ensure, remove_owned
@@ -33,6 +34,7 @@ from .kubeapi import (
     SCALEDOBJECTS,
     SERVICEMONITORS,
     SERVICES,
+    SPARKCONNECTS,
     TRIGGERAUTHS,
     ApiError,
     Resource,
@@ -152,6 +154,9 @@ async def _apply_children(
         (SERVICES, render.render_service(body, pipeline)),
         (PDBS, render.render_pdb(body)),
     ]
+    spark_connect = await _spark_connect(ctx, body, pipeline)
+    if spark_connect is not None:
+        children.append((SPARKCONNECTS, spark_connect))
     if await ctx.serves(SERVICEMONITORS):
         sm_labels = {**ctx.config.service_monitor_labels, **extras.service_monitor_labels}
         children.append((SERVICEMONITORS, render.render_service_monitor(body, sm_labels)))
@@ -165,6 +170,30 @@ async def _apply_children(
     deployment = results[0]
     assert isinstance(deployment, Applied)
     return deployment
+
+
+async def _spark_connect(
+    ctx: OperatorContext, body: Mapping[str, Any], pipeline: PipelineSpec
+) -> JSON | None:
+    """The pipeline's SparkConnect when ``sink.spark.submit.mode`` is kubernetes; otherwise
+    remove one it owned (the mode changed)."""
+    name, namespace = render.meta(body)
+    if render.uses_spark_connect(pipeline):
+        if not await ctx.serves(SPARKCONNECTS):
+            raise ChildRejectedError(
+                "sink.spark.submit.mode kubernetes needs the Kubeflow Spark operator: the API "
+                "server does not serve sparkconnects.sparkoperator.k8s.io/v1alpha1"
+            )
+        return render.render_spark_connect(body, pipeline)
+    if await ctx.serves(SPARKCONNECTS):
+        await remove_owned(
+            ctx.api,
+            SPARKCONNECTS,
+            namespace,
+            spark_k8s.spark_connect_name(name),
+            body["metadata"]["uid"],
+        )
+    return None
 
 
 async def _apply_autoscaler(

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from offtake.config import PipelineSpec, RedriveRequest
+from offtake.sinks.spark import kubernetes as spark_k8s
 
 from . import names
 from .names import API_VERSION, KIND
@@ -167,6 +168,14 @@ def _worker_container(
     ]
     # The root filesystem is read-only: whatever wants a home (Spark's ivy cache) gets /tmp.
     env.append({"name": "HOME", "value": "/tmp"})
+    if uses_spark_connect(pipeline):
+        # The pipeline's SparkConnect server (render_spark_connect), through its Service.
+        env.append(
+            {
+                "name": spark_k8s.CONNECT_URL_ENV,
+                "value": spark_k8s.kubernetes_connect_url(pipeline.name, pipeline.namespace),
+            }
+        )
     env += copy.deepcopy(template_spec.get("env") or [])
     mounts: list[JSON] = [
         # subPath: a single file, so the Secret mounts below do not nest inside a read-only volume.
@@ -502,6 +511,23 @@ def render_service(body: Mapping[str, Any], pipeline: PipelineSpec) -> JSON:
                 }
             ],
         },
+    }
+
+
+def uses_spark_connect(pipeline: PipelineSpec) -> bool:
+    """True when the operator runs a Spark Connect server for the pipeline."""
+    spark = pipeline.sink.spark
+    return spark is not None and spark.submit.mode == "kubernetes"
+
+
+def render_spark_connect(body: Mapping[str, Any], pipeline: PipelineSpec) -> JSON:
+    """The pipeline's Spark Connect server, a SparkConnect of the Kubeflow Spark operator."""
+    name, _ = meta(body)
+    return {
+        "apiVersion": spark_k8s.API_VERSION,
+        "kind": spark_k8s.KIND,
+        "metadata": _metadata(body, spark_k8s.spark_connect_name(name), "spark-connect"),
+        "spec": spark_k8s.render_spark_connect_spec(pipeline),
     }
 
 

@@ -47,7 +47,6 @@ CONTAINER_EXTRAS = {
     "imagePullPolicy",
     "securityContext",
 }
-SUBMIT_EXTRAS = {"image", "serviceAccount", "sparkApplication"}
 
 FieldPath = tuple[str, ...]
 Node = Mapping[str, Any]
@@ -134,6 +133,7 @@ def _has(d: Mapping[str, Any], key: str) -> bool:
     return key in d
 
 
+_CLUSTER_ONLY = ("image", "serviceAccount", "server", "executors")
 _SECRET_KEYS = ("sasl.jaas.config", "ssl.key.pem", "ssl_key.pem", "sasl.oauthbearer.config")
 
 CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
@@ -163,6 +163,19 @@ CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     ),
     "!has(self.mode) || self.mode != 'connect' || has(self.connectUrl)": lambda s: (
         not _has(s, "mode") or s["mode"] != "connect" or _has(s, "connectUrl")
+    ),
+    "self.format == 'iceberg' ? (has(self.iceberg) && !has(self.partitionBy)) "
+    ": !has(self.iceberg)": lambda s: (
+        (_has(s, "iceberg") and not _has(s, "partitionBy"))
+        if s["format"] == "iceberg"
+        else not _has(s, "iceberg")
+    ),
+    "!has(self.mode) || self.mode != 'kubernetes' || !has(self.connectUrl)": lambda s: (
+        not _has(s, "mode") or s["mode"] != "kubernetes" or not _has(s, "connectUrl")
+    ),
+    "(has(self.mode) && self.mode == 'kubernetes') || !(has(self.image) || "
+    "has(self.serviceAccount) || has(self.server) || has(self.executors))": lambda s: (
+        s.get("mode") == "kubernetes" or not any(_has(s, k) for k in _CLUSTER_ONLY)
     ),
     "!has(self.policy) || self.policy != 'dlq' || has(self.dlq)": lambda s: (
         not _has(s, "policy") or s["policy"] != "dlq" or _has(s, "dlq")
@@ -239,6 +252,8 @@ SAMPLE_STRINGS = {
     "url": "http://registry:8080/apis/ccompat/v7",
     "protobufMessage": "pkg.orders_pb2:Order",
     "prometheusAddress": "http://prometheus:9090",
+    "table": "lake.orders",
+    "memory": "2g",
 }
 
 
@@ -325,7 +340,18 @@ def fix_cross_field_rules(m: dict[str, Any]) -> None:
             spark["jdbc"] = {"url": "jdbc:postgresql://db/x", "table": "t"}
         else:
             spark.setdefault("path", "s3a://lake/x")
+        if "iceberg" in spark:
+            spark["format"] = "iceberg"
+        if spark["format"] == "iceberg":
+            spark.setdefault("iceberg", {"table": "lake.orders", "catalogUri": "sqlite://"})
+            if "partitionBy" in spark:
+                spark["format"] = "parquet"
+                del spark["iceberg"]
         submit = spark.get("submit", {})
+        if any(k in submit for k in _CLUSTER_ONLY):
+            submit["mode"] = "kubernetes"
+        if submit.get("mode") == "kubernetes":
+            submit.pop("connectUrl", None)
         if submit.get("mode") == "connect":
             submit.setdefault("connectUrl", "sc://spark:15002")
     source = spec["source"]
@@ -385,8 +411,6 @@ def worker_reads(path: tuple[str, ...]) -> bool:
         return False
     if path[:3] == ("spec", "processor", "container") and len(path) > 3:
         return path[3] not in CONTAINER_EXTRAS
-    if path[:4] == ("spec", "sink", "spark", "submit") and len(path) > 4:
-        return path[4] not in SUBMIT_EXTRAS
     return True
 
 
@@ -647,6 +671,14 @@ def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
         spec["sink"] = {"log": {}, "kafka": {"topic": "t"}}
     elif "has(self.jdbc)" in rule:
         spec["sink"] = {"spark": {"format": "parquet"}}
+    elif "has(self.iceberg)" in rule:
+        spec["sink"] = {"spark": {"format": "iceberg", "path": "/x"}}
+    elif "!has(self.connectUrl)" in rule:
+        submit = {"mode": "kubernetes", "connectUrl": "sc://x:15002"}
+        spec["sink"] = {"spark": {"format": "json", "path": "/x", "submit": submit}}
+    elif "has(self.serviceAccount)" in rule:
+        submit = {"mode": "local", "image": "spark:4"}
+        spec["sink"] = {"spark": {"format": "json", "path": "/x", "submit": submit}}
     elif "connectUrl" in rule:
         spec["sink"] = {"spark": {"format": "json", "path": "/x", "submit": {"mode": "connect"}}}
     elif "has(self.schema)" in rule:

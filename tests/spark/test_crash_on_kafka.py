@@ -6,7 +6,8 @@ killed) while a batch is being written and after an earlier batch was written bu
 committed, restarts it, waits until the group's committed offsets reach the log end and then
 reads the sink: every record id must be there exactly once. The parquet table is read with
 every reader its users use (pandas, pyarrow, DuckDB, Polars, Spark; tests/spark/readers.py),
-each of which must count every record once and see only the documented columns. Each test
+each of which must count every record once and see only the documented columns; the Iceberg
+table is read with pyiceberg and DuckDB, the Delta table with delta-rs (``deltalake``). Each test
 prints a ``REPORT`` line (json; appended to ``$OFFTAKE_REPORT`` when set) with rows written
 against records produced, per reader for parquet.
 """
@@ -14,6 +15,7 @@ against records produced, per reader for parquet.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -44,6 +46,7 @@ from offtake.sinks.spark.writers import batch_of_file, staging_root
 from offtake_testbed.kafka import KafkaBroker
 
 from .connect_server import ConnectServer
+from .iceberg_readers import batch_summaries, ids_by_reader, load_table
 from .readers import META, read_everywhere
 
 pytestmark = pytest.mark.spark
@@ -155,6 +158,7 @@ def crash_and_recover(
     workers: list[WorkerProcess],
     mid_batch: Callable[[], bool],
     rows_written: Callable[[], int],
+    patience: float = 1.0,
 ) -> dict[str, Any]:
     """Kill the worker while ``mid_batch()``, restart it, wait until the group caught up.
 
@@ -169,7 +173,11 @@ def crash_and_recover(
     group = doc["spec"]["source"]["groupId"]
     began = time.monotonic()
     first = start(workers, first_path, tmp_path / "first.log")
-    first.wait_until(mid_batch, "batch in the middle of its write after an earlier batch")
+    first.wait_until(
+        mid_batch,
+        "batch in the middle of its write after an earlier batch",
+        timeout=180 * patience,
+    )
     kill_tree(first)
     at_kill = time.monotonic() - began
     committed_at_kill = committed_records(bootstrap, group, topic, PARTITIONS)
@@ -183,7 +191,7 @@ def crash_and_recover(
         f"(written {written_before_restart}, committed {committed_at_kill})"
     )
     second = start(workers, path, tmp_path / "second.log")
-    wait_caught_up(bootstrap, group, topic, PARTITIONS, timeout=240)
+    wait_caught_up(bootstrap, group, topic, PARTITIONS, timeout=240 * patience)
     caught_up = time.monotonic() - began
     assert second.terminate() == 0, second.output()[-4000:]
     return {
@@ -285,6 +293,196 @@ def test_parquet_sigkill_mid_batch_then_restart_leaves_every_record_once_for_eve
     assert files == sorted(_data_files(table)), "only data files in the table"
     if partition_by:
         assert all(f.startswith("customer=") for f in os.listdir(table))
+
+
+# -- iceberg ----------------------------------------------------------------------------------
+def _iceberg_mid_batch(warehouse: Path) -> bool:
+    """A batch committed to Iceberg and the next one's files staged in no snapshot yet.
+
+    Read from the files alone (cheap enough to poll fast): each commit writes one metadata
+    file after the table's first, each batch's files go to one ``offtake-<batch>`` folder.
+    """
+    tables = list(warehouse.glob("*/*"))
+    if not tables:
+        return False
+    commits = len(list((tables[0] / "metadata").glob("*.metadata.json"))) - 1
+    staged = len(list((tables[0] / "data").glob("offtake-*")))
+    return commits > 0 and staged > commits
+
+
+def _iceberg_rows(uri: str, warehouse: Path, name: str) -> int:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        snapshot = load_table(uri, str(warehouse), name).current_snapshot()
+    except NoSuchTableError:
+        return 0
+    return int(snapshot.summary["total-records"]) if snapshot and snapshot.summary else 0
+
+
+# The early commit (half of maxInFlightMessages done) would commit the first run's batches
+# before the kill; the table formats' crash tests need them written and not committed.
+NO_EARLY_COMMIT = {"maxInFlightMessages": 100_000}
+# Table-format commits cost seconds each (a Delta commit on a busy machine tens): the waits for
+# the kill and for the catch-up get twice the file formats'.
+LAKE_PATIENCE = 2.0
+
+
+@pytest.mark.lake_crash
+@pytest.mark.timeout(900)  # two worker starts and twenty batches: minutes on a busy machine
+def test_iceberg_sigkill_mid_batch_then_restart_leaves_every_record_once(
+    kafka_broker: KafkaBroker,
+    topic_factory: Any,
+    postgres: Any,
+    workers: list[WorkerProcess],
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(PARTITIONS)
+    produced = produce(kafka_broker.bootstrap, topic, (value(i) for i in range(RECORDS)))
+    database = f"ice_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres.dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {database}")
+    # Iceberg's JDBC catalog in the test bed's PostgreSQL, the data files under tmp_path.
+    uri = f"postgresql+psycopg://{postgres.user}@127.0.0.1:{postgres.port}/{database}"
+    warehouse = tmp_path / "lake"
+    name = "lake.orders"
+    doc = manifest(
+        "spark-crash-iceberg",
+        kafka_broker.bootstrap,
+        [topic],
+        sink=spark_sink(
+            format="iceberg", path=str(warehouse), iceberg={"table": name, "catalogUri": uri}
+        ),
+    )
+    doc["spec"]["limits"] = dict(NO_EARLY_COMMIT)
+    try:
+        numbers = crash_and_recover(
+            bootstrap=kafka_broker.bootstrap,
+            topic=topic,
+            doc=doc,
+            tmp_path=tmp_path,
+            workers=workers,
+            # A batch committed to Iceberg (not to Kafka), the next one's files being written.
+            mid_batch=lambda: _iceberg_mid_batch(warehouse),
+            rows_written=lambda: _iceberg_rows(uri, warehouse, name),
+            patience=LAKE_PATIENCE,
+        )
+        table = load_table(uri, str(warehouse), name)
+        reads = ids_by_reader(table)
+        summaries = batch_summaries(table)
+    finally:
+        with psycopg.connect(postgres.dsn, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+    per_reader = {
+        reader: dict(zip(("lost", "duplicated"), lost_and_duplicated(produced, ids), strict=True))
+        | {"rows": sum(ids.values())}
+        for reader, ids in reads.items()
+    }
+    report(
+        "spark-crash-iceberg",
+        produced=produced,
+        rows_written=per_reader["pyiceberg"]["rows"],
+        readers=per_reader,
+        commits=len(summaries),
+        **numbers,
+    )
+    for reader, got in per_reader.items():
+        assert got == {"lost": 0, "duplicated": 0, "rows": produced}, reader
+    # Every commit names its batch, and the batches of a partition never overlap.
+    by_partition: dict[str, list[tuple[int, int]]] = {}
+    for props in summaries:
+        assert props["offtake.topic"] == topic, props
+        start, end = map(int, props["offtake.offsets"].split("-"))
+        by_partition.setdefault(props["offtake.partition"], []).append((start, end))
+    for ranges in by_partition.values():
+        assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges)), ranges
+
+
+# -- delta ------------------------------------------------------------------------------------
+def _delta_rows(path: Path) -> int:
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return int(DeltaTable(str(path)).to_pyarrow_dataset().count_rows())
+    except TableNotFoundError:
+        return 0
+
+
+def _delta_commits(path: Path) -> int:
+    log_dir = path / "_delta_log"
+    return len(list(log_dir.glob("*.json"))) if log_dir.exists() else 0
+
+
+def _delta_unreferenced_files(path: Path) -> int:
+    """Data files in the table folder that no commit names yet (a batch being written)."""
+    named: set[str] = set()
+    for entry in (path / "_delta_log").glob("*.json"):
+        for line in entry.read_text().splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if "add" in action:
+                named.add(action["add"]["path"])
+    return len({f.name for f in path.glob("*.parquet")} - named)
+
+
+@pytest.mark.lake_crash
+@pytest.mark.timeout(900)
+def test_delta_sigkill_mid_batch_then_restart_leaves_every_record_once(
+    kafka_broker: KafkaBroker,
+    topic_factory: Any,
+    delta_server: ConnectServer,
+    workers: list[WorkerProcess],
+    tmp_path: Path,
+) -> None:
+    from deltalake import DeltaTable
+
+    topic = topic_factory(PARTITIONS)
+    table = tmp_path / "delta"
+    produced = produce(kafka_broker.bootstrap, topic, (value(i) for i in range(RECORDS)))
+    doc = manifest(
+        "spark-crash-delta",
+        kafka_broker.bootstrap,
+        [topic],
+        # Delta runs on a Spark Connect server of the Spark its release is built for (see
+        # delta_server.py); the SIGKILL hits the worker, as a killed pod would, not the server.
+        sink={
+            "spark": {
+                "format": "delta",
+                "path": str(table),
+                "batch": dict(BATCH),
+                "submit": {"mode": "connect", "connectUrl": delta_server.url},
+            }
+        },
+    )
+    doc["spec"]["limits"] = dict(NO_EARLY_COMMIT)
+
+    def mid_batch() -> bool:
+        # A batch committed to Delta, and the next one's data files being written (Delta
+        # writes them into the table folder before its commit names them).
+        return _delta_commits(table) > 0 and _delta_unreferenced_files(table) > 0
+
+    numbers = crash_and_recover(
+        bootstrap=kafka_broker.bootstrap,
+        topic=topic,
+        doc=doc,
+        tmp_path=tmp_path,
+        workers=workers,
+        mid_batch=mid_batch,
+        rows_written=lambda: _delta_rows(table),
+        patience=LAKE_PATIENCE,
+    )
+    rows = DeltaTable(str(table)).to_pyarrow_table(columns=["id"]).column("id").to_pylist()
+    ids = Counter(int(i) for i in rows)
+    lost, duplicated = lost_and_duplicated(produced, ids)
+    report(
+        "spark-crash-delta",
+        produced=produced,
+        rows_written=len(rows),
+        readers={"deltalake": {"lost": lost, "duplicated": duplicated, "rows": len(rows)}},
+        commits=_delta_commits(table),
+        **numbers,
+    )
+    assert (lost, duplicated, len(rows)) == (0, 0, produced)
 
 
 # -- jdbc -------------------------------------------------------------------------------------

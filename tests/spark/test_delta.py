@@ -6,27 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from .connect_server import ConnectServer
-from .delta_server import delta_connect_server
 from .test_connect import ROOT, _run
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture(scope="module")
-def delta_server() -> Iterator[ConnectServer]:
-    try:
-        server = delta_connect_server().start()
-    except (RuntimeError, subprocess.CalledProcessError) as exc:
-        pytest.fail(f"the Delta-capable Spark Connect server did not start: {exc}", pytrace=False)
-    print(f"\nSpark Connect (Delta) on {server.url} in {server.started_seconds:.1f}s")
-    yield server
-    server.stop()
 
 
 def _offsets(url: str, path: Path) -> list[tuple[int, int]]:

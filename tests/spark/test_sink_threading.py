@@ -109,3 +109,37 @@ def test_abandon_drops_queued_work_and_stops_the_running_swap() -> None:
     assert [str(b) for b in writer.written] == ["orders-1-0-9"]
     assert {it.tp for it in done.ok} == {P1} and len(done.ok) == 10
     sink.close()
+
+
+def test_batches_closed_while_a_job_runs_join_the_queued_batch_of_their_partition() -> None:
+    writer = GatedWriter()
+    now = [0.0]
+    spec = pipeline(
+        {"format": "parquet", "path": "/u", "batch": {"maxRecords": 12, "maxIntervalSeconds": 1}}
+    )
+    sink = SparkSink(spec, Metrics("t"), session=FakeSession(), writer=writer, clock=lambda: now[0])
+    done = Collector()
+    sink.start(done)
+
+    def tick(offsets: range, partition: int = 0) -> None:
+        for it in items(offsets, partition=partition):
+            sink.submit(it)
+        now[0] += 1.0
+        sink.poll()  # the time bound closes the partition's open batch
+
+    tick(range(0, 5))
+    assert writer.started.wait(10)  # orders-0-0-4 runs, blocked
+    tick(range(5, 10))
+    tick(range(10, 15))  # joins 5-9: 10 records fit maxRecords 12
+    tick(range(0, 3), partition=1)  # another partition queues on its own
+    tick(range(15, 20))  # 5-14 would hold 15 > 12: a batch of its own
+    writer.gate.set()
+    assert sink.drain(None, 10)
+    assert [str(b) for b in writer.written] == [
+        "orders-0-0-4",
+        "orders-0-5-14",
+        "orders-1-0-2",
+        "orders-0-15-19",
+    ]
+    assert len(done.ok) == 23
+    sink.close()

@@ -98,6 +98,10 @@ app.kubernetes.io/component: operator
 - apiGroups: [keda.sh]
   resources: [scaledobjects, triggerauthentications]
   verbs: [get, list, watch, create, patch, update, delete]
+# The Kubeflow Spark operator's Spark Connect server of a pipeline with submit.mode kubernetes.
+- apiGroups: [sparkoperator.k8s.io]
+  resources: [sparkconnects]
+  verbs: [get, list, watch, create, patch, update, delete]
 # Read-only: spec.kafka.secretRef, for the admin client that measures lag and rewinds.
 - apiGroups: [""]
   resources: [secrets]

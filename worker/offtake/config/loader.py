@@ -23,6 +23,7 @@ from offtake.config.spec import (
     ErrorPolicyName,
     ErrorsSpec,
     Format,
+    IcebergSpec,
     JdbcSpec,
     KafkaSinkSpec,
     KafkaSpec,
@@ -41,8 +42,10 @@ from offtake.config.spec import (
     SinkSpec,
     SourceSpec,
     SparkBatchSpec,
+    SparkExecutorsSpec,
     SparkFormat,
     SparkMode,
+    SparkServerSpec,
     SparkSinkSpec,
     SparkSubmitSpec,
     StartFrom,
@@ -375,7 +378,7 @@ def _sink(f: Fields | None, source_registry: SchemaRegistrySpec | None = None) -
 
 
 def _spark(f: Fields) -> SparkSinkSpec:
-    fmt = f.choice("format", ("parquet", "json", "delta", "jdbc"))
+    fmt = f.choice("format", ("parquet", "json", "delta", "iceberg", "jdbc"))
     path = f.opt_str("path")
     j = f.sub("jdbc")
     jdbc = None
@@ -388,6 +391,24 @@ def _spark(f: Fields) -> SparkSinkSpec:
             password=j.opt_str("password"),
         )
         j.done()
+    ice = f.sub("iceberg")
+    iceberg = None
+    if ice is not None:
+        iceberg = IcebergSpec(
+            table=ice.text("table", required=True),
+            catalog_uri=ice.text("catalogUri", required=True),
+        )
+        ice.done()
+        if "." not in iceberg.table.strip("."):
+            raise ConfigError(ice.at("table"), f"{iceberg.table!r} must be namespace.table")
+    if fmt == "iceberg" and iceberg is None:
+        raise ConfigError(f.at("iceberg"), "is required when format is iceberg")
+    if fmt != "iceberg" and iceberg is not None:
+        raise ConfigError(f.at("iceberg"), "is only used when format is iceberg")
+    if fmt == "iceberg" and "partitionBy" in f.raw:
+        raise ConfigError(
+            f.at("partitionBy"), "is not used with format iceberg (partition the table itself)"
+        )
     if fmt == "jdbc" and jdbc is None:
         raise ConfigError(f.at("jdbc"), "is required when format is jdbc")
     if fmt != "jdbc" and path is None:
@@ -401,13 +422,37 @@ def _spark(f: Fields) -> SparkSinkSpec:
     b.done()
     s = f.sub("submit") or Fields({}, f.at("submit"))
     mode = s.choice("mode", ("local", "connect", "kubernetes"), "local")
+    cluster_only = [k for k in ("image", "serviceAccount", "server", "executors") if k in s.raw]
+    if mode != "kubernetes" and cluster_only:
+        raise ConfigError(s.at(cluster_only[0]), "is only used when mode is kubernetes")
+    if mode == "kubernetes" and "connectUrl" in s.raw:
+        raise ConfigError(
+            s.at("connectUrl"),
+            "is not used when mode is kubernetes (the operator runs the pipeline's Spark "
+            "Connect server); use mode connect for a server of your own",
+        )
+    srv = s.sub("server") or Fields({}, s.at("server"))
+    server = SparkServerSpec(
+        cores=srv.integer("cores", 1, minimum=1), memory=_spark_memory(srv, "memory")
+    )
+    srv.done()
+    ex = s.sub("executors") or Fields({}, s.at("executors"))
+    executors = SparkExecutorsSpec(
+        instances=ex.integer("instances", 2, minimum=0),
+        cores=ex.integer("cores", 1, minimum=1),
+        memory=_spark_memory(ex, "memory"),
+    )
+    ex.done()
     submit = SparkSubmitSpec(
         mode=cast(SparkMode, mode),
         master=s.text("master", "local[*]"),
         connect_url=s.opt_str("connectUrl"),
         conf=s.str_map("conf"),
+        image=s.opt_str("image"),
+        service_account=s.opt_str("serviceAccount"),
+        server=server,
+        executors=executors,
     )
-    s._seen.update({"image", "serviceAccount", "sparkApplication"})
     s.done()
     if mode == "connect" and submit.connect_url is None:
         raise ConfigError(s.at("connectUrl"), "is required when mode is connect")
@@ -415,6 +460,7 @@ def _spark(f: Fields) -> SparkSinkSpec:
         format=cast(SparkFormat, fmt),
         path=path,
         jdbc=jdbc,
+        iceberg=iceberg,
         partition_by=f.str_list("partitionBy"),
         transform=f.opt_str("transform"),
         sql=f.opt_str("sql"),
@@ -424,6 +470,14 @@ def _spark(f: Fields) -> SparkSinkSpec:
     )
     f.done()
     return out
+
+
+def _spark_memory(f: Fields, key: str) -> str:
+    """A Spark memory size (``spark.driver.memory`` syntax: 512m, 2g)."""
+    text = f.text(key, "2g")
+    if not re.fullmatch(r"[0-9]+[kmgtKMGT]?", text):
+        raise ConfigError(f.at(key), f"{text!r} is not a Spark memory size such as 512m or 2g")
+    return text
 
 
 def _commit(f: Fields | None) -> CommitSpec:

@@ -17,7 +17,7 @@ SCHEMA_FORMATS = ("avro", "protobuf", "jsonschema")
 StartFrom = Literal["earliest", "latest"]
 ErrorPolicyName = Literal["dlq", "skip", "stop"]
 Ordering = Literal["relaxed", "strict"]
-SparkFormat = Literal["parquet", "json", "delta", "jdbc"]
+SparkFormat = Literal["parquet", "json", "delta", "iceberg", "jdbc"]
 SparkMode = Literal["local", "connect", "kubernetes"]
 
 
@@ -157,10 +157,33 @@ class JdbcSpec:
 
 
 @dataclass(frozen=True)
+class IcebergSpec:
+    table: str
+    catalog_uri: str
+
+
+@dataclass(frozen=True)
 class SparkBatchSpec:
     max_records: int = 100_000
     max_interval_seconds: float = 60.0
     max_bytes: int = 134_217_728
+
+
+@dataclass(frozen=True)
+class SparkServerSpec:
+    """The Spark Connect server's pod (mode kubernetes)."""
+
+    cores: int = 1
+    memory: str = "2g"
+
+
+@dataclass(frozen=True)
+class SparkExecutorsSpec:
+    """The Spark Connect server's executor pods (mode kubernetes)."""
+
+    instances: int = 2
+    cores: int = 1
+    memory: str = "2g"
 
 
 @dataclass(frozen=True)
@@ -169,6 +192,11 @@ class SparkSubmitSpec:
     master: str = "local[*]"
     connect_url: str | None = None
     conf: dict[str, str] = field(default_factory=dict)
+    # mode kubernetes: the SparkConnect the operator makes.
+    image: str | None = None
+    service_account: str | None = None
+    server: SparkServerSpec = field(default_factory=SparkServerSpec)
+    executors: SparkExecutorsSpec = field(default_factory=SparkExecutorsSpec)
 
 
 @dataclass(frozen=True)
@@ -176,6 +204,7 @@ class SparkSinkSpec:
     format: SparkFormat
     path: str | None = None
     jdbc: JdbcSpec | None = None
+    iceberg: IcebergSpec | None = None
     partition_by: tuple[str, ...] = ()
     transform: str | None = None
     sql: str | None = None

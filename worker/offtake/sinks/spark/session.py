@@ -5,9 +5,9 @@ Starting a JVM costs seconds, so a worker starts one session and keeps it for ev
 
 - ``local``: an in-process driver (``submit.master``, default ``local[*]``);
 - ``connect``: a Spark Connect client for ``submit.connectUrl`` (no JVM in the worker);
-- ``kubernetes``: a Spark Connect client when ``connectUrl`` is set (a Connect server run by
-  the spark-operator, see kubernetes.py), else an in-process driver in client mode against
-  the ``k8s://`` master, whose executors are pods.
+- ``kubernetes``: a Spark Connect client of the pipeline's own server, which the operator has
+  the Kubeflow Spark operator run (a SparkConnect, see kubernetes.py); its URL comes from
+  ``$OFFTAKE_SPARK_CONNECT_URL`` (set by the operator) or the pipeline's name and namespace.
 
 Connectors come from Maven coordinates (``spark.jars.packages``), resolved by Ivy into a
 cache outside the repository. The formats imply their own packages (delta, the PostgreSQL
@@ -26,6 +26,21 @@ from typing import Any
 from offtake.config.spec import SparkSinkSpec
 
 log = logging.getLogger(__name__)
+
+# mode kubernetes: where the operator's SparkConnect serves (see kubernetes.py, which imports
+# this module, so the two names live here).
+CONNECT_URL_ENV = "OFFTAKE_SPARK_CONNECT_URL"
+CONNECT_PORT = 15002
+
+
+def spark_connect_name(pipeline: str) -> str:
+    return f"{pipeline}-spark"
+
+
+def kubernetes_connect_url(pipeline: str, namespace: str) -> str:
+    """The Service the spark-operator makes for the SparkConnect (``<name>-server``)."""
+    return f"sc://{spark_connect_name(pipeline)}-server.{namespace}.svc:{CONNECT_PORT}"
+
 
 # Delta releases are built for one Spark minor version each (the delta-spark_2.13 artifact).
 DELTA_FOR_SPARK = {"4.0": "4.0.1", "4.1": "4.3.1", "4.2": "4.4.0"}
@@ -55,9 +70,7 @@ class SessionConfig:
 
     @property
     def remote(self) -> bool:
-        return self.mode == "connect" or (
-            self.mode == "kubernetes" and self.connect_url is not None
-        )
+        return self.mode in ("connect", "kubernetes")
 
 
 def spark_version() -> str:
@@ -86,7 +99,9 @@ def _artifact(coordinate: str) -> str:
     return ":".join(coordinate.split(":")[:2])
 
 
-def session_config(spec: SparkSinkSpec, pipeline: str = "offtake") -> SessionConfig:
+def session_config(
+    spec: SparkSinkSpec, pipeline: str = "offtake", namespace: str = "default"
+) -> SessionConfig:
     """Validate the submit fields and derive the session's settings."""
     for i, p in enumerate(spec.packages):
         if not _COORDINATE.match(p):
@@ -100,15 +115,11 @@ def session_config(spec: SparkSinkSpec, pipeline: str = "offtake") -> SessionCon
         raise SparkSessionError(
             f"sink.spark.submit.connectUrl: {submit.connect_url!r} must start with sc://"
         )
-    if (
-        submit.mode == "kubernetes"
-        and not submit.connect_url
-        and not submit.master.startswith("k8s://")
-    ):
-        raise SparkSessionError(
-            f"sink.spark.submit.master: {submit.master!r} must be a k8s:// URL when mode is "
-            "kubernetes (or set connectUrl to a Spark Connect server)"
-        )
+    url = submit.connect_url
+    if submit.mode == "kubernetes":
+        url = os.environ.get(CONNECT_URL_ENV) or kubernetes_connect_url(pipeline, namespace)
+        if not url.startswith("sc://"):
+            raise SparkSessionError(f"${CONNECT_URL_ENV}: {url!r} must start with sc://")
     packages = (*spec.packages, *default_packages(spec))
     conf: dict[str, str] = {
         "spark.ui.enabled": "false",
@@ -128,7 +139,7 @@ def session_config(spec: SparkSinkSpec, pipeline: str = "offtake") -> SessionCon
     return SessionConfig(
         mode=submit.mode,
         master=submit.master,
-        connect_url=submit.connect_url,
+        connect_url=url,
         app_name=f"offtake-{pipeline}",
         packages=tuple(dict.fromkeys(packages)),
         conf=conf,

@@ -1,7 +1,8 @@
 """SparkSink: bounded batches per partition, one background thread running their Spark jobs.
 
 The engine thread calls ``submit`` and ``poll``; neither waits for Spark. Closed batches queue
-for a single job thread (one job at a time keeps a small worker's cores for consuming, and
+(a batch closed behind a queued one of its partition joins it, within the bounds) for a single
+job thread (one job at a time keeps a small worker's cores for consuming, and
 keeps each partition's batches in offset order, which the replacement rule of writers.py relies on).
 Completions are handed back to the engine thread: ``poll`` and ``drain`` fire them, so the
 engine's callback never runs concurrently with its own loop.
@@ -60,7 +61,7 @@ class SparkSink(Sink):
         self.max_retries = spec.errors.max_retries
         self.backoff = spec.errors.retry_backoff_seconds
         self.value_format = spec.source.format
-        self.session_config = session_config(self.spec, spec.name)
+        self.session_config = session_config(self.spec, spec.name, spec.namespace)
         # Load the transform now: a wrong module:callable is a configuration error at start,
         # not a failure of every batch.
         self.transform = make_transform(self.spec.transform, self.spec.sql)
@@ -163,8 +164,35 @@ class SparkSink(Sink):
 
     # -- inside the sink ------------------------------------------------------------------
     def _enqueue(self, batches: list[Batch]) -> None:
-        self._queue.extend(batches)
+        for batch in batches:
+            if not self._merged_into_queued(batch):
+                self._queue.append(batch)
         self._cond.notify_all()
+
+    def _merged_into_queued(self, batch: Batch) -> bool:
+        """Append ``batch`` to the newest queued batch of its partition if it follows it and
+        both fit ``maxRecords`` and ``maxBytes`` together.
+
+        While a job runs, the time bound keeps closing small batches behind it; queued
+        separately, each would pay a Spark job's fixed cost (seconds on a busy machine). A
+        queued batch has not started, so growing it changes nothing already written, and the
+        result is what the batcher would have cut without the time bound.
+        """
+        bounds = self.spec.batch
+        for queued in reversed(self._queue):
+            if queued.tp != batch.tp:
+                continue
+            fits = (
+                queued.epoch == batch.epoch
+                and batch.items[0].record.offset > queued.items[-1].record.offset
+                and len(queued.items) + len(batch.items) <= bounds.max_records
+                and queued.nbytes + batch.nbytes <= bounds.max_bytes
+            )
+            if fits:
+                queued.items.extend(batch.items)
+                queued.nbytes += batch.nbytes
+            return fits  # only the partition's newest queued batch: offsets stay in order
+        return False
 
     def _busy(self, tps: set[TopicPartition] | None) -> bool:
         def mine(b: Batch) -> bool:
@@ -275,13 +303,39 @@ class SparkSink(Sink):
     def _job(self, batch: Batch) -> None:
         session = self._ensure_session()
         assert self._writer is not None
-        table = batch_table(batch, self.value_format)
+        todo = self._unwritten(batch)
+        if todo is None:
+            return
+        table = batch_table(todo, self.value_format)
         if table.num_rows == 0:
             return  # every record was dropped by processing: nothing to write
         df = session.createDataFrame(table)
         if self.transform is not None:
             df = self.transform(df)
-        self._writer.write(df, batch.id, lambda: not batch.abandoned)
+        self._writer.write(df, todo.id, lambda: not batch.abandoned)
+
+    def _unwritten(self, batch: Batch) -> Batch | None:
+        """The part of ``batch`` its target does not hold yet (None: all of it is there).
+
+        Only writers that record what they hold (Iceberg's snapshot summaries) answer; a batch
+        read again after a crash between their commit and the offset commit is then dropped
+        or cut, instead of replaced as the other writers do.
+        """
+        assert self._writer is not None
+        through = self._writer.written_through(batch.tp)
+        if through is None or through < batch.items[0].record.offset:
+            return batch
+        rest = [it for it in batch.items if it.record.offset > through]
+        log.info(
+            "batch %s: the table holds %s through offset %d; %d record(s) already written",
+            batch.id,
+            batch.tp,
+            through,
+            len(batch.items) - len(rest),
+        )
+        if not rest:
+            return None
+        return Batch(batch.tp, batch.epoch, batch.opened_at, rest)
 
 
 def make_spark_sink(spec: PipelineSpec, metrics: Metrics, session: Any | None = None) -> SparkSink:

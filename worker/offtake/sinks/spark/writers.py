@@ -14,6 +14,8 @@ come back), and the records they held that this batch lacks come back in the nex
   file appears whole (a rename, or an object store's copy); a batch as a whole does not, so a
   reader listing the table during a move sees part of that batch. See FileWriter.
 - delta: one transaction that overwrites with ``replaceWhere`` on the lineage columns.
+- iceberg: Spark writes the batch's Parquet files into the table's data folder, then one
+  Iceberg commit adds them, its snapshot summary naming the batch; see iceberg.py.
 - jdbc: Spark writes the batch to a staging table; then, in one database transaction, rows
   of superseded batches are deleted and the staged rows inserted.
 
@@ -31,10 +33,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
-from offtake.config.spec import SparkSinkSpec
+from offtake.config.spec import IcebergSpec, SparkSinkSpec
 from offtake.records import TopicPartition
 from offtake.sinks.spark.batching import BatchId
 from offtake.sinks.spark.fileops import ArrowFileOps, FileOps, HadoopFileOps, join, split_parent
+from offtake.sinks.spark.iceberg import STAGING_PREFIX, IcebergTable, batch_properties, schema_of
 from offtake.sinks.spark.jdbc import (
     JdbcError,
     JvmStatements,
@@ -61,6 +64,11 @@ class Writer(ABC):
 
     @abstractmethod
     def write(self, df: Any, batch: BatchId, still_owned: StillOwned) -> None: ...
+
+    def written_through(self, tp: TopicPartition) -> int | None:
+        """The last offset of ``tp`` the target already holds, for writers that record it
+        (Iceberg); the sink then drops records up to there before the job. None: unknown."""
+        return None
 
 
 def with_lineage(df: Any, batch: BatchId) -> Any:
@@ -304,6 +312,44 @@ class JdbcWriter(Writer):
         self._sweep_leftovers(batch)
 
 
+class IcebergWriter(Writer):
+    """Writes a batch as one Iceberg commit; see the module docstring."""
+
+    def __init__(self, spec: IcebergSpec, warehouse: str, fs: FileOps) -> None:
+        self.table = IcebergTable(spec, warehouse)
+        self.fs = fs
+
+    def written_through(self, tp: TopicPartition) -> int | None:
+        """The last offset of ``tp`` already committed to the table (None: none)."""
+        return self.table.written_through(self.table.load(), tp)
+
+    def write(self, df: Any, batch: BatchId, still_owned: StillOwned) -> None:
+        existing = self.table.load()
+        staged = join(
+            join(self.table.location(existing), "data"),
+            f"{STAGING_PREFIX}{batch}-{uuid.uuid4().hex[:12]}",
+        )
+        df.write.format("parquet").mode("error").save(staged)
+        files = [join(staged, rel) for rel in self.fs.walk(staged) if rel.endswith(".parquet")]
+        if not still_owned():
+            self.fs.delete(staged)
+            raise BatchAbandoned(f"batch {batch}: partition revoked before the commit")
+        if not files:
+            self.fs.delete(staged)
+            return
+        # Loaded again: the table may have moved on while Spark wrote (another worker's commit).
+        table = self.table.load() or self.table.create(schema_of(files[0]))
+        through = self.table.written_through(table, batch.tp)
+        if through is not None and through >= batch.start:
+            # Another attempt committed meanwhile (a retry after a commit whose answer was
+            # lost): the table has these records; adding them again would duplicate them.
+            self.fs.delete(staged)
+            log.info("batch %s: already in the table through offset %d", batch, through)
+            return
+        table.add_files(files, snapshot_properties=batch_properties(batch))
+        log.debug("batch %s: %d file(s) committed to %s", batch, len(files), self.table.spec.table)
+
+
 def _flatten_for_jdbc(df: Any) -> Any:
     """Nested columns as JSON text: JDBC tables have no struct, array or map type."""
     from pyspark.sql import functions as F
@@ -318,6 +364,10 @@ def _flatten_for_jdbc(df: Any) -> Any:
 def make_writer(spec: SparkSinkSpec, session: Any) -> Writer:
     """The writer for ``spec.format``, using the session's kind to reach files or databases."""
     remote = is_remote(session)
+    if spec.format == "iceberg":
+        if spec.iceberg is None or not spec.path:
+            raise ValueError("sink.spark.iceberg: required (with path) for format iceberg")
+        return IcebergWriter(spec.iceberg, spec.path, ArrowFileOps())
     if spec.format in ("parquet", "json", "delta"):
         if not spec.path:
             raise ValueError(f"sink.spark.path: required for format {spec.format}")

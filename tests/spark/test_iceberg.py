@@ -1,0 +1,88 @@
+"""Iceberg sink: one Iceberg commit per batch, its snapshot summary naming the batch, so a
+batch written again (whole or cut elsewhere) lands once. Read back with pyiceberg and DuckDB."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from offtake.config import ConfigError
+from offtake.records import TopicPartition
+from offtake.sinks.spark.iceberg import written_through
+
+from .iceberg_readers import batch_summaries, ids_by_reader, load_table
+from .support import items, pipeline, run_sink
+
+
+def test_written_through_is_the_newest_snapshot_of_the_partition() -> None:
+    summaries = [
+        {"offtake.topic": "orders", "offtake.partition": "1", "offtake.offsets": "40-59"},
+        {"offtake.topic": "orders", "offtake.partition": "0", "offtake.offsets": "10-19"},
+        {"offtake.topic": "orders", "offtake.partition": "0", "offtake.offsets": "0-9"},
+        {"operation": "append"},
+    ]
+    assert written_through(summaries, TopicPartition("orders", 0)) == 19
+    assert written_through(summaries, TopicPartition("orders", 1)) == 59
+    assert written_through(summaries, TopicPartition("orders", 2)) is None
+    assert written_through(summaries, TopicPartition("other", 0)) is None
+
+
+ICEBERG = {"table": "lake.orders", "catalogUri": "sqlite://"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"format": "iceberg", "path": "/lake"}, "sink.spark.iceberg"),
+        ({"format": "parquet", "path": "/lake", "iceberg": ICEBERG}, "sink.spark.iceberg"),
+        (
+            {"format": "iceberg", "path": "/lake", "iceberg": ICEBERG, "partitionBy": ["c"]},
+            "sink.spark.partitionBy",
+        ),
+        (
+            {"format": "iceberg", "path": "/lake", "iceberg": {**ICEBERG, "table": "orders"}},
+            "sink.spark.iceberg.table",
+        ),
+    ],
+)
+def test_iceberg_fields_are_checked_with_their_names(fields: dict[str, Any], named: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        pipeline(fields)
+
+
+@pytest.mark.spark
+def test_iceberg_batches_written_again_land_once(spark: Any, tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'catalog.db'}"
+    warehouse = str(tmp_path / "lake")
+    fields = {
+        "format": "iceberg",
+        "path": warehouse,
+        "iceberg": {"table": "lake.orders", "catalogUri": uri},
+        "batch": {"maxRecords": 250, "maxIntervalSeconds": 60},
+    }
+    done, _ = run_sink(pipeline(fields), spark, [items(range(1000))])
+    assert (len(done.ok), len(done.failed)) == (1000, 0)
+    # The same records again, cut at other offsets from the middle of a batch (a restart
+    # from an older commit), and more after them.
+    again = pipeline({**fields, "batch": {"maxRecords": 400, "maxIntervalSeconds": 60}})
+    done, _ = run_sink(again, spark, [items(range(100, 1300))])
+    assert (len(done.ok), len(done.failed)) == (1200, 0)
+    table = load_table(uri, warehouse, "lake.orders")
+    for reader, ids in ids_by_reader(table).items():
+        assert ids == Counter(range(1300)), reader
+    summaries = batch_summaries(table)
+    # Four batches of 250; of the second run's 100-499, 500-899 and 900-1299 only the part
+    # past 999 is new: one commit.
+    assert [s["offtake.offsets"] for s in summaries] == [
+        "0-249",
+        "250-499",
+        "500-749",
+        "750-999",
+        "1000-1299",
+    ]
+    assert {s["offtake.topic"] for s in summaries} == {"orders"}
+    assert {s["offtake.partition"] for s in summaries} == {"0"}
