@@ -111,10 +111,11 @@ def _pyspark_down(exc: BaseException) -> bool:
                     return True
             except Exception:
                 pass
-    error_class = getattr(exc, "getErrorClass", None)
-    if callable(error_class):
+    # getCondition since Spark 4.0 (getErrorClass is deprecated and warns).
+    condition = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
+    if callable(condition):
         try:
-            return error_class() in _SESSION_GONE
+            return condition() in _SESSION_GONE
         except Exception:
             return False
     return False
