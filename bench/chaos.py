@@ -13,7 +13,9 @@ short variants in tests/chaos/ run in the default suite with smaller sizes.
 1. three workers, 500,000 records, a random worker SIGKILLed every few seconds and restarted;
 2. the three-broker cluster: the input's leading broker SIGKILLed and brought back, then all
    brokers restarted together, under two running workers that are never restarted;
-3. the Kafka sink's brokers unreachable (frozen with SIGSTOP) for a minute: peak RSS against
+3. the sink unavailable for a minute: the Kafka sink's brokers unreachable (frozen with
+   SIGSTOP), PostgreSQL stopped under the JDBC Spark sink, the Spark Connect server SIGKILLed
+   and started again under a connect-mode Spark sink: peak RSS against
    ``limits.maxInFlightBytes``, nothing dead-lettered, work resumes;
 4. the operator SIGKILLed while reconciling 100 pipelines (some scaled, some deleted while it
    is down): all converge, no child duplicated or orphaned;
@@ -50,16 +52,22 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the scenario bodies: tests/support/chaos.py
 
+from spark.connect_server import ConnectServer  # noqa: E402
 from support import chaos  # noqa: E402
 from support.chaos import Outcome  # noqa: E402
 
 from offtake_testbed.kafka import KafkaBroker  # noqa: E402
 from offtake_testbed.kafka_cluster import KafkaCluster  # noqa: E402
+from offtake_testbed.postgres import PostgresServer  # noqa: E402
 
 FULL = {
     "kills": {"records": 500_000, "kills": 15, "every": 4.0},
     "brokers": {"records": 200_000, "outage": 20.0},
-    "sink": {"records": 300_000, "outage": 60.0},
+    "sink": {
+        "kafka": {"records": 300_000, "outage": 60.0},
+        "jdbc": {"records": 100_000, "outage": 60.0},
+        "connect": {"records": 100_000, "outage": 60.0},
+    },
     "operator": {"pipelines": 100, "kills": 3, "every": 2.0},
     "fuzz": {"count": 5_000, "examples": 1_000},
     "sidecar": {"records": 20_000, "outage": 30.0},
@@ -67,7 +75,11 @@ FULL = {
 QUICK = {
     "kills": {"records": 10_000, "kills": 2, "every": 3.0},
     "brokers": {"records": 6_000, "outage": 3.0, "full_restart": False},
-    "sink": {"records": 20_000, "outage": 6.0},
+    "sink": {
+        "kafka": {"records": 20_000, "outage": 6.0},
+        "jdbc": {"records": 5_000, "outage": 15.0},
+        "connect": {"records": 5_000, "outage": 10.0},
+    },
     "operator": {"pipelines": 20, "kills": 1, "every": 1.5},
     "fuzz": {"count": 600, "examples": 150},
     "sidecar": {"records": 3_000, "outage": 5.0},
@@ -135,7 +147,23 @@ def scenario_brokers(beds: Beds, work: Path, size: dict[str, Any]) -> list[Outco
 def scenario_sink(beds: Beds, work: Path, size: dict[str, Any]) -> list[Outcome]:
     cluster = beds.kafka_cluster()
     pids = [cluster.node_pid(n) for n in cluster.node_ids]
-    return [chaos.sink_broker_outage(beds.kafka(), cluster, pids, work, **size)]
+    rows = [chaos.sink_broker_outage(beds.kafka(), cluster, pids, work, **size["kafka"])]
+    # The Spark halves get a PostgreSQL and a Spark Connect server of their own: both are
+    # taken down on purpose.
+    with PostgresServer() as postgres:
+        target = chaos.PostgresDown(postgres)
+        rows.append(chaos.spark_sink_outage(beds.kafka(), work, target, **size["jdbc"]))
+    connect = ConnectServer(conf={"spark.sql.shuffle.partitions": "2"}).start()
+    try:
+        killed = chaos.ConnectKilled(connect, work / "connect-table")
+        rows.append(
+            chaos.spark_sink_outage(
+                beds.kafka(), work, killed, restart_on_exit=True, **size["connect"]
+            )
+        )
+    finally:
+        connect.stop()
+    return rows
 
 
 def scenario_operator(beds: Beds, work: Path, size: dict[str, Any]) -> list[Outcome]:
@@ -341,6 +369,12 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, took: float) ->
         "  resumed unless the worker itself holds them paused (`PartitionPauser.fresh`).",
         "- Scenario 6: the worker answered `/readyz` 200 while its sidecar was down; it now",
         '  answers 503 ("processor unavailable: ...") until the sidecar answers again.',
+        "- Scenario 3: a Spark sink whose database or Spark Connect server was down",
+        "  dead-lettered every record of the outage (connection refused, or the restarted",
+        "  server's NO_ACTIVE_SESSION, spent `errors.maxRetries` within a second). An",
+        "  unreachable sink is now an outage the sink waits out without spending attempts",
+        "  (backoff up to 5 s, backpressure meanwhile), and a Connect session the server",
+        "  forgot is replaced; the Connect client's own retries back off at most 5 s (not 60).",
         "- Scenario 5: a processor returning an object JSON cannot hold had its `str()`",
         "  (`<Foo object at 0x...>`) sent as the record; it is now an error of that record, to",
         "  the error policy. Manifests: an integer beyond 64 bits and `config:` left empty",
@@ -350,10 +384,12 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, took: float) ->
         "",
         "## What each scenario does",
         "",
-        "See `bench/chaos.py` and `tests/support/chaos.py`. Not covered yet: the JDBC sink with",
-        "PostgreSQL stopped and a Spark Connect server killed (scenario 3's Spark half), and an",
-        "in-process processor that hangs (the CRD has `timeoutSeconds` only for sidecars: a hung",
-        "sidecar is scenario 6) or leaks memory.",
+        "See `bench/chaos.py` and `tests/support/chaos.py`. Scenario 3's peak RSS is the worker's",
+        "own process; in the JDBC row its Spark driver JVM (local mode) is a child process",
+        "whose heap `spark.driver.memory` bounds, not counted. The Connect row's time to recover",
+        "counts from when the restarted server listened again. Not covered yet: an in-process",
+        "processor that hangs (the CRD has `timeoutSeconds` only for sidecars: a hung sidecar is",
+        "scenario 6) or leaks memory.",
         "",
     ]
     return "\n".join(lines)

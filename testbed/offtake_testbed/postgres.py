@@ -4,7 +4,9 @@
 a cluster in a fresh temporary folder with initdb, and starts it with pg_ctl on a free
 loopback port, trusting local connections. PostgreSQL refuses to run as root, so when the
 tests run as root the cluster belongs to the ``postgres`` user (created by the package) and
-its commands run through runuser. ``stop()`` stops the server and deletes the folder.
+its commands run through runuser. ``stop()`` stops the server and deletes the folder;
+``shut_down()`` and ``start_again()`` stop the server and start it again on the same port with
+its data kept (a database outage, for the chaos suite).
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ class PostgresServer(Service):
         self._dir: Path | None = None
         self._bindir: Path | None = None
         self._run_as: list[str] = []
+        self._opts = ""
 
     @property
     def jdbc_url(self) -> str:
@@ -115,10 +118,16 @@ class PostgresServer(Service):
             "initdb",
         )
         self.port = _free_port()
-        opts = (
+        self._opts = (
             f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self._dir} "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         )
+        self._pg_ctl_start(timeout)
+        return self
+
+    def _pg_ctl_start(self, timeout: float) -> None:
+        assert self._dir is not None and self._bindir is not None
+        data = self._dir / "data"
         self._check(
             self._cmd(
                 str(self._bindir / "pg_ctl"),
@@ -127,7 +136,7 @@ class PostgresServer(Service):
                 "-l",
                 str(self._dir / "server.log"),
                 "-o",
-                opts,
+                self._opts,
                 "-w",
                 "-t",
                 str(int(timeout)),
@@ -136,7 +145,26 @@ class PostgresServer(Service):
             "pg_ctl start",
         )
         self._wait(timeout)
-        return self
+
+    def shut_down(self) -> None:
+        """Stop the server (fast shutdown: open connections are cut), keeping its data."""
+        assert self._dir is not None and self._bindir is not None, "start() first"
+        self._check(
+            self._cmd(
+                str(self._bindir / "pg_ctl"),
+                "-D",
+                str(self._dir / "data"),
+                "-m",
+                "fast",
+                "-w",
+                "stop",
+            ),
+            "pg_ctl stop",
+        )
+
+    def start_again(self, timeout: float = 60.0) -> None:
+        """Start the server shut_down() stopped, on the same port with the same data."""
+        self._pg_ctl_start(timeout)
 
     def _wait(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

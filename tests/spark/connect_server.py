@@ -49,7 +49,8 @@ class ConnectServer:
         return f"sc://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 180.0) -> ConnectServer:
-        self.port = free_port()
+        # Started again after kill(): the same port, as a restarted pod behind its Service.
+        self.port = self.port or free_port()
         cmd = [
             str(self.home / "bin" / "spark-submit"),
             "--class",
@@ -92,6 +93,13 @@ class ConnectServer:
 
     def tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-3000:]
+
+    def kill(self) -> None:
+        """SIGKILL the server's process group (the JVM dies without a word to its clients)."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+        self.proc = None
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import psycopg
 import pytest
 
+from offtake.metrics import Metrics
 from offtake.sinks.spark.batching import BatchId
+from offtake.sinks.spark.errors import unavailable
 from offtake.sinks.spark.jdbc import PsycopgStatements
 from offtake.sinks.spark.writers import JdbcWriter
 
-from .support import items, pipeline, run_sink
+from .support import items, metric, pipeline, run_sink
 
 pytestmark = pytest.mark.spark
 
@@ -151,3 +154,34 @@ def test_credentials_from_the_mounted_jdbc_secret_reach_the_database(
         assert row == ("secret_writer",)
     finally:
         statements.execute("DROP TABLE owned_sink")
+
+
+def test_a_stopped_database_is_an_outage_waited_out_not_a_failed_batch(spark: Any) -> None:
+    """Chaos scenario 3: PostgreSQL down under the JDBC sink. Connection refused must not
+    spend the batch's attempts (maxRetries 0 here: one bad try would fail it); the sink
+    retries until the server is back and writes every record once."""
+    from offtake_testbed.postgres import PostgresServer
+
+    with PostgresServer() as server:
+        jdbc = {"url": server.jdbc_url, "table": "outage_sink", "user": server.user}
+        spec = pipeline(
+            {"format": "jdbc", "jdbc": jdbc, "batch": {"maxRecords": 50}},
+            errors={"policy": "skip", "maxRetries": 0, "retryBackoffSeconds": 0.2},
+        )
+        server.shut_down()
+        with pytest.raises(psycopg.OperationalError) as refused:
+            psycopg.connect(server.dsn, connect_timeout=5)
+        assert unavailable(refused.value) is not None  # psycopg's view (Connect mode's swap)
+        assert unavailable(ValueError("bad column")) is None
+        restart = threading.Timer(4.0, server.start_again)
+        restart.start()
+        metrics = Metrics("test")
+        try:
+            done, _ = run_sink(spec, spark, [items(range(100))], timeout=120, metrics=metrics)
+        finally:
+            restart.join()
+        assert len(done.ok) == 100 and not done.failed
+        assert _offsets(server, "outage_sink") == [(0, o) for o in range(100)]
+        # Tried while the server was down (each a "retry"), then succeeded.
+        assert metric(metrics, "offtake_spark_jobs_total", result="retry") >= 1
+        assert metric(metrics, "offtake_spark_jobs_total", result="failure") == 0

@@ -166,7 +166,9 @@ def create_session(cfg: SessionConfig) -> Any:
         for key, value in cfg.conf.items():
             if key.startswith("spark.sql.") and key not in DELTA_CONF:
                 builder = builder.config(key, value)
-        return builder.getOrCreate()
+        session = builder.getOrCreate()
+        _short_connect_backoff(session)
+        return session
     builder = SparkSession.builder.master(cfg.master).appName(cfg.app_name)
     if cfg.packages:
         builder = builder.config("spark.jars.packages", ",".join(cfg.packages))
@@ -174,6 +176,18 @@ def create_session(cfg: SessionConfig) -> Any:
         builder = builder.config(key, value)
     log.info("starting Spark (%s) with packages %s", cfg.master, ",".join(cfg.packages) or "none")
     return builder.getOrCreate()
+
+
+# The Connect client's own retries of an unreachable server back off up to 60 s by default
+# (15 tries, x4 each): a server back after 10 s was reached only ~70 s after it died. The sink
+# waits out outages itself (sink.py), so the client gives up sooner and tries every few seconds.
+CONNECT_MAX_BACKOFF_MS = 5000
+
+
+def _short_connect_backoff(session: Any) -> None:
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    session.client.set_retry_policies([DefaultPolicy(max_backoff=CONNECT_MAX_BACKOFF_MS)])
 
 
 def is_remote(session: Any) -> bool:

@@ -10,6 +10,14 @@ engine's callback never runs concurrently with its own loop.
 A job that fails is retried with exponential backoff up to ``errors.maxRetries`` times; then
 every item of the batch completes with a :class:`SinkError` naming the batch, and the engine
 applies ``errors.policy``. Nothing of a batch completes successfully unless its job succeeded.
+
+A job that failed because the sink could not be reached (the database stopped, the Spark
+Connect server gone: ``errors.unavailable``) is an outage, not a bad batch: it is retried
+without counting an attempt, backing off up to ``UNAVAILABLE_BACKOFF_CAP`` seconds, for as
+long as the outage lasts. Meanwhile the engine's in-flight limits stop consumption
+(backpressure), so nothing is dead-lettered for an outage and memory stays bounded. A Spark
+Connect session the client closed (the server restarted and forgot it) is replaced by a new
+one before the next attempt.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from offtake.metrics import Metrics
 from offtake.records import TopicPartition
 from offtake.sinks.base import OnCompleteBatch, Sink, SinkError, SinkItem
 from offtake.sinks.spark.batching import Batch, Batcher
-from offtake.sinks.spark.errors import describe
+from offtake.sinks.spark.errors import describe, unavailable
 from offtake.sinks.spark.rows import batch_table
 from offtake.sinks.spark.session import create_session, session_config
 from offtake.sinks.spark.transform import make_transform
@@ -35,6 +43,8 @@ from offtake.sinks.spark.writers import BatchAbandoned, Writer, make_writer
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_SECONDS = 60.0
+# Short, so work resumes within seconds of the sink coming back (each try is one cheap call).
+UNAVAILABLE_BACKOFF_CAP = 5.0
 STOP_JOIN_SECONDS = 30.0
 
 Finished = tuple[Batch, BaseException | None]
@@ -68,6 +78,7 @@ class SparkSink(Sink):
         self._session = session
         self._owns_session = session is None
         self._writer: Writer | None = writer
+        self._owns_writer = writer is None
         self._batcher = Batcher(self.spec.batch, clock)
         self._cond = threading.Condition()
         self._queue: deque[Batch] = deque()
@@ -237,6 +248,13 @@ class SparkSink(Sink):
                 self._cond.notify_all()
 
     def _ensure_session(self) -> Any:
+        if self._owns_session and getattr(self._session, "is_stopped", False):
+            # A Spark Connect client closes its session when the server no longer knows it
+            # (the server restarted); every call then fails with NO_ACTIVE_SESSION. Start anew.
+            log.warning("the Spark Connect session was closed; opening a new one")
+            self._session = None
+            if self._owns_writer:
+                self._writer = None
         if self._session is None:
             began = time.monotonic()
             self._session = create_session(self.session_config)
@@ -249,7 +267,10 @@ class SparkSink(Sink):
 
     def _run_with_retries(self, batch: Batch) -> BaseException | None:
         attempts = self.max_retries + 1
-        for attempt in range(1, attempts + 1):
+        attempt = 0
+        outage = 0  # failed tries in a row because the sink was unreachable
+        while attempt < attempts:
+            attempt += 1
             began = time.monotonic()
             try:
                 self._job(batch)
@@ -263,6 +284,23 @@ class SparkSink(Sink):
                 self.metrics.errors.labels("spark").inc()
                 if batch.abandoned or self._stopping.is_set():
                     return SinkError(f"batch {batch.id}: abandoned after a failed attempt: {why}")
+                down = unavailable(exc)
+                if down is not None:
+                    attempt -= 1  # an outage is no fault of the batch: the attempt is not spent
+                    outage += 1
+                    delay = min(UNAVAILABLE_BACKOFF_CAP, self.backoff * 2 ** (outage - 1))
+                    self.metrics.spark_jobs.labels("retry").inc()
+                    log.warning(
+                        "batch %s: the sink is unavailable (try %d), retrying in %.1fs: %s",
+                        batch.id,
+                        outage,
+                        delay,
+                        down,
+                    )
+                    if self._stopping.wait(delay):
+                        return SinkError(f"batch {batch.id}: sink closed while unavailable: {why}")
+                    continue
+                outage = 0
                 if attempt == attempts:
                     self.metrics.spark_jobs.labels("failure").inc()
                     log.error(
