@@ -67,6 +67,7 @@ HPAS = Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodA
 SERVICEMONITORS = Resource("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor")
 SCALEDOBJECTS = Resource("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject")
 TRIGGERAUTHS = Resource("keda.sh", "v1alpha1", "triggerauthentications", "TriggerAuthentication")
+PODS = Resource("", "v1", "pods", "Pod")
 
 
 class ApiError(Exception):
