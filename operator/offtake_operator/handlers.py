@@ -198,5 +198,3 @@ for _group, _version, _plural in CHILD_RESOURCES:
         labels={names.PIPELINE_LABEL: kopf.PRESENT},
         id=f"child-{_plural}",
     )(_child_changed)
-
-from . import webhook  # noqa: E402, F401  (registers the admission webhook with kopf)

@@ -34,6 +34,7 @@ from .context import context_of
 from .kafka_secret import KafkaSecretError, read_kafka_secret
 from .kubeapi import PIPELINES
 from .reconcile import validate
+from .settings import OperatorConfig
 
 log = logging.getLogger("offtake.operator.webhook")
 
@@ -41,12 +42,31 @@ log = logging.getLogger("offtake.operator.webhook")
 WEBHOOK_ID = "inject-worker"
 WEBHOOK_PATH = f"/{WEBHOOK_ID}"
 
+#: The webhook's handlers, apart from kopf's default registry: kopf refuses to run with
+#: admission handlers and no webhook server, and injection can be switched off
+#: (OFFTAKE_WEBHOOK_PORT unset, the chart's injection.enabled=false).
+REGISTRY = kopf.OperatorRegistry()
 
-@kopf.on.startup()
+#: OperatorRegistry's sub-registries (kopf 1.3x-1.4x); each holds a list of handlers.
+_SUB_REGISTRIES = ("_activities", "_indexing", "_watching", "_spawning", "_changing", "_webhooks")
+
+
+def registry_for(config: OperatorConfig) -> kopf.OperatorRegistry:
+    """The handlers of a run: the default registry's, plus the webhook's when it is on."""
+    default = kopf.get_default_registry()
+    if not config.webhook_port:
+        return default
+    combined = kopf.OperatorRegistry()
+    for attr in _SUB_REGISTRIES:
+        for source in (default, REGISTRY):
+            for handler in getattr(source, attr).get_all_handlers():
+                getattr(combined, attr).append(handler)
+    return combined
+
+
+@kopf.on.startup(registry=REGISTRY)
 async def serve_webhook(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     config = context_of(memo).config
-    if not config.webhook_port:
-        return
     settings.admission.server = kopf.WebhookServer(
         addr=config.webhook_address,
         port=config.webhook_port,
@@ -55,7 +75,9 @@ async def serve_webhook(settings: kopf.OperatorSettings, memo: Any, **_: Any) ->
     )
 
 
-@kopf.on.mutate("v1", "pods", id=WEBHOOK_ID, operation="CREATE", ignore_failures=True)
+@kopf.on.mutate(
+    "v1", "pods", id=WEBHOOK_ID, operations={"CREATE"}, ignore_failures=True, registry=REGISTRY
+)
 async def inject_worker(
     body: kopf.Body,
     patch: kopf.Patch,
