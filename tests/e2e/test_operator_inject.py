@@ -313,6 +313,32 @@ def test_a_deleted_pipeline_is_reported_on_its_pods(
     assert event["type"] == "Warning" and "ConsumerPipeline gone was deleted" in event["message"]
 
 
+def test_the_example_is_admitted_in_a_restricted_namespace(
+    control_plane: ControlPlane, served: tuple[str, str], operator: OperatorContext
+) -> None:
+    """examples/inject.yaml and its Deployment, with Pod Security ``restricted`` enforced: the
+    API server checks the pod after the webhook patched it, so the injected worker must pass."""
+    kubectl = control_plane.kubectl
+    ns, _ = served
+    kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
+    kubectl(  # the example's spec.kafka.secretRef (the first test may have made it already)
+        "create", "secret", "generic", "kafka-credentials", "-n", ns,
+        "--from-literal=sasl.password=x", check=False,
+    )  # fmt: skip
+    kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / "inject.yaml"))
+    wait_for(lambda: get(kubectl, "configmap", "orders-score-pipeline", "-n", ns), what="config")
+    kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / "inject" / "deployment.yaml"))
+    pods = wait_for(
+        lambda: len(items := pods_of(kubectl, ns, "orders-scorer")) == 3 and items,
+        timeout=60,
+        what="the example's 3 pods admitted",
+    )
+    for pod in pods:
+        worker = worker_of(pod)
+        assert worker is not None and worker["securityContext"]["runAsUser"] == 10001
+    assert get(kubectl, "cpl", "orders-score", "-n", ns)["spec"]["mode"] == "inject"
+
+
 def test_an_operator_outage_does_not_block_pods(control_plane: ControlPlane) -> None:
     """The chart's configuration pointing at an operator that is not there (nothing listens):
     failurePolicy Ignore admits the pod, unchanged."""
