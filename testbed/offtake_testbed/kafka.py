@@ -341,8 +341,11 @@ class KafkaBroker(Service):
         extra_config: Mapping[str, str] | None = None,
         scram_users: Mapping[str, str] | None = None,
         tls: bool = False,
+        advertised_host: str = "127.0.0.1",
     ) -> None:
-        """``scram_users`` (name -> password) adds a SASL_PLAINTEXT listener with those
+        """``advertised_host``: the address clients are told to use (another than loopback,
+        e.g. the test bed node's bridge, makes the broker listen on every interface so that
+        pods reach it). ``scram_users`` (name -> password) adds a SASL_PLAINTEXT listener with those
         SCRAM-SHA-512 users; ``tls`` adds an SSL listener and one that requires a client
         certificate, both with certificates made for this start (see :attr:`ca_pem`)."""
         self.version = version
@@ -356,6 +359,7 @@ class KafkaBroker(Service):
                 )
         self.scram_users = dict(scram_users or {})
         self.tls = tls
+        self.advertised_host = advertised_host
         self._requested_port = port
         self._port: int | None = None
         self._controller_port: int | None = None
@@ -370,8 +374,9 @@ class KafkaBroker(Service):
 
     @property
     def bootstrap(self) -> str:
-        """``127.0.0.1:PORT`` of the running broker, for ``bootstrap.servers``."""
-        return f"127.0.0.1:{self.port}"
+        """``HOST:PORT`` of the running broker, for ``bootstrap.servers`` (127.0.0.1 unless
+        started with another ``advertised_host``)."""
+        return f"{self.advertised_host}:{self.port}"
 
     @property
     def port(self) -> int:
@@ -523,14 +528,17 @@ class KafkaBroker(Service):
         # The plain listener stays first and carries inter-broker traffic; the secured ones
         # are only for clients under test.
         served = {"PLAINTEXT": self._port, **self._secured_ports}
-        advertised = ",".join(f"{name}://127.0.0.1:{port}" for name, port in served.items())
+        host = self.advertised_host
+        advertised = ",".join(f"{name}://{host}:{port}" for name, port in served.items())
+        bind = "127.0.0.1" if host == "127.0.0.1" else "0.0.0.0"
+        listening = ",".join(f"{name}://{bind}:{port}" for name, port in served.items())
         protocols = {name: _PROTOCOLS[name] for name in [*served, "CONTROLLER"]}
         props = {
             "process.roles": "broker,controller",
             "node.id": "1",
             # A static voter set: formatting needs no --standalone and the quorum is instant.
             "controller.quorum.voters": f"1@{controller}",
-            "listeners": f"{advertised},CONTROLLER://{controller}",
+            "listeners": f"{listening},CONTROLLER://{controller}",
             "advertised.listeners": advertised,
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",

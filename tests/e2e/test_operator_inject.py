@@ -9,10 +9,7 @@ checked is what the API server stores (tests/node runs them, with records flowin
 
 from __future__ import annotations
 
-import base64
-import json
 import os
-import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -21,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.inject import free_port, make_namespace, operator_with_webhook, webhook_configuration
 from support.kube import get, wait_for
 
 from offtake_testbed._pki import CertificateAuthority
@@ -31,54 +29,11 @@ os.environ.setdefault("OFFTAKE_TICK_SECONDS", "1")
 
 from offtake_operator import names
 from offtake_operator.context import OperatorContext
-from offtake_operator.embedded import OperatorThread
-from offtake_operator.settings import OperatorConfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "crds" / "consumerpipeline.yaml"
-CHART = ROOT / "helm" / "offtake"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def make_namespace(kubectl: Kubectl, prefix: str) -> str:
-    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    kubectl("create", "namespace", name)
-    return name
-
-
-def webhook_configuration(
-    control_plane: ControlPlane, release: str, url: str, ca_pem: str, namespaces: list[str]
-) -> dict[str, Any]:
-    """The chart's MutatingWebhookConfiguration, rendered by helm for these values."""
-    args = [
-        "template",
-        release,
-        str(CHART),
-        "--kube-version",
-        "1.34.0",
-        "--show-only",
-        "templates/injection.yaml",
-        "--set",
-        f"injection.url={url}",
-        "--set",
-        "injection.certSecret=unused",
-        "--set",
-        f"injection.caBundle={base64.b64encode(ca_pem.encode()).decode()}",
-        "--set-json",
-        f"operator.namespaces={json.dumps(namespaces)}",
-    ]
-    out = control_plane.helm(*args).stdout
-    (mwc,) = [
-        d for d in yaml.safe_load_all(out) if d and d["kind"] == "MutatingWebhookConfiguration"
-    ]
-    return dict(mwc)
 
 
 @pytest.fixture(scope="module")
@@ -105,41 +60,12 @@ def served(control_plane: ControlPlane) -> Iterator[tuple[str, str]]:
 def operator(
     control_plane: ControlPlane, served: tuple[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorContext]:
-    ns, _ = served
-    folder = tmp_path_factory.mktemp("webhook")
-    ca = CertificateAuthority("offtake-webhook-test-ca")
-    pair = ca.server("offtake-webhook", hosts=("127.0.0.1",))
-    (folder / "tls.crt").write_text(pair.cert_pem)
-    (folder / "tls.key").write_text(pair.key_pem)
-    port = free_port()
-    config = OperatorConfig(
-        worker_image="offtake:e2e",
-        resync_seconds=2,
-        lag_source="off",
-        namespaces=(ns,),
-        webhook_port=port,
-        webhook_address="127.0.0.1",
-        webhook_cert_file=str(folder / "tls.crt"),
-        webhook_key_file=str(folder / "tls.key"),
-    )
-    release = f"inj{uuid.uuid4().hex[:6]}"
-    mwc = webhook_configuration(
-        control_plane, release, f"https://127.0.0.1:{port}", ca.cert_pem, [ns]
-    )
     # The chart's selector lists the served namespace only: the operator is not even asked
     # about pods elsewhere (test_unserved_namespace_and_bad_references).
-    assert mwc["webhooks"][0]["failurePolicy"] == "Ignore"
-    kubectl = control_plane.kubectl
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KUBECONFIG", str(control_plane.kubeconfig))
-        with OperatorThread(config) as ctx:
-            kubectl("apply", "-f", "-", input=yaml.safe_dump(mwc))
-            try:
-                yield ctx
-            finally:
-                kubectl(
-                    "delete", "mutatingwebhookconfiguration", mwc["metadata"]["name"], check=False
-                )
+    folder = tmp_path_factory.mktemp("webhook")
+    settings = {"worker_image": "offtake:e2e", "resync_seconds": 2.0, "lag_source": "off"}
+    with operator_with_webhook(control_plane, served[0], folder, **settings) as ctx:
+        yield ctx
 
 
 def inject_pipeline(name: str, **spec: Any) -> dict[str, Any]:

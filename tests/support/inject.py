@@ -1,0 +1,98 @@
+"""Helpers for the inject-mode tests (tests/e2e/test_operator_inject.py, tests/node)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from offtake_operator.context import OperatorContext
+from offtake_operator.embedded import OperatorThread
+from offtake_operator.settings import OperatorConfig
+from offtake_testbed._pki import CertificateAuthority
+from offtake_testbed.kube import ControlPlane
+from offtake_testbed.pytest_plugin_kube import Kubectl
+
+CHART = Path(__file__).resolve().parents[2] / "helm" / "offtake"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def make_namespace(kubectl: Kubectl, prefix: str) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    kubectl("create", "namespace", name)
+    return name
+
+
+def webhook_configuration(
+    control_plane: ControlPlane, release: str, url: str, ca_pem: str, namespaces: list[str]
+) -> dict[str, Any]:
+    """The chart's MutatingWebhookConfiguration, rendered by helm for these values."""
+    args = [
+        "template",
+        release,
+        str(CHART),
+        "--kube-version",
+        "1.34.0",
+        "--show-only",
+        "templates/injection.yaml",
+        "--set",
+        f"injection.url={url}",
+        "--set",
+        "injection.certSecret=unused",
+        "--set",
+        f"injection.caBundle={base64.b64encode(ca_pem.encode()).decode()}",
+        "--set-json",
+        f"operator.namespaces={json.dumps(namespaces)}",
+    ]
+    out = control_plane.helm(*args).stdout
+    (mwc,) = [
+        d for d in yaml.safe_load_all(out) if d and d["kind"] == "MutatingWebhookConfiguration"
+    ]
+    return dict(mwc)
+
+
+@contextlib.contextmanager
+def operator_with_webhook(
+    control_plane: ControlPlane, namespace: str, folder: Path, **settings: Any
+) -> Iterator[OperatorContext]:
+    """The operator (in this process) serving ``namespace`` and its injection webhook over TLS
+    on loopback, with the chart's webhook configuration pointing the API server at it."""
+    ca = CertificateAuthority("offtake-webhook-test-ca")
+    pair = ca.server("offtake-webhook", hosts=("127.0.0.1",))
+    (folder / "tls.crt").write_text(pair.cert_pem)
+    (folder / "tls.key").write_text(pair.key_pem)
+    port = free_port()
+    config = OperatorConfig(
+        namespaces=(namespace,),
+        webhook_port=port,
+        webhook_address="127.0.0.1",
+        webhook_cert_file=str(folder / "tls.crt"),
+        webhook_key_file=str(folder / "tls.key"),
+        **settings,
+    )
+    release = f"inj{uuid.uuid4().hex[:6]}"
+    url = f"https://127.0.0.1:{port}"
+    mwc = webhook_configuration(control_plane, release, url, ca.cert_pem, [namespace])
+    kubectl = control_plane.kubectl
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KUBECONFIG", str(control_plane.kubeconfig))
+        with OperatorThread(config) as ctx:
+            kubectl("apply", "-f", "-", input=yaml.safe_dump(mwc))
+            try:
+                yield ctx
+            finally:
+                name = mwc["metadata"]["name"]
+                kubectl("delete", "mutatingwebhookconfiguration", name, check=False)
