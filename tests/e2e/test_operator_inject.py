@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import os
 import subprocess
-import uuid
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from support.inject import free_port, make_namespace, operator_with_webhook, webhook_configuration
-from support.kube import get, wait_for
+from support.inject import (
+    make_namespace,
+    operator_with_webhook,
+    webhook_configured,
+    webhook_settings,
+)
+from support.kube import exists, get, wait_for
 
-from offtake_testbed._pki import CertificateAuthority
 from offtake_testbed.kube import ControlPlane
 from offtake_testbed.pytest_plugin_kube import Kubectl
 
@@ -29,6 +33,8 @@ os.environ.setdefault("OFFTAKE_TICK_SECONDS", "1")
 
 from offtake_operator import names
 from offtake_operator.context import OperatorContext
+from offtake_operator.embedded import OperatorThread
+from offtake_operator.settings import OperatorConfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -265,25 +271,40 @@ def test_the_example_is_admitted_in_a_restricted_namespace(
     assert get(kubectl, "cpl", "orders-score", "-n", ns)["spec"]["mode"] == "inject"
 
 
-def test_an_operator_outage_does_not_block_pods(control_plane: ControlPlane) -> None:
-    """The chart's configuration pointing at an operator that is not there (nothing listens):
-    failurePolicy Ignore admits the pod, unchanged."""
+def test_a_stopped_operator_does_not_block_pods(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """The chart's configuration stays, the operator behind it stops (its webhook server
+    with it): failurePolicy Ignore admits the pods, unchanged, instead of blocking them."""
     kubectl = control_plane.kubectl
     ns = make_namespace(kubectl, "down")
-    ca = CertificateAuthority("offtake-webhook-down-ca")
-    release = f"down{uuid.uuid4().hex[:6]}"
-    mwc = webhook_configuration(
-        control_plane, release, f"https://127.0.0.1:{free_port()}", ca.cert_pem, [ns]
+    ca_pem, webhook = webhook_settings(tmp_path)
+    config = OperatorConfig(
+        namespaces=(ns,), worker_image="offtake:e2e", lag_source="off", **webhook
     )
-    kubectl("apply", "-f", "-", input=yaml.safe_dump(mwc))
     try:
-        apply(kubectl, ns, app_deployment("shop", "orders", replicas=1))
-        (pod,) = wait_for(
-            lambda: pods_of(kubectl, ns, "shop"), timeout=60, what="the pod, created anyway"
-        )
-        assert worker_of(pod) is None
-        apply(kubectl, ns, app_pod("direct", "orders"))
-        assert worker_of(get(kubectl, "pod", "direct", "-n", ns)) is None
+        with (
+            pytest.MonkeyPatch.context() as mp,
+            webhook_configured(control_plane, ns, config.webhook_port, ca_pem),
+        ):
+            mp.setenv("KUBECONFIG", str(control_plane.kubeconfig))
+            thread = OperatorThread(config)
+            thread.start()
+            try:
+                apply(kubectl, ns, inject_pipeline("orders", kafka={"bootstrapServers": "k:9092"}))
+                wait_for(lambda: exists(kubectl, "configmap", "orders-pipeline", "-n", ns))
+                apply(kubectl, ns, app_pod("before", "orders"))
+                assert worker_of(get(kubectl, "pod", "before", "-n", ns)) is not None
+            finally:
+                thread.stop()
+            began = time.monotonic()
+            apply(kubectl, ns, app_deployment("shop", "orders", replicas=1))
+            (pod,) = wait_for(
+                lambda: pods_of(kubectl, ns, "shop"), timeout=60, what="the pod, created anyway"
+            )
+            assert worker_of(pod) is None
+            apply(kubectl, ns, app_pod("direct", "orders"))
+            assert worker_of(get(kubectl, "pod", "direct", "-n", ns)) is None
+            assert time.monotonic() - began < 30
     finally:
-        kubectl("delete", "mutatingwebhookconfiguration", mwc["metadata"]["name"], check=False)
         kubectl("delete", "namespace", ns, "--wait=false", check=False)

@@ -64,35 +64,50 @@ def webhook_configuration(
     return dict(mwc)
 
 
+def webhook_settings(folder: Path) -> tuple[str, dict[str, Any]]:
+    """(CA certificate, OperatorConfig settings) of a webhook served on a free loopback port
+    with a serving certificate for 127.0.0.1 written to ``folder``."""
+    ca = CertificateAuthority("offtake-webhook-test-ca")
+    pair = ca.server("offtake-webhook", hosts=("127.0.0.1",))
+    (folder / "tls.crt").write_text(pair.cert_pem)
+    (folder / "tls.key").write_text(pair.key_pem)
+    return ca.cert_pem, {
+        "webhook_port": free_port(),
+        "webhook_address": "127.0.0.1",
+        "webhook_cert_file": str(folder / "tls.crt"),
+        "webhook_key_file": str(folder / "tls.key"),
+    }
+
+
+@contextlib.contextmanager
+def webhook_configured(
+    control_plane: ControlPlane, namespace: str, port: int, ca_pem: str
+) -> Iterator[dict[str, Any]]:
+    """The chart's webhook configuration for ``namespace``, pointing the API server at
+    https://127.0.0.1:``port``, applied for the duration of the block."""
+    release = f"inj{uuid.uuid4().hex[:6]}"
+    url = f"https://127.0.0.1:{port}"
+    mwc = webhook_configuration(control_plane, release, url, ca_pem, [namespace])
+    kubectl = control_plane.kubectl
+    kubectl("apply", "-f", "-", input=yaml.safe_dump(mwc))
+    try:
+        yield mwc
+    finally:
+        kubectl("delete", "mutatingwebhookconfiguration", mwc["metadata"]["name"], check=False)
+
+
 @contextlib.contextmanager
 def operator_with_webhook(
     control_plane: ControlPlane, namespace: str, folder: Path, **settings: Any
 ) -> Iterator[OperatorContext]:
     """The operator (in this process) serving ``namespace`` and its injection webhook over TLS
     on loopback, with the chart's webhook configuration pointing the API server at it."""
-    ca = CertificateAuthority("offtake-webhook-test-ca")
-    pair = ca.server("offtake-webhook", hosts=("127.0.0.1",))
-    (folder / "tls.crt").write_text(pair.cert_pem)
-    (folder / "tls.key").write_text(pair.key_pem)
-    port = free_port()
-    config = OperatorConfig(
-        namespaces=(namespace,),
-        webhook_port=port,
-        webhook_address="127.0.0.1",
-        webhook_cert_file=str(folder / "tls.crt"),
-        webhook_key_file=str(folder / "tls.key"),
-        **settings,
-    )
-    release = f"inj{uuid.uuid4().hex[:6]}"
-    url = f"https://127.0.0.1:{port}"
-    mwc = webhook_configuration(control_plane, release, url, ca.cert_pem, [namespace])
-    kubectl = control_plane.kubectl
+    ca_pem, webhook = webhook_settings(folder)
+    config = OperatorConfig(namespaces=(namespace,), **webhook, **settings)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KUBECONFIG", str(control_plane.kubeconfig))
-        with OperatorThread(config) as ctx:
-            kubectl("apply", "-f", "-", input=yaml.safe_dump(mwc))
-            try:
-                yield ctx
-            finally:
-                name = mwc["metadata"]["name"]
-                kubectl("delete", "mutatingwebhookconfiguration", name, check=False)
+        with (
+            OperatorThread(config) as ctx,
+            webhook_configured(control_plane, namespace, config.webhook_port, ca_pem),
+        ):
+            yield ctx
