@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from support.inject import (
+    install_crd,
     make_namespace,
     operator_with_webhook,
     webhook_configured,
@@ -39,21 +40,13 @@ from offtake_operator.settings import OperatorConfig
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
-CRD = ROOT / "crds" / "consumerpipeline.yaml"
 
 
 @pytest.fixture(scope="module")
 def served(control_plane: ControlPlane) -> Iterator[tuple[str, str]]:
     """(a namespace the operator serves, one it does not)."""
     kubectl = control_plane.kubectl
-    kubectl("apply", "-f", str(CRD))
-
-    def established() -> bool:
-        crd = get(kubectl, "crd", "consumerpipelines.offtake.dev")
-        conditions = (crd.get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-    wait_for(established, timeout=60, what="the CRD established")
+    install_crd(kubectl)
     ns, other = make_namespace(kubectl, "inj"), make_namespace(kubectl, "noinj")
     try:
         yield ns, other

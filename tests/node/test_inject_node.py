@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 from confluent_kafka import Producer
-from support.inject import operator_with_webhook
+from support.inject import install_crd, operator_with_webhook
 from support.kube import get, wait_for
 
 from offtake_testbed._cache import cache_dir
@@ -162,7 +162,7 @@ def test_records_flow_through_the_injected_worker_exactly_once_across_a_rolling_
             "shutdown": {"drainTimeoutSeconds": 20},
         },
     }
-    kubectl("apply", "-f", str(ROOT / "crds" / "consumerpipeline.yaml"))
+    install_crd(kubectl)
     settings = {
         "worker_image": WORKER_IMAGE,
         "worker_image_pull_policy": "Never",
@@ -226,6 +226,18 @@ def test_records_flow_through_the_injected_worker_exactly_once_across_a_rolling_
         assert {e["involvedObject"]["name"] for e in killed} == old
         st = wait_for(settled, timeout=60, what="2 ready injected pods and no lag in status")
         assert st["partitions"] == 2 and st["phase"] == "Running"
+        excess = next(c for c in st["conditions"] if c["type"] == "ReplicasExceedPartitions")
+        assert excess["status"] == "False"
+        # Scaling the workload scales consumption; past the partition count, status warns.
+        kubectl("scale", "deployment", "scorer", "-n", ns, "--replicas=3")
+
+        def warned() -> Any:
+            st = get(kubectl, "cpl", "orders-score", "-n", ns).get("status") or {}
+            cond = next(c for c in st["conditions"] if c["type"] == "ReplicasExceedPartitions")
+            return cond["status"] == "True" and len(st["injectedPods"]) == 3 and cond
+
+        cond = wait_for(warned, timeout=120, what="the ReplicasExceedPartitions warning")
+        assert "3 pods consume 2 partitions: 1 workers stay idle" in cond["message"]
         print(
             f"\n{total} records ({DURING} during the rolling update) delivered exactly once; "
             f"pods ready {started:.0f} s after the operator started, "

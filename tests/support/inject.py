@@ -20,6 +20,7 @@ from offtake_operator.settings import OperatorConfig
 from offtake_testbed._pki import CertificateAuthority
 from offtake_testbed.kube import ControlPlane
 from offtake_testbed.pytest_plugin_kube import Kubectl
+from support.kube import get, wait_for
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "offtake"
 
@@ -62,6 +63,21 @@ def webhook_configuration(
         d for d in yaml.safe_load_all(out) if d and d["kind"] == "MutatingWebhookConfiguration"
     ]
     return dict(mwc)
+
+
+def install_crd(kubectl: Kubectl) -> None:
+    """Apply the ConsumerPipeline CRD and wait until it is served (an operator started before
+    that would not watch pipelines)."""
+    kubectl("apply", "-f", str(CHART.parents[1] / "crds" / "consumerpipeline.yaml"))
+
+    # Not `kubectl wait --for=condition=Established`: right after the apply the CRD may have no
+    # status.conditions yet, and kubectl then fails instead of waiting.
+    def established() -> bool:
+        crd = get(kubectl, "crd", "consumerpipelines.offtake.dev")
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    wait_for(established, timeout=60, what="the ConsumerPipeline CRD established")
 
 
 def webhook_settings(folder: Path) -> tuple[str, dict[str, Any]]:
