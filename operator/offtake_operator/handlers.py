@@ -58,7 +58,8 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     for group, version, plural in CHILD_RESOURCES:
         key = f"{group}/{version}" if group else version
         settings.watching.label_selectors[key, plural] = names.PIPELINE_LABEL
-    settings.watching.label_selectors["v1", "pods"] = names.PIPELINE_LABEL
+    # Pods: only those the injection webhook patched (inject mode's status).
+    settings.watching.label_selectors["v1", "pods"] = names.INJECTED_LABEL
     if ctx.config.peering:
         settings.peering.name = ctx.config.peering
         settings.peering.mandatory = True
@@ -138,7 +139,7 @@ async def pipeline_event(type: str, name: str, namespace: str | None, memo: Any,
         await reconcile.report_orphaned_pods(ctx, namespace or "default", name)
 
 
-@kopf.on.event("v1", "pods", labels={names.PIPELINE_LABEL: kopf.PRESENT}, id="injected-pods")
+@kopf.on.event("v1", "pods", labels={names.INJECTED_LABEL: kopf.PRESENT}, id="injected-pods")
 async def injected_pod_changed(
     type: str | None, body: kopf.Body, namespace: str | None, memo: Any, **_: Any
 ) -> None:
@@ -146,8 +147,6 @@ async def injected_pod_changed(
     pipeline = (body.get("metadata", {}).get("labels") or {}).get(names.PIPELINE_LABEL)
     if not pipeline or namespace is None or type is None:  # type None: the initial listing
         return
-    if body.get("metadata", {}).get("annotations", {}).get(names.INJECTED_ANNOTATION) is None:
-        return  # an operator-run worker: its Deployment's watch covers it
     await run_reconcile(context_of(memo), namespace, pipeline, coalesce=True)
 
 

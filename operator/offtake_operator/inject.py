@@ -150,7 +150,7 @@ def injected_pod(
     )
 
     meta: JSON = out.setdefault("metadata", {})
-    meta.setdefault("labels", {})[names.PIPELINE_LABEL] = name
+    meta.setdefault("labels", {}).update({names.PIPELINE_LABEL: name, names.INJECTED_LABEL: "true"})
     meta.setdefault("annotations", {})[names.INJECTED_ANNOTATION] = render.checksum(
         render.pipeline_yaml(body, kafka_config)
     )

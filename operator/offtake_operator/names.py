@@ -85,7 +85,15 @@ INJECT_ANNOTATION = f"{GROUP}/pipeline"
 APP_CONTAINER_ANNOTATION = f"{GROUP}/container"
 #: Set by the webhook on the pods it patched: the pipeline's config checksum at injection.
 INJECTED_ANNOTATION = f"{GROUP}/injected"
+#: Label of the pods the webhook patched: the operator watches only these pods (server-side
+#: selected), never the workers of its own Deployments.
+INJECTED_LABEL = f"{GROUP}/injected"
 #: The injected worker's container name (not "worker": the user's pod may have one).
 INJECTED_CONTAINER = "offtake-worker"
 #: Prefix of the injected volumes' names, apart from the user's own.
 INJECTED_VOLUME_PREFIX = "offtake-"
+
+
+def injected_selector_string(pipeline: str) -> str:
+    """The pods carrying ``pipeline``'s injected worker."""
+    return f"{PIPELINE_LABEL}={pipeline},{INJECTED_LABEL}"

@@ -312,7 +312,7 @@ async def _reconcile_injected(
         if previous in (res.kind, SCALEDOBJECTS.kind):
             await remove_owned(ctx.api, res, namespace, names.autoscaler_name(name), uid)
     outcome.status["autoscaler"] = None
-    pods = await ctx.api.list(PODS, namespace, label_selector=names.selector_string(name))
+    pods = await ctx.api.list(PODS, namespace, label_selector=names.injected_selector_string(name))
     partitions = old_status.get("partitions")
     seen = Observed(
         name,
@@ -389,13 +389,8 @@ async def report_orphaned_pods(ctx: OperatorContext, namespace: str, name: str) 
     """A deleted pipeline whose worker is still injected in pods: a Warning Event on each pod
     (its worker lost its ConfigMap; new pods of the workload are now refused by the webhook).
     Returns how many pods were reported."""
-    pods = await ctx.api.list(PODS, namespace, label_selector=names.selector_string(name))
-    orphans = [
-        p
-        for p in pods
-        if names.INJECTED_ANNOTATION in ((p.get("metadata") or {}).get("annotations") or {})
-        and not (p.get("metadata") or {}).get("deletionTimestamp")
-    ]
+    pods = await ctx.api.list(PODS, namespace, label_selector=names.injected_selector_string(name))
+    orphans = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
     for pod in orphans:
         event = Event(
             "Warning",

@@ -90,7 +90,11 @@ def test_the_worker_becomes_a_restricted_native_sidecar_of_the_pod() -> None:
     }
     assert "lifecycle" not in proxy
     assert out["spec"]["terminationGracePeriodSeconds"] >= 25 + names.GRACE_EXTRA_SECONDS
-    assert out["metadata"]["labels"] == {"app": "shop", names.PIPELINE_LABEL: "orders"}
+    assert out["metadata"]["labels"] == {
+        "app": "shop",
+        names.PIPELINE_LABEL: "orders",
+        names.INJECTED_LABEL: "true",
+    }
     assert len(out["metadata"]["annotations"][names.INJECTED_ANNOTATION]) == 64
 
 
