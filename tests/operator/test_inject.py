@@ -142,3 +142,20 @@ def test_status_lists_injected_pods_and_warns_past_the_partition_count() -> None
     assert not any(e.reason == status.EXCESS for e in again)
     none, _ = status.compute_status({}, status.Observed("orders", 1, 0, pods=[]), now="t")
     assert none["injectedPods"] == [] and "no pod is annotated" in none["message"]
+
+
+def test_webhook_settings_need_a_certificate_and_key() -> None:
+    from offtake_operator.settings import SettingsError
+
+    assert OperatorConfig.from_env({}).webhook_port == 0  # no webhook unless asked for
+    with pytest.raises(SettingsError, match="OFFTAKE_WEBHOOK_CERT_FILE and OFFTAKE_WEBHOOK_KEY"):
+        OperatorConfig.from_env({"OFFTAKE_WEBHOOK_PORT": "9443"})
+    config = OperatorConfig.from_env(
+        {
+            "OFFTAKE_WEBHOOK_PORT": "9443",
+            "OFFTAKE_WEBHOOK_CERT_FILE": "/c/tls.crt",
+            "OFFTAKE_WEBHOOK_KEY_FILE": "/c/tls.key",
+        }
+    )
+    assert (config.webhook_port, config.webhook_address) == (9443, "0.0.0.0")
+    assert config.webhook_cert_file == "/c/tls.crt" and config.webhook_key_file == "/c/tls.key"
