@@ -132,7 +132,8 @@ ROWS: list[tuple[str, list[tuple[str, str, str, str, list[dict[str, str]]]]]] = 
                 "Lag seconds against the objective",
                 "timeseries",
                 "s",
-                "Age of the oldest uncommitted record (worst partition) and spec.slo.maxLagSeconds.",
+                "Age of the oldest uncommitted record (worst partition)"
+                " and spec.slo.maxLagSeconds.",
                 [
                     q(f"max(offtake_consumer_lag_seconds{{{SEL}}})", "lag"),
                     q(f"max(offtake:slo_objective_lag_seconds{{{SEL}}})", "objective"),

@@ -40,7 +40,7 @@ class OperatorThread:
         self._thread = threading.Thread(target=self._run, name="offtake-operator", daemon=True)
 
     def _run(self) -> None:
-        from . import handlers  # noqa: F401  (registers the handlers with kopf)
+        from . import handlers, webhook  # noqa: F401  (registers the handlers with kopf)
 
         config = self.ctx.config
         try:
@@ -53,6 +53,7 @@ class OperatorThread:
                 stop_flag=self._stop,
                 ready_flag=self._ready,
                 memo=kopf.Memo({MEMO_KEY: self.ctx}),
+                registry=webhook.registry_for(config),
             )
         except BaseException as exc:  # re-raised in the host thread by start() or stop()
             self._error = exc

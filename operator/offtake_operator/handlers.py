@@ -58,6 +58,8 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     for group, version, plural in CHILD_RESOURCES:
         key = f"{group}/{version}" if group else version
         settings.watching.label_selectors[key, plural] = names.PIPELINE_LABEL
+    # Pods: only those the injection webhook patched (inject mode's status).
+    settings.watching.label_selectors["v1", "pods"] = names.INJECTED_LABEL
     if ctx.config.peering:
         settings.peering.name = ctx.config.peering
         settings.peering.mandatory = True
@@ -130,9 +132,22 @@ async def pipeline_changed(name: str, namespace: str | None, memo: Any, **_: Any
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def pipeline_event(type: str, name: str, namespace: str | None, memo: Any, **_: Any) -> None:
+async def pipeline_event(type: str, name: str, namespace: str | None, memo: Any, **_: Any) -> None:
     if type == "DELETED":
-        context_of(memo).forget(namespace or "default", name)
+        ctx = context_of(memo)
+        ctx.forget(namespace or "default", name)
+        await reconcile.report_orphaned_pods(ctx, namespace or "default", name)
+
+
+@kopf.on.event("v1", "pods", labels={names.INJECTED_LABEL: kopf.PRESENT}, id="injected-pods")
+async def injected_pod_changed(
+    type: str | None, body: kopf.Body, namespace: str | None, memo: Any, **_: Any
+) -> None:
+    """mode inject: a pod with the worker came, went or changed readiness: update status."""
+    pipeline = (body.get("metadata", {}).get("labels") or {}).get(names.PIPELINE_LABEL)
+    if not pipeline or namespace is None or type is None:  # type None: the initial listing
+        return
+    await run_reconcile(context_of(memo), namespace, pipeline, coalesce=True)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=TICK_SECONDS, initial_delay=TICK_SECONDS)

@@ -70,6 +70,7 @@ SCALEDOBJECTS = Resource("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject")
 TRIGGERAUTHS = Resource("keda.sh", "v1alpha1", "triggerauthentications", "TriggerAuthentication")
 # The Kubeflow Spark operator's Spark Connect server (sink.spark.submit.mode: kubernetes).
 SPARKCONNECTS = Resource("sparkoperator.k8s.io", "v1alpha1", "sparkconnects", "SparkConnect")
+PODS = Resource("", "v1", "pods", "Pod")
 
 
 class ApiError(Exception):

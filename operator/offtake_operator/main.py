@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     kopf.configure(debug=args.verbose, verbose=args.verbose, log_format=log_format, log_prefix=True)
 
-    from . import handlers  # noqa: F401  (registers the handlers with kopf)
+    from . import handlers, webhook  # noqa: F401  (registers the handlers with kopf)
 
     metrics.serve(config.metrics_port)
     kopf.run(
@@ -83,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         priority=priority,
         liveness_endpoint=args.liveness or None,
         memo=kopf.Memo({MEMO_KEY: OperatorContext(config)}),
+        registry=webhook.registry_for(config),
     )
     return 0
 

@@ -82,3 +82,25 @@ def selector(pipeline: str) -> dict[str, str]:
 
 def selector_string(pipeline: str) -> str:
     return f"{PIPELINE_LABEL}={pipeline}"
+
+
+#: Pod annotation naming the pipeline whose worker the webhook injects (spec.mode: inject).
+#: The same key as PIPELINE_LABEL: the webhook also sets the label, which status and the
+#: metrics Service select by.
+INJECT_ANNOTATION = f"{GROUP}/pipeline"
+#: Optional pod annotation: which container is the application (default: the first one).
+APP_CONTAINER_ANNOTATION = f"{GROUP}/container"
+#: Set by the webhook on the pods it patched: the pipeline's config checksum at injection.
+INJECTED_ANNOTATION = f"{GROUP}/injected"
+#: Label of the pods the webhook patched: the operator watches only these pods (server-side
+#: selected), never the workers of its own Deployments.
+INJECTED_LABEL = f"{GROUP}/injected"
+#: The injected worker's container name (not "worker": the user's pod may have one).
+INJECTED_CONTAINER = "offtake-worker"
+#: Prefix of the injected volumes' names, apart from the user's own.
+INJECTED_VOLUME_PREFIX = "offtake-"
+
+
+def injected_selector_string(pipeline: str) -> str:
+    """The pods carrying ``pipeline``'s injected worker."""
+    return f"{PIPELINE_LABEL}={pipeline},{INJECTED_LABEL}"

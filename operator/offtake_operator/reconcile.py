@@ -30,6 +30,7 @@ from .kubeapi import (
     JSON,
     PDBS,
     PIPELINES,
+    PODS,
     PROMETHEUSRULES,
     SCALEDOBJECTS,
     SERVICEMONITORS,
@@ -318,6 +319,9 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
         seen = Observed(name, generation, running, deployment=current, invalid=str(exc))
         return await _finish(ctx, body, old_status, seen, outcome)
 
+    if pipeline.mode == "inject":
+        return await _reconcile_injected(ctx, body, pipeline, secret, old_status, outcome)
+
     rewinding = rewind.pending(extras.rewind, old_status)
     replicas = render.desired_worker_replicas(pipeline, rewinding=rewinding)
     failed = None
@@ -370,6 +374,49 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
         deployment=deployment,
         failed=failed,
         rewinding=progress if rewinding else None,
+    )
+    return await _finish(ctx, body, old_status, seen, outcome)
+
+
+async def _reconcile_injected(
+    ctx: OperatorContext,
+    body: Mapping[str, Any],
+    pipeline: PipelineSpec,
+    secret: KafkaSecret | None,
+    old_status: Mapping[str, Any],
+    outcome: ReconcileResult,
+) -> ReconcileResult:
+    """``spec.mode: inject``: the workers live in the user's pods (see :mod:`.inject`). The
+    operator keeps their ConfigMap and metrics Service, removes a Deployment, PDB or autoscaler
+    left from ``mode: deployment``, and reports the annotated pods."""
+    name, namespace = render.meta(body)
+    uid = body["metadata"]["uid"]
+    derived = None if secret is None else secret.plain
+    failed = None
+    try:
+        await _ensure_child(ctx, CONFIGMAPS, render.render_configmap(body, derived))
+        await _ensure_child(ctx, SERVICES, render.render_service(body, pipeline))
+    except NamespaceTerminatingError:
+        return ReconcileResult(gone=True)
+    except (ChildRejectedError, NotOursError) as exc:
+        failed = str(exc)
+    await remove_owned(ctx.api, DEPLOYMENTS, namespace, names.deployment_name(name), uid)
+    await remove_owned(ctx.api, PDBS, namespace, names.pdb_name(name), uid)
+    previous = old_status.get("autoscaler")
+    for res in (HPAS, SCALEDOBJECTS, TRIGGERAUTHS):
+        if previous in (res.kind, SCALEDOBJECTS.kind):
+            await remove_owned(ctx.api, res, namespace, names.autoscaler_name(name), uid)
+    outcome.status["autoscaler"] = None
+    pods = await ctx.api.list(PODS, namespace, label_selector=names.injected_selector_string(name))
+    partitions = old_status.get("partitions")
+    seen = Observed(
+        name,
+        body["metadata"].get("generation"),
+        0,
+        failed=failed,
+        pods=pods,
+        checksum=render.checksum(render.pipeline_yaml(body, derived)),
+        partitions=int(partitions) if partitions is not None else None,
     )
     return await _finish(ctx, body, old_status, seen, outcome)
 
@@ -431,3 +478,29 @@ async def refresh_lag(ctx: OperatorContext, namespace: str, name: str) -> bool:
     if changed(old, new):
         await ctx.api.patch(PIPELINES, namespace, name, {"status": new}, subresource="status")
     return bool(old.get("partitions") != report.partitions)
+
+
+async def report_orphaned_pods(ctx: OperatorContext, namespace: str, name: str) -> int:
+    """A deleted pipeline whose worker is still injected in pods: a Warning Event on each pod
+    (its worker lost its ConfigMap; new pods of the workload are now refused by the webhook).
+    Returns how many pods were reported."""
+    pods = await ctx.api.list(PODS, namespace, label_selector=names.injected_selector_string(name))
+    orphans = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    for pod in orphans:
+        event = Event(
+            "Warning",
+            "PipelineDeleted",
+            f"ConsumerPipeline {name} was deleted but this pod still carries its injected "
+            f"worker: remove the {names.INJECT_ANNOTATION} annotation from the workload (new "
+            f"pods are refused while it names a missing pipeline) or recreate the pipeline",
+        )
+        ctx.recent_events.append(((namespace, name), event))
+        post_event(pod, event)
+    if orphans:
+        log.warning(
+            "pipeline %s/%s deleted while %d pods still carry its worker",
+            namespace,
+            name,
+            len(orphans),
+        )
+    return len(orphans)

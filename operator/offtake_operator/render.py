@@ -526,7 +526,7 @@ def render_spark_connect(body: Mapping[str, Any], pipeline: PipelineSpec) -> JSO
     return {
         "apiVersion": spark_k8s.API_VERSION,
         "kind": spark_k8s.KIND,
-        "metadata": _metadata(body, spark_k8s.spark_connect_name(name), "spark-connect"),
+        "metadata": child_metadata(body, spark_k8s.spark_connect_name(name), "spark-connect"),
         "spec": spark_k8s.render_spark_connect_spec(pipeline),
     }
 

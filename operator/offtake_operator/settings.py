@@ -6,6 +6,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 # The Dockerfile's targets: `worker` (no JRE, no pyspark) and `worker-spark` (both).
 DEFAULT_WORKER_IMAGE = "ghcr.io/offtake/offtake-worker:0.1.0"
@@ -49,6 +50,14 @@ class OperatorConfig:
     service_monitor_labels: dict[str, str] = field(default_factory=dict)
     #: Port of the operator's own /metrics (OFFTAKE_METRICS_PORT); 0 serves none.
     metrics_port: int = 0
+    #: Port of the sidecar-injection admission webhook (OFFTAKE_WEBHOOK_PORT); 0 serves none.
+    webhook_port: int = 0
+    #: Address the webhook listens on (OFFTAKE_WEBHOOK_ADDRESS).
+    webhook_address: str = "0.0.0.0"
+    #: The webhook's TLS certificate and key, PEM files (OFFTAKE_WEBHOOK_CERT_FILE,
+    #: OFFTAKE_WEBHOOK_KEY_FILE): the API server only calls webhooks over HTTPS.
+    webhook_cert_file: str = ""
+    webhook_key_file: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -93,7 +102,25 @@ class OperatorConfig:
             ),
             service_monitor_labels=_labels(env, "OFFTAKE_SERVICE_MONITOR_LABELS"),
             metrics_port=_port(env, "OFFTAKE_METRICS_PORT"),
+            **_webhook(env),
         )
+
+
+def _webhook(env: Mapping[str, str]) -> dict[str, Any]:
+    port = _port(env, "OFFTAKE_WEBHOOK_PORT")
+    cert = env.get("OFFTAKE_WEBHOOK_CERT_FILE", "").strip()
+    key = env.get("OFFTAKE_WEBHOOK_KEY_FILE", "").strip()
+    if port and not (cert and key):
+        raise SettingsError(
+            "OFFTAKE_WEBHOOK_PORT is set: OFFTAKE_WEBHOOK_CERT_FILE and OFFTAKE_WEBHOOK_KEY_FILE "
+            "must name the webhook's TLS certificate and key"
+        )
+    return {
+        "webhook_port": port,
+        "webhook_address": env.get("OFFTAKE_WEBHOOK_ADDRESS", "").strip() or "0.0.0.0",
+        "webhook_cert_file": cert,
+        "webhook_key_file": key,
+    }
 
 
 def _seconds(env: Mapping[str, str], key: str, default: float) -> float:

@@ -40,6 +40,12 @@ class Observed:
     failed: str | None = None
     #: A rewind in progress: its status message.
     rewinding: str | None = None
+    #: mode inject: the pods carrying the worker (instead of a Deployment), and the checksum
+    #: of the current configuration (a pod injected with another one runs an older spec).
+    pods: Sequence[Mapping[str, Any]] | None = None
+    checksum: str = ""
+    #: Partitions of the source topics, when known (more consumers than this idle).
+    partitions: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -69,6 +75,43 @@ def deployment_counts(deployment: Mapping[str, Any] | None) -> Counts:
         updated=int(st.get("updatedReplicas") or 0),
         stuck=stuck,
         rolled_out=rolled_out,
+    )
+
+
+def worker_ready(pod: Mapping[str, Any]) -> bool:
+    """Whether the injected worker container of a pod passes its readiness probe."""
+    st = pod.get("status") or {}
+    for c in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
+        if c.get("name") == names.INJECTED_CONTAINER:
+            return bool(c.get("ready"))
+    return False
+
+
+def injected_pods(pods: Sequence[Mapping[str, Any]], checksum: str) -> list[JSON]:
+    """status.injectedPods: the pods not on their way out, by name."""
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        injected = (meta.get("annotations") or {}).get(names.INJECTED_ANNOTATION)
+        out.append(
+            {
+                "name": str(meta.get("name")),
+                "ready": worker_ready(pod),
+                "updated": injected == checksum,
+            }
+        )
+    return sorted(out, key=lambda p: p["name"])
+
+
+def pod_counts(listed: Sequence[Mapping[str, Any]]) -> Counts:
+    return Counts(
+        replicas=len(listed),
+        ready=sum(1 for p in listed if p["ready"]),
+        updated=sum(1 for p in listed if p["updated"]),
+        stuck=None,
+        rolled_out=True,
     )
 
 
@@ -111,8 +154,10 @@ def compute_status(
 ) -> tuple[JSON, list[Event]]:
     """The new status (the fields this operator owns) and the Events for what changed."""
     now = now or now_rfc3339()
-    counts = deployment_counts(seen.deployment)
-    desired = seen.desired_replicas
+    listed = None if seen.pods is None else injected_pods(seen.pods, seen.checksum)
+    counts = deployment_counts(seen.deployment) if listed is None else pod_counts(listed)
+    # mode inject: the workload decides how many pods there are; each should consume.
+    desired = seen.desired_replicas if listed is None else counts.replicas
     old_conditions = old_status.get("conditions") or []
 
     degraded_reason, degraded_message = "AsExpected", "the pipeline runs as specified"
@@ -140,7 +185,7 @@ def compute_status(
 
     if seen.rewinding:
         progressing = (True, "Rewinding", seen.rewinding)
-    elif seen.deployment is not None and (
+    elif (seen.deployment is not None or listed is not None) and (
         not counts.rolled_out or counts.updated < desired or counts.replicas != desired
     ):
         progressing = (
@@ -153,6 +198,7 @@ def compute_status(
     conditions = [
         ready,
         _condition(old_conditions, "Progressing", *progressing, seen.generation, now),
+        *_excess(old_conditions, seen, counts.replicas, now),
         _condition(
             old_conditions,
             "Degraded",
@@ -189,9 +235,40 @@ def compute_status(
         "conditions": conditions,
         **seen.extra,
     }
+    if listed is not None:
+        status["injectedPods"] = listed
+        if not listed:
+            status["message"] = (
+                f"no pod is annotated {names.INJECT_ANNOTATION}={seen.name}: nothing consumes"
+            )
     if seen.generation is not None:
         status["observedGeneration"] = seen.generation
-    return status, _events(old_status, phase, degraded, degraded_reason, degraded_message, message)
+    events = _events(old_status, phase, degraded, degraded_reason, degraded_message, message)
+    excess = next((c for c in conditions if c["type"] == EXCESS), None)
+    was = next((c for c in old_conditions if c.get("type") == EXCESS), None)
+    if excess is not None and excess["status"] == "True" and (was or {}).get("status") != "True":
+        events.append(Event("Warning", EXCESS, excess["message"]))
+    return status, events
+
+
+#: mode inject: a condition, True while the workload runs more pods than there are partitions.
+EXCESS = "ReplicasExceedPartitions"
+
+
+def _excess(
+    old: Sequence[Mapping[str, Any]], seen: Observed, replicas: int, now: str
+) -> list[JSON]:
+    if seen.pods is None:
+        return []
+    if seen.partitions is not None and replicas > seen.partitions:
+        message = (
+            f"{replicas} pods consume {seen.partitions} partitions: {replicas - seen.partitions} "
+            f"workers stay idle (cap the workload's replicas or its HPA's maxReplicas at "
+            f"{seen.partitions})"
+        )
+        return [_condition(old, EXCESS, True, "IdleWorkers", message, seen.generation, now)]
+    message = "no more pods than partitions"
+    return [_condition(old, EXCESS, False, "WithinPartitions", message, seen.generation, now)]
 
 
 def _events(

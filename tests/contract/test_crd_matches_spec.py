@@ -134,9 +134,33 @@ def _has(d: Mapping[str, Any], key: str) -> bool:
 
 
 _CLUSTER_ONLY = ("image", "serviceAccount", "server", "executors")
+
+
+def _injects(s: Mapping[str, Any]) -> bool:
+    return s.get("mode") == "inject"
+
+
+def _container(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    c = (s.get("processor") or {}).get("container")
+    return c if isinstance(c, Mapping) else None
+
+
 _SECRET_KEYS = ("sasl.jaas.config", "ssl.key.pem", "ssl_key.pem", "sasl.oauthbearer.config")
 
 CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
+    "(has(self.mode) && self.mode == 'inject') || !has(self.processor) "
+    "|| !has(self.processor.container) || has(self.processor.container.image)": lambda s: (
+        _injects(s) or _container(s) is None or "image" in (_container(s) or {})
+    ),
+    "!(has(self.mode) && self.mode == 'inject') || (has(self.processor) "
+    "&& has(self.processor.container))": lambda s: not _injects(s) or _container(s) is not None,
+    "!(has(self.mode) && self.mode == 'inject') || !has(self.processor) "
+    "|| !has(self.processor.container) || !has(self.processor.container.image)": lambda s: (
+        not _injects(s) or "image" not in (_container(s) or {})
+    ),
+    "!(has(self.mode) && self.mode == 'inject') || !has(self.paused) || !self.paused": lambda s: (
+        not _injects(s) or not s.get("paused")
+    ),
     "self.all(k, !(k.lowerAscii().endsWith('password') || k.lowerAscii().endsWith('secret') "
     "|| k.lowerAscii() in ['sasl.jaas.config', 'ssl.key.pem', 'ssl_key.pem', "
     "'sasl.oauthbearer.config']))": lambda s: (
@@ -332,6 +356,14 @@ def set_path(manifest: dict[str, Any], path: tuple[str, ...], value: Any) -> Non
 def fix_cross_field_rules(m: dict[str, Any]) -> None:
     """Make a manifest satisfy the CEL rules that tie fields together."""
     spec = m["spec"]
+    container = _container(spec)
+    if _injects(spec):  # the app container is the processor: a port, no image, no pause
+        spec.pop("paused", None)
+        processor = spec.setdefault("processor", {})
+        processor.pop("function", None)
+        processor.setdefault("container", {}).pop("image", None)
+    elif container is not None and "image" not in container:
+        spec["processor"]["container"] = {"image": "registry/app:1", **container}
     spark = spec["sink"].get("spark")
     if spark is not None:
         if "jdbc" in spark:
@@ -653,7 +685,15 @@ def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
     m = minimal()
     spec = m["spec"]
     loader_rejects = True
-    if "size() <= 55" in rule:
+    if "self.paused" in rule:
+        spec.update(mode="inject", paused=True, processor={"container": {"port": 8080}})
+    elif "|| has(self.processor.container.image)" in rule:
+        spec["processor"] = {"container": {"port": 8080}}
+    elif "&& has(self.processor.container))" in rule:
+        spec["mode"] = "inject"
+    elif "!has(self.processor.container.image)" in rule:
+        spec.update(mode="inject", processor={"container": {"image": "app:1"}})
+    elif "size() <= 55" in rule:
         m["metadata"]["name"] = "p" * 56
         loader_rejects = False
     elif "matches(" in rule:

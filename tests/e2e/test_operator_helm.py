@@ -64,7 +64,48 @@ def test_chart_renders_the_operator_with_least_privilege(
         for r in rule["resources"]
     }
     assert granted["", "secrets"] == {"get"}, "secrets: read only"
-    assert ("", "pods") not in granted, "the operator never touches pods"
+    # Pods: read only (mode inject's status and orphan report); the webhook patches them
+    # through admission, which needs no grant.
+    assert granted["", "pods"] == {"get", "list", "watch"}
+    webhook = docs["MutatingWebhookConfiguration", "offtake-offtake-inject"]["webhooks"][0]
+    assert webhook["failurePolicy"] == "Ignore" and webhook["sideEffects"] == "None"
+    assert webhook["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["pods"],
+            "operations": ["CREATE"],
+            "scope": "Namespaced",
+        }
+    ]
+    assert webhook["namespaceSelector"]["matchExpressions"] == [
+        {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["kube-system", "kube-node-lease", "offtake-system"],
+        }
+    ]
+    assert webhook["clientConfig"]["service"] == {
+        "name": "offtake-offtake-operator-webhook",
+        "namespace": "offtake-system",
+        "path": "/inject-worker",
+        "port": 443,
+    }
+    tls = docs["Secret", "offtake-offtake-operator-webhook-tls"]["data"]
+    assert webhook["clientConfig"]["caBundle"] == tls["ca.crt"]
+    assert env["OFFTAKE_WEBHOOK_PORT"] == "9443"
+    assert env["OFFTAKE_WEBHOOK_CERT_FILE"] == "/etc/offtake/webhook/tls.crt"
+    # The switch: no webhook, no certificate, no webhook server.
+    out = helm(
+        "template", "offtake", str(CHART), "--set", "injection.enabled=false", *OFFLINE
+    ).stdout
+    off = [d for d in yaml.safe_load_all(out) if d]
+    assert not [
+        d for d in off if "webhook" in d["metadata"]["name"] or "inject" in d["metadata"]["name"]
+    ]
+    (dep_off,) = [d for d in off if d["kind"] == "Deployment"]
+    env_off = {e["name"] for e in dep_off["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "OFFTAKE_WEBHOOK_PORT" not in env_off
     assert "delete" not in granted["offtake.dev", "consumerpipelines"]
     # Namespaced mode: Roles in the served namespaces instead of cluster-wide grants.
     out = helm(
@@ -326,6 +367,7 @@ def test_chart_installs_upgrades_and_uninstalls_with_non_default_values(
     assert env["OFFTAKE_NAMESPACES"] == ns
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert exists(kubectl, "role", "ot-operator", "-n", ns)
+    tls = get(kubectl, "secret", "ot-operator-webhook-tls", "-n", ns)["data"]
     helm(
         "upgrade", "prod", str(CHART), "-n", ns, "--reuse-values",
         "--set", "operator.replicas=2", "--wait=false",
@@ -334,9 +376,15 @@ def test_chart_installs_upgrades_and_uninstalls_with_non_default_values(
         lambda: get(kubectl, "deployment", "ot-operator", "-n", ns)["spec"]["replicas"] == 2,
         what="2 replicas after the upgrade",
     )
+    # The webhook's certificate survives the upgrade (read back with lookup), and the
+    # configuration keeps trusting it.
+    assert get(kubectl, "secret", "ot-operator-webhook-tls", "-n", ns)["data"] == tls
+    mwc = get(kubectl, "mutatingwebhookconfiguration", "ot-inject")
+    assert mwc["webhooks"][0]["clientConfig"]["caBundle"] == tls["ca.crt"]
     notes = helm("get", "notes", "prod", "-n", ns).stdout
     assert "kind: ConsumerPipeline" in notes and "kubectl apply --server-side" in notes
     helm("uninstall", "prod", "-n", ns)
     wait_for(lambda: not exists(kubectl, "deployment", "ot-operator", "-n", ns), what="gone")
+    assert not exists(kubectl, "mutatingwebhookconfiguration", "ot-inject")
     # Helm keeps what it installed from crds/: the pipelines survive an uninstall.
     assert exists(kubectl, "crd", "consumerpipelines.offtake.dev")

@@ -237,7 +237,20 @@ def _worker(args: argparse.Namespace) -> int:
         print(f"offtake: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     port = spec.metrics.port if args.metrics_port is None else args.metrics_port
-    server = MetricsServer(metrics, health, port)
+    finished = threading.Event()  # worker.run() returned: drained, committed, out of the group
+    signalled = threading.Event()
+    drain_requested = threading.Event()
+    drain_budget = float(spec.shutdown.drain_timeout_seconds) + 15.0
+
+    def drain() -> tuple[bool, str]:
+        drain_requested.set()
+        worker.stop("drain requested (the application container is stopping)")
+        if finished.wait(drain_budget):
+            return True, "drained"
+        return False, f"still draining after {drain_budget:.0f} s"
+
+    token = os.environ.get("OFFTAKE_DRAIN_TOKEN", "")
+    server = MetricsServer(metrics, health, port, drain=(token, drain) if token else None)
     try:
         server.start()
     except OSError as exc:
@@ -249,6 +262,9 @@ def _worker(args: argparse.Namespace) -> int:
     log.info("metrics, /healthz and /readyz on port %d", server.port)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
+        signalled.set()
+        if finished.is_set():
+            return  # drained on request: the signal only ends the wait below
         if worker_stopping[0]:
             # A second signal: the operator (or a person) wants out now, drain or not.
             os._exit(128 + signum)
@@ -277,7 +293,14 @@ def _worker(args: argparse.Namespace) -> int:
         )
         return EXIT_FATAL
     try:
-        return worker.run()
+        code = worker.run()
+        finished.set()
+        if drain_requested.is_set() and not signalled.is_set():
+            # Drained through /drain while the pod terminates: a native sidecar that exits is
+            # restarted, so stay (idle, out of the group) until the kubelet's SIGTERM.
+            log.info("drained on request; waiting for SIGTERM")
+            signalled.wait()
+        return code
     except SinkError as exc:  # the sink refused to start; its message says why, no traceback
         log.error("%s", exc)
         print(f"offtake: {exc}", file=sys.stderr)

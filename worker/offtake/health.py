@@ -12,6 +12,10 @@ step of shutdown). ``MetricsServer`` serves it over HTTP on ``spec.metrics.port`
   starts, and while the poll loop polled within :data:`READY_STALL_SECONDS` (a loop held up
   that long, say draining a revoke behind slow records, is not consuming: a rolling update
   should wait for it and a PodDisruptionBudget count it as unavailable).
+- ``/drain`` (only with a drain token, sent in the ``X-Offtake-Drain-Token`` header): stop
+  consuming, deliver and commit what is in flight, leave the group, then answer. An injected
+  worker (``spec.mode: inject``) gets it from the application container's preStop hook, so the
+  application stops only after the worker has drained through it.
 
 The server is stdlib ``http.server`` in a daemon thread: scrapes and probes are tiny and rare,
 and the worker must not need an event loop or extra dependency to serve them.
@@ -19,6 +23,7 @@ and the worker must not need an event loop or extra dependency to serve them.
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import threading
@@ -31,7 +36,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from offtake.metrics import Metrics
 
-__all__ = ["READY_STALL_SECONDS", "Health", "MetricsServer"]
+__all__ = ["DRAIN_TOKEN_HEADER", "READY_STALL_SECONDS", "Health", "MetricsServer"]
+
+DRAIN_TOKEN_HEADER = "X-Offtake-Drain-Token"
 
 READY_STALL_SECONDS = 10.0
 
@@ -107,11 +114,20 @@ class _Handler(BaseHTTPRequestHandler):
     # Set per server by MetricsServer, so several workers in one process stay apart.
     metrics: Metrics
     health: Health
+    #: (token, drain) when /drain is served: drain() blocks until drained, returns (ok, reason).
+    drain: tuple[str, Callable[[], tuple[bool, str]]] | None
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
-        if path == "/metrics":
+        if path == "/drain" and self.drain is not None:
+            token, drain = self.drain
+            # A token, not just the path: the metrics port is reachable from the whole cluster.
+            if not hmac.compare_digest(self.headers.get(DRAIN_TOKEN_HEADER, ""), token):
+                self._send(403, b"drain refused: wrong or missing drain token\n", "text/plain")
+                return
+            self._probe(*drain())
+        elif path == "/metrics":
             self._send(200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST)
         elif path == "/healthz":
             self._probe(*self.health.liveness())
@@ -144,9 +160,18 @@ class _Handler(BaseHTTPRequestHandler):
 class MetricsServer:
     """Serves /metrics, /healthz and /readyz in a daemon thread. Port 0 picks a free port."""
 
-    def __init__(self, metrics: Metrics, health: Health, port: int, host: str = "0.0.0.0") -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        health: Health,
+        port: int,
+        host: str = "0.0.0.0",
+        *,
+        drain: tuple[str, Callable[[], tuple[bool, str]]] | None = None,
+    ) -> None:
         self.metrics = metrics
         self.health = health
+        self.drain = drain
         self.host = host
         self._requested_port = port
         self._server: ThreadingHTTPServer | None = None
@@ -162,7 +187,11 @@ class MetricsServer:
     def start(self) -> MetricsServer:
         if self._server is not None:
             raise RuntimeError("MetricsServer already started")
-        handler = type("Handler", (_Handler,), {"metrics": self.metrics, "health": self.health})
+        handler = type(
+            "Handler",
+            (_Handler,),
+            {"metrics": self.metrics, "health": self.health, "drain": self.drain},
+        )
         try:
             server = ThreadingHTTPServer((self.host, self._requested_port), handler)
         except OSError as exc:

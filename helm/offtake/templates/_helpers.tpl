@@ -102,6 +102,10 @@ app.kubernetes.io/component: operator
 - apiGroups: [sparkoperator.k8s.io]
   resources: [sparkconnects]
   verbs: [get, list, watch, create, patch, update, delete]
+# mode inject: the pods that carry a pipeline's worker (status, and Events when it is deleted).
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
 # Read-only: spec.kafka.secretRef, for the admin client that measures lag and rewinds.
 - apiGroups: [""]
   resources: [secrets]

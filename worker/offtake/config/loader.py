@@ -30,6 +30,7 @@ from offtake.config.spec import (
     LimitsSpec,
     LogSinkSpec,
     MetricsSpec,
+    Mode,
     Ordering,
     PipelineSpec,
     ProcessorSpec,
@@ -105,6 +106,7 @@ def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
     top.has("status")  # status is the operator's; a manifest copied from the cluster may carry it
     top._seen.update({"status"})
     # In this order, so the first error reported is the first field in the manifest's order.
+    mode = spec.choice("mode", MODES, "deployment")
     kafka = _kafka(spec.sub("kafka", required=True))
     source = _source(spec.sub("source", required=True), f"{namespace}.{name}")
     pipeline = PipelineSpec(
@@ -112,7 +114,7 @@ def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
         namespace=namespace,
         kafka=kafka,
         source=source,
-        processor=_processor(spec.sub("processor")),
+        processor=_processor(spec.sub("processor"), inject=mode == "inject"),
         sink=_sink(spec.sub("sink", required=True), source.schema_registry),
         commit=_commit(spec.sub("commit")),
         limits=_limits(spec.sub("limits")),
@@ -121,7 +123,14 @@ def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
         metrics=_metrics(spec.sub("metrics")),
         replicas=spec.integer("replicas", 1, minimum=0, maximum=1000),
         paused=spec.flag("paused", False),
+        mode=cast(Mode, mode),
     )
+    if pipeline.mode == "inject" and pipeline.paused:
+        raise ConfigError(
+            "spec.paused",
+            "not available with mode: inject (the workers are in the workload's pods: scale "
+            "the workload to zero instead)",
+        )
     spec._seen.update(_OPERATOR_ONLY_FIELDS)
     spec.done()
     if pipeline.source.patterns and pipeline.errors.retry_topics:
@@ -262,8 +271,19 @@ def _schema_registry(f: Fields | None) -> SchemaRegistrySpec | None:
     return out
 
 
-def _processor(f: Fields | None) -> ProcessorSpec:
+#: deployment: the operator runs the workers; inject: the worker is injected into the pods of
+#: the user's own workload that carry the offtake.dev/pipeline annotation.
+MODES = ("deployment", "inject")
+
+
+def _processor(f: Fields | None, *, inject: bool = False) -> ProcessorSpec:
     if f is None:
+        if inject:
+            raise ConfigError(
+                "spec.processor.container",
+                "required with spec.mode: inject (the port the application container listens "
+                "on for the sidecar protocol)",
+            )
         return ProcessorSpec()
     function = f.opt_str("function")
     if function is not None and (":" not in function or function.startswith(":")):
@@ -271,8 +291,15 @@ def _processor(f: Fields | None) -> ProcessorSpec:
     c = f.sub("container")
     container = None
     if c is not None:
+        image = (c.opt_str("image") or "") if inject else c.text("image", required=True)
+        if inject and image:
+            raise ConfigError(
+                c.at("image"),
+                "not used with spec.mode: inject: the application container of each annotated "
+                "pod is the processor",
+            )
         container = ContainerSpec(
-            image=c.text("image", required=True),
+            image=image,
             port=c.integer("port", 8080, minimum=1, maximum=65535),
             path=c.text("path", "/v1/process"),
             timeout_seconds=c.number("timeoutSeconds", 30.0, minimum=0.1),
@@ -290,6 +317,11 @@ def _processor(f: Fields | None) -> ProcessorSpec:
     parallelism = f.integer("parallelism", 1, minimum=1, maximum=64)
     if parallelism > 1 and function is None:
         raise ConfigError(f.at("parallelism"), "applies to processor.function, which is not set")
+    if inject and container is None:
+        raise ConfigError(
+            f.at("container"),
+            "required with spec.mode: inject (the worker delivers to the application container)",
+        )
     f.done()
     return ProcessorSpec(
         function=function, container=container, batch=batch, parallelism=parallelism

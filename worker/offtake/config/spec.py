@@ -19,6 +19,7 @@ ErrorPolicyName = Literal["dlq", "skip", "stop"]
 Ordering = Literal["relaxed", "strict"]
 SparkFormat = Literal["parquet", "json", "delta", "iceberg", "jdbc"]
 SparkMode = Literal["local", "connect", "kubernetes"]
+Mode = Literal["deployment", "inject"]
 
 
 @dataclass(frozen=True)
@@ -301,3 +302,5 @@ class PipelineSpec:
     metrics: MetricsSpec = field(default_factory=MetricsSpec)
     replicas: int = 1
     paused: bool = False
+    #: deployment: the operator's own Deployment of workers; inject: a sidecar of the user's pods.
+    mode: Mode = "deployment"

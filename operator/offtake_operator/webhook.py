@@ -1,0 +1,138 @@
+"""The mutating admission webhook of ``spec.mode: inject`` (see :mod:`.inject`).
+
+The API server sends every Pod CREATE in the namespaces the webhook configuration selects;
+this handler patches only pods annotated ``offtake.dev/pipeline: <name>``:
+
+- no annotation, a namespace the operator does not serve, or a pod that already has the
+  worker (a reinvocation): admitted unchanged;
+- the pipeline does not exist in the pod's namespace, is not ``mode: inject`` or its spec is
+  invalid: **rejected**, with a message naming the annotation and the pipeline. An admitted
+  pod without its worker would look healthy and consume nothing; a rejected one shows up at
+  once (``kubectl describe rs``: FailedCreate with this message), and the ReplicaSet retries
+  with back-off, so the pods come once the pipeline is there.
+
+An operator that is down is a different matter: the configuration says ``failurePolicy:
+Ignore``, so the pods are admitted without a worker rather than blocked, and the pipeline's
+status (which counts the injected pods) shows that none are consuming.
+
+Served by kopf's own webhook server (``settings.admission.server``) over TLS with the
+certificate the Helm chart mounts; the configuration itself is the chart's (kopf's managed
+configurations cannot carry a namespaceSelector).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from offtake.config import ConfigError
+
+from . import inject, names
+from .context import context_of
+from .kafka_secret import KafkaSecretError, read_kafka_secret
+from .kubeapi import PIPELINES
+from .reconcile import validate
+from .settings import OperatorConfig
+
+log = logging.getLogger("offtake.operator.webhook")
+
+#: The handler id is the path the webhook configuration's clientConfig points at.
+WEBHOOK_ID = "inject-worker"
+WEBHOOK_PATH = f"/{WEBHOOK_ID}"
+
+#: The webhook's handlers, apart from kopf's default registry: kopf refuses to run with
+#: admission handlers and no webhook server, and injection can be switched off
+#: (OFFTAKE_WEBHOOK_PORT unset, the chart's injection.enabled=false).
+REGISTRY = kopf.OperatorRegistry()
+
+#: OperatorRegistry's sub-registries (kopf 1.3x-1.4x); each holds a list of handlers.
+_SUB_REGISTRIES = ("_activities", "_indexing", "_watching", "_spawning", "_changing", "_webhooks")
+
+
+def registry_for(config: OperatorConfig) -> kopf.OperatorRegistry:
+    """The handlers of a run: the default registry's, plus the webhook's when it is on."""
+    default = kopf.get_default_registry()
+    if not config.webhook_port:
+        return default
+    combined = kopf.OperatorRegistry()
+    for attr in _SUB_REGISTRIES:
+        for source in (default, REGISTRY):
+            for handler in getattr(source, attr).get_all_handlers():
+                getattr(combined, attr).append(handler)
+    return combined
+
+
+@kopf.on.startup(registry=REGISTRY)
+async def serve_webhook(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+    config = context_of(memo).config
+    settings.admission.server = kopf.WebhookServer(
+        addr=config.webhook_address,
+        port=config.webhook_port,
+        certfile=config.webhook_cert_file,
+        pkeyfile=config.webhook_key_file,
+    )
+
+
+@kopf.on.mutate(
+    "v1", "pods", id=WEBHOOK_ID, operations={"CREATE"}, ignore_failures=True, registry=REGISTRY
+)
+async def inject_worker(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    warnings: list[str],
+    memo: Any,
+    dryrun: bool,
+    **_: Any,
+) -> None:
+    pod = dict(body)
+    pipeline_name = inject.annotated_pipeline(pod)
+    if pipeline_name is None or inject.already_injected(pod):
+        return
+    ctx = context_of(memo)
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+    if ctx.config.namespaces and namespace not in ctx.config.namespaces:
+        return  # another operator's (or nobody's) namespace: not ours to change
+    where = f"annotation {names.INJECT_ANNOTATION}={pipeline_name}"
+    pipeline_body = await ctx.api.get(PIPELINES, namespace, pipeline_name)
+    if pipeline_body is None:
+        raise kopf.AdmissionError(
+            f"{where}: no ConsumerPipeline {pipeline_name!r} in namespace {namespace!r} "
+            f"(create it with spec.mode: inject, or remove the annotation)",
+            code=400,
+        )
+    try:
+        pipeline = validate(pipeline_body)[0]  # the same verdict as the reconcile's
+        secret = await read_kafka_secret(ctx.api, namespace, pipeline)
+    except (ConfigError, KafkaSecretError) as exc:
+        raise kopf.AdmissionError(
+            f"{where}: pipeline {pipeline_name!r} is invalid: {exc}", code=400
+        ) from exc
+    if pipeline.mode != "inject":
+        raise kopf.AdmissionError(
+            f"{where}: pipeline {pipeline_name!r} has spec.mode: {pipeline.mode} (it runs its "
+            f"own workers); set spec.mode: inject to have its worker injected",
+            code=400,
+        )
+    try:
+        injected, notes = inject.injected_pod(
+            pod,
+            pipeline_body,
+            pipeline,
+            ctx.config,
+            kafka_mounts=None if secret is None else secret.mounts,
+            kafka_config=None if secret is None else secret.plain,
+        )
+    except inject.InjectionError as exc:
+        raise kopf.AdmissionError(f"{where}: {exc}", code=400) from exc
+    warnings.extend(notes)
+    for key in ("metadata", "spec"):
+        patch[key] = _changed(pod.get(key) or {}, injected[key])
+    if not dryrun:
+        log.info("injected the worker of %s/%s into a pod", namespace, pipeline_name)
+
+
+def _changed(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The top-level keys of ``new`` that differ from ``old`` (kopf merges them as a patch)."""
+    return {k: v for k, v in new.items() if old.get(k) != v}

@@ -1,0 +1,129 @@
+"""Helpers for the inject-mode tests (tests/e2e/test_operator_inject.py, tests/node)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from offtake_operator.context import OperatorContext
+from offtake_operator.embedded import OperatorThread
+from offtake_operator.settings import OperatorConfig
+from offtake_testbed._pki import CertificateAuthority
+from offtake_testbed.kube import ControlPlane
+from offtake_testbed.pytest_plugin_kube import Kubectl
+from support.kube import get, wait_for
+
+CHART = Path(__file__).resolve().parents[2] / "helm" / "offtake"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def make_namespace(kubectl: Kubectl, prefix: str) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    kubectl("create", "namespace", name)
+    return name
+
+
+def webhook_configuration(
+    control_plane: ControlPlane, release: str, url: str, ca_pem: str, namespaces: list[str]
+) -> dict[str, Any]:
+    """The chart's MutatingWebhookConfiguration, rendered by helm for these values."""
+    args = [
+        "template",
+        release,
+        str(CHART),
+        "--kube-version",
+        "1.34.0",
+        "--show-only",
+        "templates/injection.yaml",
+        "--set",
+        f"injection.url={url}",
+        "--set",
+        "injection.certSecret=unused",
+        "--set",
+        f"injection.caBundle={base64.b64encode(ca_pem.encode()).decode()}",
+        "--set-json",
+        f"operator.namespaces={json.dumps(namespaces)}",
+    ]
+    out = control_plane.helm(*args).stdout
+    (mwc,) = [
+        d for d in yaml.safe_load_all(out) if d and d["kind"] == "MutatingWebhookConfiguration"
+    ]
+    return dict(mwc)
+
+
+def install_crd(kubectl: Kubectl) -> None:
+    """Apply the ConsumerPipeline CRD and wait until it is served (an operator started before
+    that would not watch pipelines)."""
+    kubectl("apply", "-f", str(CHART.parents[1] / "crds" / "consumerpipeline.yaml"))
+
+    # Not `kubectl wait --for=condition=Established`: right after the apply the CRD may have no
+    # status.conditions yet, and kubectl then fails instead of waiting.
+    def established() -> bool:
+        crd = get(kubectl, "crd", "consumerpipelines.offtake.dev")
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    wait_for(established, timeout=60, what="the ConsumerPipeline CRD established")
+
+
+def webhook_settings(folder: Path) -> tuple[str, dict[str, Any]]:
+    """(CA certificate, OperatorConfig settings) of a webhook served on a free loopback port
+    with a serving certificate for 127.0.0.1 written to ``folder``."""
+    ca = CertificateAuthority("offtake-webhook-test-ca")
+    pair = ca.server("offtake-webhook", hosts=("127.0.0.1",))
+    (folder / "tls.crt").write_text(pair.cert_pem)
+    (folder / "tls.key").write_text(pair.key_pem)
+    return ca.cert_pem, {
+        "webhook_port": free_port(),
+        "webhook_address": "127.0.0.1",
+        "webhook_cert_file": str(folder / "tls.crt"),
+        "webhook_key_file": str(folder / "tls.key"),
+    }
+
+
+@contextlib.contextmanager
+def webhook_configured(
+    control_plane: ControlPlane, namespace: str, port: int, ca_pem: str
+) -> Iterator[dict[str, Any]]:
+    """The chart's webhook configuration for ``namespace``, pointing the API server at
+    https://127.0.0.1:``port``, applied for the duration of the block."""
+    release = f"inj{uuid.uuid4().hex[:6]}"
+    url = f"https://127.0.0.1:{port}"
+    mwc = webhook_configuration(control_plane, release, url, ca_pem, [namespace])
+    kubectl = control_plane.kubectl
+    kubectl("apply", "-f", "-", input=yaml.safe_dump(mwc))
+    try:
+        yield mwc
+    finally:
+        kubectl("delete", "mutatingwebhookconfiguration", mwc["metadata"]["name"], check=False)
+
+
+@contextlib.contextmanager
+def operator_with_webhook(
+    control_plane: ControlPlane, namespace: str, folder: Path, **settings: Any
+) -> Iterator[OperatorContext]:
+    """The operator (in this process) serving ``namespace`` and its injection webhook over TLS
+    on loopback, with the chart's webhook configuration pointing the API server at it."""
+    ca_pem, webhook = webhook_settings(folder)
+    config = OperatorConfig(namespaces=(namespace,), **webhook, **settings)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KUBECONFIG", str(control_plane.kubeconfig))
+        with (
+            OperatorThread(config) as ctx,
+            webhook_configured(control_plane, namespace, config.webhook_port, ca_pem),
+        ):
+            yield ctx

@@ -1,0 +1,123 @@
+"""``GET /drain`` of a real ``offtake worker`` process on the real broker: what an injected
+worker's application container calls from its preStop hook (spec.mode: inject).
+
+With the drain token, the worker stops consuming, delivers and commits what it took, leaves the
+group, and only then answers; it then stays (a native sidecar that exited would be restarted)
+until SIGTERM, which ends it at once with exit code 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import yaml
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from offtake_testbed.kafka import KafkaBroker, read_topic
+from offtake_testbed.pytest_plugin import TopicFactory
+
+TOKEN = "drain-me-7f2c"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def call(port: int, path: str, token: str | None = None, timeout: float = 60) -> tuple[int, str]:
+    headers = {"X-Offtake-Drain-Token": token} if token else {}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return int(answer.status), answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError as exc:
+        return 0, str(exc)
+
+
+def produce(bootstrap: str, topic: str, first: int, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(first, first + count):
+        producer.produce(topic, key=f"k{i}".encode(), value=json.dumps({"i": i}).encode())
+    assert producer.flush(30) == 0
+
+
+def committed(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
+        return [tp.offset for tp in tps]
+    finally:
+        consumer.close()
+
+
+def test_drain_delivers_commits_leaves_and_waits_for_sigterm(
+    kafka_broker: KafkaBroker, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    source, sink = topic_factory(partitions=2), topic_factory()
+    bootstrap = kafka_broker.bootstrap
+    produce(bootstrap, source, 0, 300)
+    group = f"drain-{source}"
+    manifest = tmp_path / "pipeline.yaml"
+    manifest.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "offtake.dev/v1alpha1",
+                "kind": "ConsumerPipeline",
+                "metadata": {"name": "drained", "namespace": "t"},
+                "spec": {
+                    "kafka": {"bootstrapServers": bootstrap},
+                    "source": {"topics": [source], "groupId": group},
+                    "sink": {"kafka": {"topic": sink}},
+                    "commit": {"intervalSeconds": 60},  # only the drain's final commit counts
+                },
+            }
+        )
+    )
+    port = free_port()
+    script = Path(sys.executable).parent / "offtake"
+    worker = subprocess.Popen(
+        [str(script), "worker", "--pipeline", str(manifest), "--metrics-port", str(port)],
+        env={**os.environ, "OFFTAKE_DRAIN_TOKEN": TOKEN},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while len(read_topic(bootstrap, sink, timeout=30)) < 300:
+            assert worker.poll() is None and time.monotonic() < deadline, "not all 300 delivered"
+            time.sleep(0.5)
+        assert call(port, "/drain")[0] == 403  # no token: refused, still consuming
+        assert call(port, "/drain", "wrong")[0] == 403
+        assert call(port, "/readyz")[0] == 200
+
+        status, body = call(port, "/drain", TOKEN)
+        assert (status, json.loads(body)["reason"]) == (200, "drained")
+        # Answered only after the final commit: everything taken is committed.
+        assert sum(committed(bootstrap, group, source, 2)) == 300
+        assert call(port, "/readyz")[0] == 503
+        # Out of the group and consuming nothing more, yet still running.
+        produce(bootstrap, source, 300, 50)
+        time.sleep(3)
+        assert worker.poll() is None
+        assert len(read_topic(bootstrap, sink, timeout=30)) == 300
+        began = time.monotonic()
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(15) == 0
+        assert time.monotonic() - began < 10
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
