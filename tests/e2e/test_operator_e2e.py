@@ -56,7 +56,7 @@ EXAMPLES = [
     for p in sorted((ROOT / "examples").glob("*.yaml"))
     if yaml.safe_load(p.read_text())["spec"].get("mode") != "inject"
 ]
-COLUMNS = ["NAME", "PHASE", "READY", "REPLICAS", "LAG", "LAG(S)", "AGE"]
+COLUMNS = ["NAME", "PHASE", "READY", "REPLICAS", "LAG", "LAG(S)", "REASON", "MESSAGE", "AGE"]
 
 
 def pipeline(name: str, **spec: Any) -> dict[str, Any]:
@@ -171,7 +171,7 @@ def test_every_example_applies_and_gets_its_children(
     table = kubectl("get", "cpl", "-n", ns).stdout.splitlines()
     assert table[0].split() == COLUMNS
     wide = kubectl("get", "cpl", "-n", ns, "-o", "wide").stdout.splitlines()
-    assert wide[0].split() == [*COLUMNS, "PARTITIONS", "UP-TO-DATE", "AUTOSCALER", "MESSAGE"]
+    assert wide[0].split() == [*COLUMNS, "PARTITIONS", "UP-TO-DATE", "AUTOSCALER"]
     rows = {line.split()[0]: line.split() for line in table[1:]}
     assert set(rows) == set(names_)
     assert all(row[1] == "Pending" for row in rows.values())

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from offtake.config._fields import ConfigError
+from offtake.config._fields import ConfigError, field_name
 
 
 @dataclass(frozen=True)
@@ -64,9 +64,11 @@ def parse_redrive(raw: Any, dlq_topic: str | None) -> RedriveRequest | None:
         return None
     if not isinstance(raw, Mapping):
         raise ConfigError("spec.redrive", "expected a mapping with id, from and until")
-    unknown = sorted(set(raw) - {"id", "from", "until"})
+    unknown = sorted((k for k in raw if k not in ("id", "from", "until")), key=str)
     if unknown:
-        raise ConfigError(f"spec.redrive.{unknown[0]}", "unknown field (expected id, from, until)")
+        raise ConfigError(
+            f"spec.redrive.{field_name(unknown[0])}", "unknown field (expected id, from, until)"
+        )
     rid = raw.get("id")
     if not isinstance(rid, str) or not rid:
         raise ConfigError("spec.redrive.id", "is required: a new id requests a new redrive")
