@@ -30,7 +30,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -41,13 +40,13 @@ from ._cache import Progress, cache_dir, folder_size, megabytes
 from ._service import Service
 from .kafka import (
     _die_with_parent_fn,
-    _DownloadCounter,
     _find_java,
     _free_port,
     _locked,
     _maven_errors,
     _tail_text,
     _terminate,
+    run_maven,
 )
 
 __all__ = [
@@ -170,37 +169,11 @@ def _build(version: str, version_dir: Path, app: Path, say: Progress) -> None:
 
 
 def _run_maven(command: list[str], work: Path, say: Progress) -> None:
-    process = subprocess.Popen(
-        command,
-        cwd=work,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    expired = threading.Event()
-
-    def give_up() -> None:
-        expired.set()
-        process.kill()
-
-    watchdog = threading.Timer(_MVN_TIMEOUT_S, give_up)
-    watchdog.start()
-    counter = _DownloadCounter(say)
-    lines: list[str] = []
-    try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            lines.append(line)
-            counter.feed(line)
-        code = process.wait()
-    finally:
-        watchdog.cancel()
-    counter.report(final=True)
-    if expired.is_set():
+    code, output = run_maven(command, work, say, _MVN_TIMEOUT_S)
+    if code is None:
         raise ApicurioTestbedError(f"Maven did not build the registry in {_MVN_TIMEOUT_S:.0f}s")
     if code != 0:
-        tail = _maven_errors("".join(lines))
+        tail = _maven_errors(output)
         raise ApicurioTestbedError(f"building Apicurio Registry failed:\n{tail}")
 
 

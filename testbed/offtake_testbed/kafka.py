@@ -196,6 +196,23 @@ def _run_maven(mvn: str, work: Path, output: Path, version: str, say: Progress) 
         f"resolving org.apache.kafka:kafka_2.13:{version} and its runtime jars from Maven "
         "Central (a cold cache downloads about 60 MB, including Maven's own plugins)"
     )
+    code, log = run_maven(command, work, say, _MVN_TIMEOUT_S)
+    if code is None:
+        raise KafkaTestbedError(
+            f"Maven did not finish resolving Kafka {version} within {_MVN_TIMEOUT_S:.0f}s"
+        )
+    if code != 0:
+        tail = _maven_errors(log)
+        raise KafkaTestbedError(
+            f"could not resolve org.apache.kafka:kafka_2.13:{version} from Maven Central:\n{tail}"
+        )
+
+
+def run_maven(
+    command: list[str], work: Path, say: Progress, timeout: float
+) -> tuple[int | None, str]:
+    """Run Maven in ``work``, reporting its downloads as they go; (exit code, output), the
+    exit code None when it ran past ``timeout`` seconds and was killed."""
     process = subprocess.Popen(
         command,
         cwd=work,
@@ -211,7 +228,7 @@ def _run_maven(mvn: str, work: Path, output: Path, version: str, say: Progress) 
         expired.set()
         process.kill()
 
-    watchdog = threading.Timer(_MVN_TIMEOUT_S, give_up)
+    watchdog = threading.Timer(timeout, give_up)
     watchdog.start()
     counter = _DownloadCounter(say)
     lines: list[str] = []
@@ -224,15 +241,7 @@ def _run_maven(mvn: str, work: Path, output: Path, version: str, say: Progress) 
     finally:
         watchdog.cancel()
     counter.report(final=True)
-    if expired.is_set():
-        raise KafkaTestbedError(
-            f"Maven did not finish resolving Kafka {version} within {_MVN_TIMEOUT_S:.0f}s"
-        )
-    if code != 0:
-        tail = _maven_errors("".join(lines))
-        raise KafkaTestbedError(
-            f"could not resolve org.apache.kafka:kafka_2.13:{version} from Maven Central:\n{tail}"
-        )
+    return (None if expired.is_set() else code), "".join(lines)
 
 
 class _DownloadCounter:
