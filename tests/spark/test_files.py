@@ -66,6 +66,35 @@ def test_batches_written_then_rewritten_leave_each_record_once(
         assert set(json_rows_everywhere(path, spark).values()) == {1400}
 
 
+def test_batches_of_several_partitions_written_in_one_job_land_each_once(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Batches queued for several partitions share one Spark job (the job's fixed cost paid
+    once); each still lands under its own name, and the job's batch column in no file."""
+    path = tmp_path / "table"
+    spec = pipeline({"format": "parquet", "path": str(path), "batch": {"maxRecords": 500}})
+    records = [it for p in range(4) for it in items(range(500), partition=p)]
+    metrics = Metrics("t")
+    done, _ = run_sink(spec, spark, [records], metrics=metrics)
+    assert len(done.ok) == 2000 and not done.failed
+    # One job per partition without combining; here the batches queued before the job thread
+    # took the first (one job), or the first ran alone and the other three together (two).
+    assert metric(metrics, "offtake_spark_jobs_total", result="success") <= 2
+    names = sorted(os.listdir(path))
+    assert sorted({str(batch_of_file(n)) for n in names}) == [
+        f"orders-{p}-0-499" for p in range(4)
+    ], names
+    for read in read_everywhere(path, spark):
+        assert read.rows == 2000 and len(read.positions) == 2000, (
+            read
+        )  # each (partition, offset) once
+        assert not [c for c in read.columns if c.startswith("_offtake")], read
+    # Written again after a crash (nothing committed): still each record once.
+    run_sink(spec, spark, [records])
+    assert _offsets(spark, "parquet", path) == [(p, o) for p in range(4) for o in range(500)]
+    assert os.listdir(staging_root(str(path))) == []
+
+
 def test_a_rewind_into_a_written_batch_loses_nothing(spark: Any, tmp_path: Path) -> None:
     """A rewind to the middle of a written batch must not delete the rows below the rewind
     point (they may be committed): that batch is kept, so its tail may appear twice."""

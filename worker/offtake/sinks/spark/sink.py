@@ -29,16 +29,18 @@ from collections import deque
 from collections.abc import Callable, Collection
 from typing import Any
 
+import pyarrow as pa
+
 from offtake.config.spec import PipelineSpec, SparkSinkSpec
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
 from offtake.sinks.base import OnCompleteBatch, Sink, SinkError, SinkItem
-from offtake.sinks.spark.batching import Batch, Batcher
+from offtake.sinks.spark.batching import Batch, Batcher, BatchId
 from offtake.sinks.spark.errors import describe, unavailable
 from offtake.sinks.spark.rows import batch_table
 from offtake.sinks.spark.session import create_session, session_config
 from offtake.sinks.spark.transform import make_transform
-from offtake.sinks.spark.writers import BatchAbandoned, Writer, make_writer
+from offtake.sinks.spark.writers import BATCH_COLUMN, BatchAbandoned, Writer, make_writer
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,7 @@ class SparkSink(Sink):
         self._batcher = Batcher(self.spec.batch, clock)
         self._cond = threading.Condition()
         self._queue: deque[Batch] = deque()
-        self._running: Batch | None = None
+        self._running: list[Batch] = []  # the batches of the job running now
         self._finished: deque[Finished] = deque()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -147,9 +149,10 @@ class SparkSink(Sink):
                 else:
                     kept.append(batch)
             self._queue = kept
-            if self._running is not None and self._running.tp in tps:
-                self._running.abandoned = True
-                dropped += len(self._running)
+            for batch in self._running:
+                if batch.tp in tps:
+                    batch.abandoned = True
+                    dropped += len(batch)
             remaining: deque[Finished] = deque()
             for batch, error in self._finished:
                 if batch.tp in tps:
@@ -209,8 +212,7 @@ class SparkSink(Sink):
         def mine(b: Batch) -> bool:
             return tps is None or b.tp in tps
 
-        running = self._running is not None and mine(self._running)
-        return running or any(mine(b) for b in self._queue)
+        return any(mine(b) for b in self._running) or any(mine(b) for b in self._queue)
 
     def _finished_of(self, tps: set[TopicPartition] | None) -> bool:
         return any(tps is None or b.tp in tps for b, _ in self._finished)
@@ -239,12 +241,11 @@ class SparkSink(Sink):
                     self._cond.wait(1.0)
                 if self._stopping.is_set():
                     return
-                batch = self._running = self._queue.popleft()
-            error = self._run_with_retries(batch)
+                job = self._running = self._next_job()
+            outcomes = self._run_with_retries(job)
             with self._cond:
-                self._running = None
-                if not batch.abandoned:
-                    self._finished.append((batch, error))
+                self._running = []
+                self._finished.extend((b, e) for b, e in outcomes if not b.abandoned)
                 self._cond.notify_all()
 
     def _ensure_session(self) -> Any:
@@ -265,25 +266,52 @@ class SparkSink(Sink):
         self.session_ready.set()
         return self._session
 
-    def _run_with_retries(self, batch: Batch) -> BaseException | None:
+    def _next_job(self) -> list[Batch]:
+        """The batches of the next Spark job (under the lock; the queue is not empty).
+
+        The oldest queued batch, and with a writer that combines batches (and no transform,
+        which must see one batch at a time) the oldest queued batch of every other partition
+        as well: one job for all of them. Per partition the order stays the queue's.
+        """
+        job = [self._queue.popleft()]
+        if self.transform is None and self._writer is not None and self._writer.combines_batches:
+            taken = {job[0].tp}
+            kept: deque[Batch] = deque()
+            for batch in self._queue:
+                if batch.tp in taken:
+                    kept.append(batch)
+                else:
+                    taken.add(batch.tp)
+                    job.append(batch)
+            self._queue = kept
+        return job
+
+    def _run_with_retries(self, job: list[Batch]) -> list[Finished]:
+        """Run the job until it succeeds, its attempts are spent or it is abandoned; the
+        outcome of each of its batches that was not abandoned."""
         attempts = self.max_retries + 1
         attempt = 0
         outage = 0  # failed tries in a row because the sink was unreachable
         while attempt < attempts:
             attempt += 1
             began = time.monotonic()
+            job = [b for b in job if not b.abandoned]
+            if not job:
+                return []
+            label = _label(job)
             try:
-                self._job(batch)
+                abandoned = self._job(job)
             except BatchAbandoned as exc:
                 log.info("%s", exc)
-                return exc
+                return [(b, exc) for b in job]
             except Exception as exc:
                 why = describe(exc)
                 elapsed = time.monotonic() - began
                 self.metrics.spark_job_seconds.observe(elapsed)
                 self.metrics.errors.labels("spark").inc()
-                if batch.abandoned or self._stopping.is_set():
-                    return SinkError(f"batch {batch.id}: abandoned after a failed attempt: {why}")
+                if self._stopping.is_set():
+                    err = SinkError(f"{label}: abandoned after a failed attempt: {why}")
+                    return [(b, err) for b in job]
                 down = unavailable(exc)
                 if down is not None:
                     attempt -= 1  # an outage is no fault of the batch: the attempt is not spent
@@ -291,55 +319,96 @@ class SparkSink(Sink):
                     delay = min(UNAVAILABLE_BACKOFF_CAP, self.backoff * 2 ** (outage - 1))
                     self.metrics.spark_jobs.labels("retry").inc()
                     log.warning(
-                        "batch %s: the sink is unavailable (try %d), retrying in %.1fs: %s",
-                        batch.id,
+                        "%s: the sink is unavailable (try %d), retrying in %.1fs: %s",
+                        label,
                         outage,
                         delay,
                         down,
                     )
                     if self._stopping.wait(delay):
-                        return SinkError(f"batch {batch.id}: sink closed while unavailable: {why}")
+                        err = SinkError(f"{label}: sink closed while unavailable: {why}")
+                        return [(b, err) for b in job]
                     continue
                 outage = 0
                 if attempt == attempts:
                     self.metrics.spark_jobs.labels("failure").inc()
-                    log.error(
-                        "batch %s: Spark job failed %d time(s), giving up: %s",
-                        batch.id,
-                        attempt,
-                        why,
-                    )
-                    for item in batch.items:
-                        item.attempts = attempt
-                    err = SinkError(
-                        f"batch {batch.id}: Spark job failed after {attempt} attempt(s): {why}"
-                    )
-                    err.__cause__ = exc
-                    return err
+                    log.error("%s: Spark job failed %d time(s), giving up: %s", label, attempt, why)
+                    failed: list[Finished] = []
+                    for batch in job:
+                        for item in batch.items:
+                            item.attempts = attempt
+                        err = SinkError(
+                            f"batch {batch.id}: Spark job failed after {attempt} attempt(s): {why}"
+                        )
+                        err.__cause__ = exc
+                        failed.append((batch, err))
+                    return failed
                 self.metrics.spark_jobs.labels("retry").inc()
                 delay = min(MAX_BACKOFF_SECONDS, self.backoff * 2 ** (attempt - 1))
                 log.warning(
-                    "batch %s: Spark job failed (attempt %d of %d), retrying in %.1fs: %s",
-                    batch.id,
+                    "%s: Spark job failed (attempt %d of %d), retrying in %.1fs: %s",
+                    label,
                     attempt,
                     attempts,
                     delay,
                     why,
                 )
                 if self._stopping.wait(delay):
-                    return SinkError(f"batch {batch.id}: sink closed while retrying: {why}")
+                    err = SinkError(f"{label}: sink closed while retrying: {why}")
+                    return [(b, err) for b in job]
                 continue
             elapsed = time.monotonic() - began
             self.metrics.spark_jobs.labels("success").inc()
             self.metrics.spark_job_seconds.observe(elapsed)
-            self.metrics.spark_batch_records.observe(batch.rows)
+            for batch in job:
+                self.metrics.spark_batch_records.observe(batch.rows)
             self.metrics.spark_last_success.set(time.time())
-            log.debug("batch %s: %d row(s) written in %.2fs", batch.id, batch.rows, elapsed)
-            return None
+            log.debug("%s: %d row(s) written in %.2fs", label, sum(b.rows for b in job), elapsed)
+            return [
+                (b, BatchAbandoned(f"batch {b.id}: partition revoked before the swap"))
+                if b.id in abandoned
+                else (b, None)
+                for b in job
+            ]
         raise AssertionError("unreachable")
 
-    def _job(self, batch: Batch) -> None:
+    def _job(self, job: list[Batch]) -> set[BatchId]:
+        """Write the job's batches; the ids of those abandoned before their swap."""
         session = self._ensure_session()
+        assert self._writer is not None
+        if len(job) == 1:
+            self._job_of_one(session, job[0])
+            return set()
+        tables: list[pa.Table] = []
+        ids: list[BatchId] = []
+        for batch in job:
+            table = batch_table(batch, self.value_format)
+            if table.num_rows:  # every record dropped by processing: nothing to write
+                n = len(ids)
+                index = pa.array([n] * table.num_rows, pa.int32())
+                tables.append(table.append_column(BATCH_COLUMN, index))
+                ids.append(batch.id)
+        if not ids:
+            return set()
+        try:
+            # Columns are inferred per batch: a column missing from one batch is null there,
+            # and types that widen (int to double) are widened.
+            table = pa.concat_tables(tables, promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            # The batches disagree on a column's type: each is written on its own.
+            abandoned: set[BatchId] = set()
+            for batch in job:
+                try:
+                    self._job_of_one(session, batch)
+                except BatchAbandoned as exc:
+                    log.info("%s", exc)
+                    abandoned.add(batch.id)
+            return abandoned
+        owned = {b.id: b for b in job}
+        df = session.createDataFrame(table)
+        return set(self._writer.write_batches(df, ids, lambda b: not owned[b].abandoned))
+
+    def _job_of_one(self, session: Any, batch: Batch) -> None:
         assert self._writer is not None
         todo = self._unwritten(batch)
         if todo is None:
@@ -374,6 +443,12 @@ class SparkSink(Sink):
         if not rest:
             return None
         return Batch(batch.tp, batch.epoch, batch.opened_at, rest)
+
+
+def _label(job: list[Batch]) -> str:
+    if len(job) == 1:
+        return f"batch {job[0].id}"
+    return f"batches {', '.join(str(b.id) for b in job)}"
 
 
 def make_spark_sink(spec: PipelineSpec, metrics: Metrics, session: Any | None = None) -> SparkSink:

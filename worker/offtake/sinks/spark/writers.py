@@ -30,7 +30,7 @@ import hashlib
 import logging
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from offtake.config.spec import IcebergSpec, SparkSinkSpec
@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 
 DATA_FILE_PREFIX = "part-"
 STAGING_DIR = "_offtake_staging"
+# Each row's batch, while several batches share one Spark job (FileWriter.write_batches); it
+# names staging folders only, never a column of the table.
+BATCH_COLUMN = "_offtake_batch"
 
 StillOwned = Callable[[], bool]
 
@@ -62,8 +65,19 @@ class BatchAbandoned(Exception):
 class Writer(ABC):
     """Writes one batch's DataFrame so that writing it again leaves one copy."""
 
+    # True if write_batches works: the sink then runs the queued batches of several
+    # partitions as one Spark job.
+    combines_batches = False
+
     @abstractmethod
     def write(self, df: Any, batch: BatchId, still_owned: StillOwned) -> None: ...
+
+    def write_batches(
+        self, df: Any, batches: Sequence[BatchId], still_owned: Callable[[BatchId], bool]
+    ) -> list[BatchId]:
+        """Writers that can write batches of several partitions in one job override this
+        (see FileWriter); ``combines_batches`` says whether the sink may call it."""
+        raise NotImplementedError
 
     def written_through(self, tp: TopicPartition) -> int | None:
         """The last offset of ``tp`` the target already holds, for writers that record it
@@ -98,6 +112,8 @@ class FileWriter(Writer):
     of it (or of an earlier cut of its records) landed.
     """
 
+    combines_batches = True
+
     def __init__(self, fmt: str, path: str, partition_by: tuple[str, ...], fs: FileOps) -> None:
         self.fmt, self.path, self.partition_by, self.fs = fmt, path.rstrip("/"), partition_by, fs
         self.staging_root = staging_root(self.path)
@@ -111,6 +127,42 @@ class FileWriter(Writer):
         if not still_owned():
             self.fs.delete(staged)
             raise BatchAbandoned(f"batch {batch}: partition revoked before the swap")
+        self._swap(batch, staged)
+        self.fs.delete(staged)
+        self._sweep_staging(batch)
+
+    def write_batches(
+        self, df: Any, batches: Sequence[BatchId], still_owned: Callable[[BatchId], bool]
+    ) -> list[BatchId]:
+        """Write several batches (of other partitions) in one Spark job; return those not
+        swapped in because their partition was revoked meanwhile.
+
+        ``df`` carries ``BATCH_COLUMN``, each row's index into ``batches``. Spark writes it
+        partitioned by that column, so each batch's rows land in their own staging folder
+        (``<column>=<index>``) and the column itself in no file; then each batch is swapped
+        in as ``write`` does. A Spark job costs about a second of fixed work whatever its
+        size, so one job for the batches of all partitions instead of one each is most of
+        the sink's throughput on a small worker.
+        """
+        # Named after the first batch, so a crashed attempt's leftovers are swept with it.
+        staged = join(self.staging_root, f"{batches[0]}.{uuid.uuid4().hex}")
+        writer = df.write.format(self.fmt).mode("error")
+        writer = writer.partitionBy(BATCH_COLUMN, *self.partition_by)
+        writer.save(staged)
+        abandoned: list[BatchId] = []
+        for n, batch in enumerate(batches):
+            if still_owned(batch):
+                self._swap(batch, join(staged, f"{BATCH_COLUMN}={n}"))
+            else:
+                log.info("batch %s: partition revoked before the swap", batch)
+                abandoned.append(batch)
+        self.fs.delete(staged)
+        for batch in batches:
+            self._sweep_staging(batch)
+        return abandoned
+
+    def _swap(self, batch: BatchId, staged: str) -> None:
+        """Steps 2 and 3 of the class docstring for one batch staged at ``staged``."""
         superseded: dict[BatchId, int] = {}
         for rel in self.fs.walk(self.path):
             old = batch_of_file(rel.rpartition("/")[2])
@@ -129,7 +181,8 @@ class FileWriter(Writer):
             if folder:  # a partitionBy folder such as customer=c1
                 target = join(folder, target)
             self.fs.move_file(join(staged, rel), join(self.path, target))
-        self.fs.delete(staged)
+
+    def _sweep_staging(self, batch: BatchId) -> None:
         # Staged folders of crashed attempts at superseded batches would otherwise pile up.
         for name in self.fs.list_names(self.staging_root):
             old = _batch_of_staging(name)
@@ -318,6 +371,13 @@ class IcebergWriter(Writer):
     def __init__(self, spec: IcebergSpec, warehouse: str, fs: FileOps) -> None:
         self.table = IcebergTable(spec, warehouse)
         self.fs = fs
+
+    def write_batches(
+        self, df: Any, batches: Sequence[BatchId], still_owned: Callable[[BatchId], bool]
+    ) -> list[BatchId]:
+        """Writers that can write batches of several partitions in one job override this
+        (see FileWriter); ``combines_batches`` says whether the sink may call it."""
+        raise NotImplementedError
 
     def written_through(self, tp: TopicPartition) -> int | None:
         """The last offset of ``tp`` already committed to the table (None: none)."""
