@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from offtake.config import ConfigError
+from offtake.metrics import Metrics
 from offtake.records import TopicPartition
 from offtake.sinks.spark.iceberg import written_through
 
 from .iceberg_readers import batch_summaries, ids_by_reader, load_table
-from .support import items, pipeline, run_sink
+from .support import item, items, metric, pipeline, run_sink
 
 
 def test_written_through_is_the_newest_snapshot_of_the_partition() -> None:
@@ -86,3 +87,41 @@ def test_iceberg_batches_written_again_land_once(spark: Any, tmp_path: Path) -> 
     ]
     assert {s["offtake.topic"] for s in summaries} == {"orders"}
     assert {s["offtake.partition"] for s in summaries} == {"0"}
+
+
+@pytest.mark.spark
+def test_batches_of_several_partitions_share_a_job_and_commit_each(
+    spark: Any, tmp_path: Path
+) -> None:
+    """One Spark job writes the queued batches of every partition; each is still its own
+    Iceberg commit naming its partition and offsets, and a rewrite lands once."""
+    uri = f"sqlite:///{tmp_path / 'catalog.db'}"
+    warehouse = str(tmp_path / "lake")
+    fields = {
+        "format": "iceberg",
+        "path": warehouse,
+        "iceberg": {"table": "lake.orders", "catalogUri": uri},
+        "batch": {"maxRecords": 300, "maxIntervalSeconds": 60},
+    }
+    # Ids unique across partitions: partition p holds ids p*1000 ... p*1000+299.
+    records = [
+        item(o, {"id": p * 1000 + o, "amount": 1.5, "customer": "c"}, partition=p)
+        for p in range(3)
+        for o in range(300)
+    ]
+    metrics = Metrics("t")
+    done, _ = run_sink(pipeline(fields), spark, [records], metrics=metrics)
+    assert (len(done.ok), len(done.failed)) == (900, 0)
+    assert metric(metrics, "offtake_spark_jobs_total", result="success") <= 2
+    done, _ = run_sink(pipeline(fields), spark, [records])  # a crash before the offset commit
+    assert (len(done.ok), len(done.failed)) == (900, 0)
+    table = load_table(uri, warehouse, "lake.orders")
+    expected = Counter(p * 1000 + o for p in range(3) for o in range(300))
+    for reader, ids in ids_by_reader(table).items():
+        assert ids == expected, reader
+    summaries = batch_summaries(table)
+    assert sorted((s["offtake.partition"], s["offtake.offsets"]) for s in summaries) == [
+        ("0", "0-299"),
+        ("1", "0-299"),
+        ("2", "0-299"),
+    ]

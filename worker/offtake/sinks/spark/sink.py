@@ -380,14 +380,17 @@ class SparkSink(Sink):
             self._job_of_one(session, job[0])
             return set()
         tables: list[pa.Table] = []
-        ids: list[BatchId] = []
+        ids: list[BatchId] = []  # what each batch writes (less than it holds: see _unwritten)
+        of: dict[BatchId, Batch] = {}
         for batch in job:
-            table = batch_table(batch, self.value_format)
-            if table.num_rows:  # every record dropped by processing: nothing to write
-                n = len(ids)
-                index = pa.array([n] * table.num_rows, pa.int32())
-                tables.append(table.append_column(BATCH_COLUMN, index))
-                ids.append(batch.id)
+            todo = self._unwritten(batch)
+            table = None if todo is None else batch_table(todo, self.value_format)
+            if todo is None or table is None or not table.num_rows:
+                continue  # already in the table, or every record dropped by processing
+            index = pa.array([len(ids)] * table.num_rows, pa.int32())
+            tables.append(table.append_column(BATCH_COLUMN, index))
+            ids.append(todo.id)
+            of[todo.id] = batch
         if not ids:
             return set()
         try:
@@ -404,9 +407,9 @@ class SparkSink(Sink):
                     log.info("%s", exc)
                     abandoned.add(batch.id)
             return abandoned
-        owned = {b.id: b for b in job}
         df = session.createDataFrame(table)
-        return set(self._writer.write_batches(df, ids, lambda b: not owned[b].abandoned))
+        dropped = self._writer.write_batches(df, ids, lambda b: not of[b].abandoned)
+        return {of[b].id for b in dropped}
 
     def _job_of_one(self, session: Any, batch: Batch) -> None:
         assert self._writer is not None

@@ -368,32 +368,52 @@ class JdbcWriter(Writer):
 class IcebergWriter(Writer):
     """Writes a batch as one Iceberg commit; see the module docstring."""
 
+    combines_batches = True
+
     def __init__(self, spec: IcebergSpec, warehouse: str, fs: FileOps) -> None:
         self.table = IcebergTable(spec, warehouse)
         self.fs = fs
-
-    def write_batches(
-        self, df: Any, batches: Sequence[BatchId], still_owned: Callable[[BatchId], bool]
-    ) -> list[BatchId]:
-        """Writers that can write batches of several partitions in one job override this
-        (see FileWriter); ``combines_batches`` says whether the sink may call it."""
-        raise NotImplementedError
 
     def written_through(self, tp: TopicPartition) -> int | None:
         """The last offset of ``tp`` already committed to the table (None: none)."""
         return self.table.written_through(self.table.load(), tp)
 
     def write(self, df: Any, batch: BatchId, still_owned: StillOwned) -> None:
-        existing = self.table.load()
-        staged = join(
-            join(self.table.location(existing), "data"),
-            f"{STAGING_PREFIX}{batch}-{uuid.uuid4().hex[:12]}",
-        )
+        staged = self._staging_folder(batch)
         df.write.format("parquet").mode("error").save(staged)
-        files = [join(staged, rel) for rel in self.fs.walk(staged) if rel.endswith(".parquet")]
         if not still_owned():
             self.fs.delete(staged)
             raise BatchAbandoned(f"batch {batch}: partition revoked before the commit")
+        self._commit(batch, staged)
+
+    def write_batches(
+        self, df: Any, batches: Sequence[BatchId], still_owned: Callable[[BatchId], bool]
+    ) -> list[BatchId]:
+        """One Spark job writes the batches' files (a staging folder per batch, as in
+        FileWriter.write_batches); each batch is then its own Iceberg commit."""
+        staged = self._staging_folder(batches[0])
+        df.write.format("parquet").mode("error").partitionBy(BATCH_COLUMN).save(staged)
+        abandoned: list[BatchId] = []
+        for n, batch in enumerate(batches):
+            folder = join(staged, f"{BATCH_COLUMN}={n}")
+            if still_owned(batch):
+                self._commit(batch, folder)
+            else:
+                log.info("batch %s: partition revoked before the commit", batch)
+                self.fs.delete(folder)
+                abandoned.append(batch)
+        return abandoned
+
+    def _staging_folder(self, batch: BatchId) -> str:
+        existing = self.table.load()
+        return join(
+            join(self.table.location(existing), "data"),
+            f"{STAGING_PREFIX}{batch}-{uuid.uuid4().hex[:12]}",
+        )
+
+    def _commit(self, batch: BatchId, staged: str) -> None:
+        """Add the batch's files under ``staged`` to the table in one commit."""
+        files = [join(staged, rel) for rel in self.fs.walk(staged) if rel.endswith(".parquet")]
         if not files:
             self.fs.delete(staged)
             return
