@@ -29,13 +29,14 @@ from collections import deque
 from collections.abc import Callable, Collection
 from typing import Any
 
-from offtake.config.spec import PipelineSpec, SparkSinkSpec
+from offtake.config.spec import SCHEMA_FORMATS, PipelineSpec, SparkSinkSpec
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
-from offtake.sinks.base import OnCompleteBatch, Sink, SinkError, SinkItem
+from offtake.sinks.base import OnCompleteBatch, Sink, SinkError, SinkHalt, SinkItem
 from offtake.sinks.spark.batching import Batch, Batcher
 from offtake.sinks.spark.errors import describe, unavailable
 from offtake.sinks.spark.rows import batch_table
+from offtake.sinks.spark.schema_columns import TypedColumns
 from offtake.sinks.spark.session import create_session, session_config
 from offtake.sinks.spark.transform import make_transform
 from offtake.sinks.spark.writers import BatchAbandoned, Writer, make_writer
@@ -62,7 +63,10 @@ class SparkSink(Sink):
         session: Any | None = None,
         clock: Callable[[], float] = time.monotonic,
         writer: Writer | None = None,
+        schema_registry: Any = None,
     ) -> None:
+        """``schema_registry``: the registry client of a schema'd source (default: one for
+        ``source.schemaRegistry``)."""
         super().__init__()
         if spec.sink.spark is None:
             raise ValueError("sink.spark: SparkSink needs a spark sink spec")
@@ -75,6 +79,8 @@ class SparkSink(Sink):
         # Load the transform now: a wrong module:callable is a configuration error at start,
         # not a failure of every batch.
         self.transform = make_transform(self.spec.transform, self.spec.sql)
+        self.typed = _typed_columns(spec, schema_registry)
+        self._halted: SinkHalt | None = None
         self._session = session
         self._owns_session = session is None
         self._writer: Writer | None = writer
@@ -277,6 +283,13 @@ class SparkSink(Sink):
             except BatchAbandoned as exc:
                 log.info("%s", exc)
                 return exc
+            except SinkHalt as exc:
+                # Not a failure a retry can fix: this batch and every later one stay unwritten.
+                if self._halted is None:
+                    log.error("batch %s: the sink halts: %s", batch.id, exc)
+                self._halted = exc
+                self.metrics.spark_jobs.labels("failure").inc()
+                return exc
             except Exception as exc:
                 why = describe(exc)
                 elapsed = time.monotonic() - began
@@ -339,12 +352,14 @@ class SparkSink(Sink):
         raise AssertionError("unreachable")
 
     def _job(self, batch: Batch) -> None:
+        if self._halted is not None:
+            raise self._halted
         session = self._ensure_session()
         assert self._writer is not None
         todo = self._unwritten(batch)
         if todo is None:
             return
-        table = batch_table(todo, self.value_format)
+        table = batch_table(todo, self.value_format, self.typed)
         if table.num_rows == 0:
             return  # every record was dropped by processing: nothing to write
         df = session.createDataFrame(table)
@@ -376,6 +391,23 @@ class SparkSink(Sink):
         return Batch(batch.tp, batch.epoch, batch.opened_at, rest)
 
 
-def make_spark_sink(spec: PipelineSpec, metrics: Metrics, session: Any | None = None) -> SparkSink:
-    """The engine's entry point for ``sink.spark``; ``session`` lets tests share one JVM."""
-    return SparkSink(spec, metrics, session=session)
+def _typed_columns(spec: PipelineSpec, client: Any) -> TypedColumns | None:
+    source = spec.source
+    if source.format not in SCHEMA_FORMATS or source.schema_registry is None:
+        return None
+    if client is None:
+        from offtake.schema_registry import make_client
+
+        client = make_client(source.schema_registry)
+    return TypedColumns(source.format, client, source.protobuf_message)
+
+
+def make_spark_sink(
+    spec: PipelineSpec,
+    metrics: Metrics,
+    session: Any | None = None,
+    schema_registry: Any = None,
+) -> SparkSink:
+    """The engine's entry point for ``sink.spark``; ``session`` lets tests share one JVM;
+    ``schema_registry``: the registry client of a schema'd source."""
+    return SparkSink(spec, metrics, session=session, schema_registry=schema_registry)
