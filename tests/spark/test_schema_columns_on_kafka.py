@@ -140,14 +140,18 @@ def test_each_format_lands_in_parquet_with_its_schemas_column_types(
 ) -> None:
     src, dlq = topic_factory(), topic_factory()
     encode = rich_serializer(fmt, schema_registry.url, src)
-    produce(kafka_broker.bootstrap, src, [encode(rich_order(fmt, i)) for i in range(RECORDS)])
     path = tmp_path / "table"
     doc = _doc(fmt, src, path, schema_registry, dlq)
-    running = _Running(doc, kafka_broker.bootstrap, spark)
-    try:
-        wait_caught_up(kafka_broker.bootstrap, doc["spec"]["source"]["groupId"], src, 1)
-    finally:
-        assert running.stop() == 0
+    group = doc["spec"]["source"]["groupId"]
+    # Two runs: the second checks its records against the columns the first wrote (read back
+    # through Spark), and every mapped type must match them.
+    for run, records in enumerate((range(RECORDS - 2), range(RECORDS - 2, RECORDS))):
+        produce(kafka_broker.bootstrap, src, [encode(rich_order(fmt, i)) for i in records])
+        running = _Running(doc, kafka_broker.bootstrap, spark)
+        try:
+            wait_caught_up(kafka_broker.bootstrap, group, src, 1)
+        finally:
+            assert running.stop() == 0, f"run {run}"
 
     table = _table(path)
     types = {f.name: f.type for f in table.schema}
@@ -243,3 +247,17 @@ def test_a_new_optional_field_adds_a_column_and_a_type_change_stops_naming_field
     assert committed(kafka_broker.bootstrap, group, src, 1)[0] == 20  # nothing past it
     assert read_all(kafka_broker.bootstrap, dlq) == []  # not the records' fault
     assert sorted(r["id"] for r in _table(path).to_pylist()) == list(range(20))
+
+    # Restarted (as Kubernetes restarts the pod): the new worker checks the records against
+    # the table's columns, not only against what it wrote itself, and stops again.
+    caplog.clear()
+    again = _Running(doc, kafka_broker.bootstrap, spark)
+    again.thread.join(120)
+    assert again.code == EXIT_STOPPED_ON_ERROR
+    assert any(
+        "'amount'" in r.getMessage() and "written before this worker started" in r.getMessage()
+        for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]
+    assert committed(kafka_broker.bootstrap, group, src, 1)[0] == 20
+    assert sorted(r["id"] for r in _table(path).to_pylist()) == list(range(20))
+    assert read_all(kafka_broker.bootstrap, dlq) == []

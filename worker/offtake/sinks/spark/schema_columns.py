@@ -56,7 +56,7 @@ class RegistryUnreachable(ConnectionError):
 @dataclass(frozen=True)
 class _TableColumn:
     type: pa.DataType
-    schema_id: int  # the schema that gave the column this type, for the error message
+    schema_id: int | None  # the schema that gave the column this type; None: the table had it
 
 
 def schema_id_of(raw: bytes | None) -> int | None:
@@ -88,6 +88,13 @@ class TypedColumns:
     @property
     def table_types(self) -> dict[str, pa.DataType]:
         return {name: c.type for name, c in self._table.items()}
+
+    def seed(self, types: dict[str, pa.DataType]) -> None:
+        """Start from the columns the table already has (written before this worker started),
+        so a schema change is checked against the table, not only against this worker's
+        batches: a pipeline restarted after a SchemaChangeError stops again."""
+        for name, t in types.items():
+            self._table.setdefault(name, _TableColumn(t, None))
 
     def columns(
         self, values: Sequence[Any], raws: Sequence[bytes | None]
@@ -184,7 +191,9 @@ def _cell(value: dict[str, Any], col: Column | None, name: str) -> Any:
         raise DoesNotFit(f"field {name!r}: {exc}") from None
 
 
-def _merge_type(old: pa.DataType, new: pa.DataType, path: str, old_id: int, new_id: int) -> Any:
+def _merge_type(
+    old: pa.DataType, new: pa.DataType, path: str, old_id: int | None, new_id: int
+) -> Any:
     """``old`` grown by what ``new`` adds; SchemaChangeError naming the field if they clash."""
     if old == new:
         return old
@@ -205,9 +214,35 @@ def _merge_type(old: pa.DataType, new: pa.DataType, path: str, old_id: int, new_
         key = _merge_type(old.key_type, new.key_type, f"{path}{{key}}", old_id, new_id)
         item = _merge_type(old.item_type, new.item_type, f"{path}{{value}}", old_id, new_id)
         return pa.map_(key, item)
+    since = "written before this worker started" if old_id is None else f"schema id {old_id}"
     raise SchemaChangeError(
         f"incompatible schema change: schema id {new_id} makes field {path!r} {new}, but the "
-        f"table's column is {old} (schema id {old_id}); nothing of this batch is written and "
+        f"table's column is {old} ({since}); nothing of this batch is written and "
         f"nothing from it on is committed. Write the new schema to another table "
         f"(sink.spark.path) or make the change compatible (a new optional field)"
     )
+
+
+def existing_value_types(session: Any, fmt: str, path: str | None) -> dict[str, pa.DataType]:
+    """The value columns a parquet table already has, as Arrow types (Spark reads every file's
+    footer: ``mergeSchema``); empty for a table not written yet and for other formats (Delta
+    checks a write against its schema itself)."""
+    if fmt != "parquet" or not path:
+        return {}
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    try:
+        schema = session.read.option("mergeSchema", "true").parquet(path).schema
+    except Exception as exc:  # no table yet (PATH_NOT_FOUND, UNABLE_TO_INFER_SCHEMA), or unreadable
+        log.debug("no existing columns read from %s: %s", path, str(exc).splitlines()[0:1])
+        return {}
+    from offtake.sinks.spark.rows import META_COLUMNS  # rows imports this module
+
+    types = {}
+    for f in schema.fields:
+        if f.name in META_COLUMNS or f.name.startswith("_offtake_"):
+            continue
+        # rows.py writes a value field named like a metadata column as value_<name>.
+        name = f.name[6:] if f.name.startswith("value_") and f.name[6:] in META_COLUMNS else f.name
+        types[name] = to_arrow_type(f.dataType, timezone="UTC")
+    return types

@@ -224,11 +224,12 @@ class _AvroTypes:
             if precision > 38:  # past Spark's DecimalType: exact text
                 return Typed(pa.string(), str)
             return Typed(pa.decimal128(precision, scale))
+        # Microseconds either way: Spark's timestamps are, so the table's columns read back
+        # (schema_columns.existing_value_types) match the schema's.
         if kind == "long" and logical in ("timestamp-millis", "timestamp-micros"):
-            unit = "ms" if logical.endswith("millis") else "us"
-            return Typed(pa.timestamp(unit, "UTC"))
+            return Typed(pa.timestamp("us", "UTC"))
         if kind == "long" and logical in ("local-timestamp-millis", "local-timestamp-micros"):
-            return Typed(pa.timestamp("ms" if logical.endswith("millis") else "us"))
+            return Typed(pa.timestamp("us"))
         if kind == "int" and logical == "date":
             return Typed(pa.date32())
         if logical in ("time-millis", "time-micros"):

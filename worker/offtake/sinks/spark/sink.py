@@ -36,7 +36,7 @@ from offtake.sinks.base import OnCompleteBatch, Sink, SinkError, SinkHalt, SinkI
 from offtake.sinks.spark.batching import Batch, Batcher
 from offtake.sinks.spark.errors import describe, unavailable
 from offtake.sinks.spark.rows import batch_table
-from offtake.sinks.spark.schema_columns import TypedColumns
+from offtake.sinks.spark.schema_columns import TypedColumns, existing_value_types
 from offtake.sinks.spark.session import create_session, session_config
 from offtake.sinks.spark.transform import make_transform
 from offtake.sinks.spark.writers import BatchAbandoned, Writer, make_writer
@@ -81,6 +81,7 @@ class SparkSink(Sink):
         self.transform = make_transform(self.spec.transform, self.spec.sql)
         self.typed = _typed_columns(spec, schema_registry)
         self._halted: SinkHalt | None = None
+        self._seeded = False  # typed: the table's existing columns read (once, first batch)
         self._session = session
         self._owns_session = session is None
         self._writer: Writer | None = writer
@@ -359,6 +360,9 @@ class SparkSink(Sink):
         todo = self._unwritten(batch)
         if todo is None:
             return
+        if self.typed is not None and not self._seeded:
+            self.typed.seed(existing_value_types(session, self.spec.format, self.spec.path))
+            self._seeded = True
         table = batch_table(todo, self.value_format, self.typed)
         if table.num_rows == 0:
             return  # every record was dropped by processing: nothing to write
