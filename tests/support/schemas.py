@@ -54,11 +54,15 @@ def order(i: int) -> dict[str, Any]:
 
 
 def serializer(
-    fmt: str, url: str, topic: str, avro_schema: dict[str, Any] = ORDER_AVRO
+    fmt: str,
+    url: str,
+    topic: str,
+    avro_schema: dict[str, Any] = ORDER_AVRO,
+    client_conf: dict[str, str] | None = None,
 ) -> Callable[[dict[str, Any]], bytes]:
     """Encodes an order dict as ``fmt`` in the wire format (registering the schema on first
-    use, as a producer does)."""
-    client = SchemaRegistryClient({"url": url})
+    use, as a producer does). ``client_conf``: the registry client's (TLS, credentials)."""
+    client = SchemaRegistryClient(client_conf or {"url": url})
     ctx = SerializationContext(topic, MessageField.VALUE)
     if fmt == "avro":
         avro = AvroSerializer(client, json.dumps(avro_schema))
