@@ -1,4 +1,5 @@
-"""A real schema registry for tests and demos: Apicurio Registry, in-memory storage, serving the
+"""A real schema registry for tests and demos: Apicurio Registry (SQL storage on H2, in memory or
+in a file that survives a restart; optionally HTTPS and basic auth), serving the
 Confluent-compatible API (``/apis/ccompat/v6``) that confluent-kafka's client speaks.
 
 Maven Central has Apicurio's application module (``io.apicurio:apicurio-registry-app``) but no
@@ -8,8 +9,14 @@ packages it with the Quarkus Maven plugin, then keeps the runner jar and its ``l
 ``cache_dir("apicurio", <version>, "app")``. Every registry after that is a plain
 ``java -jar <runner>.jar`` on a free loopback port. Nothing built is committed.
 
-    python -m offtake_testbed.apicurio install        # build (once), print the folder
+    python -m offtake_testbed.apicurio install        # build both (once), print the jars
     python -m offtake_testbed.apicurio run --port N   # foreground registry until Ctrl-C
+
+A second build adds Quarkus' own properties-file security extension
+(``io.quarkus:quarkus-elytron-security-properties-file``, Apicurio's Quarkus version) for a
+registry that needs HTTP basic auth (``ApicurioRegistry(users=...)``); it leaves out Apicurio's
+own authentication mechanism (OIDC bearer tokens, which it cannot use without Keycloak and
+which, off, still fails every challenge). Both are cached side by side.
 
 Why 2.4.2.Final: it is the newest release whose every dependency Maven Central serves (3.x
 and 2.5+ need ``apicurio-registry-schema-util-provider`` versions that Central does not have).
@@ -80,6 +87,9 @@ _BASIC_AUTH_BUILD_PROPERTIES = (
     "-Dquarkus.http.auth.basic=true",
     "-Dquarkus.http.auth.permission.registry.paths=/*",
     "-Dquarkus.http.auth.permission.registry.policy=authenticated",
+    # Apicurio's own mechanism (OIDC bearer tokens), off at runtime (registry.auth.enabled),
+    # would still be asked for a challenge and fail (its bearer mechanism is null): left out.
+    "-Dquarkus.arc.exclude-types=io.apicurio.common.apps.auth.authn.AppAuthenticationMechanism",
 )
 _MVN_TIMEOUT_S = 1500.0
 _CCOMPAT_PATH = "/apis/ccompat/v6"
@@ -529,7 +539,9 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("install", help="build the registry (once), print the runner jar")
+    commands.add_parser(
+        "install", help="build the registry and its basic-auth build (once), print the runner jars"
+    )
     run = commands.add_parser("run", help="run a registry until Ctrl-C")
     run.add_argument("--port", type=int, default=None, help="HTTP port (default: a free one)")
     args = parser.parse_args(argv)
@@ -537,6 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "install":
             print(install_apicurio(progress=sys.stderr))
+            print(install_apicurio(progress=sys.stderr, basic_auth=True))
             return 0
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         began = time.monotonic()
