@@ -70,7 +70,11 @@ def test_each_format_reaches_a_kafka_sink_and_each_poison_kind_is_dead_lettered(
         "unknown-schema-id": b"\x00" + struct.pack(">I", 987_654) + good[0][5:],
         "schema-mismatch": good[0][:5] + b"\xff\xfe\xfd not an encoded order",
     }
-    produce(kafka_broker.bootstrap, src, [*good[:100], *poison.values(), *good[100:]])
+    # jsonschema: also a value that is valid JSON but breaks its schema (the deserializer
+    # validates); the garbage above fails earlier, as JSON.
+    breaks_schema = good[0][:5] + json.dumps({"id": "not a number", "item": 3}).encode()
+    extra = [breaks_schema] if fmt == "jsonschema" else []
+    produce(kafka_broker.bootstrap, src, [*good[:100], *poison.values(), *extra, *good[100:]])
     doc = manifest(
         f"schema-{fmt}",
         kafka_broker.bootstrap,
@@ -88,8 +92,16 @@ def test_each_format_reaches_a_kafka_sink_and_each_poison_kind_is_dead_lettered(
         key=lambda v: v["id"],
     )
     assert delivered == [order(i) for i in range(RECORDS)]
-    dead = {_headers(m)["offtake.error.reason"]: m for m in read_all(kafka_broker.bootstrap, dlq)}
+    letters = read_all(kafka_broker.bootstrap, dlq)
+    assert len(letters) == len(poison) + len(extra)
+    dead = {_headers(m)["offtake.error.reason"]: m for m in letters if m.value() not in extra}
     assert set(dead) == set(poison)
+    for m in letters:
+        if m.value() in extra:
+            headers = _headers(m)
+            assert headers["offtake.error.reason"] == "schema-mismatch"
+            assert headers["offtake.schema.id"] == str(schema_id)
+            assert "is not of type" in headers["offtake.error.message"]
     for reason, raw in poison.items():
         headers = _headers(dead[reason])
         assert dead[reason].value() == raw  # byte for byte
