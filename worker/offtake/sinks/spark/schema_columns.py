@@ -224,15 +224,18 @@ def _merge_type(
 
 
 def existing_value_types(session: Any, fmt: str, path: str | None) -> dict[str, pa.DataType]:
-    """The value columns a parquet table already has, as Arrow types (Spark reads every file's
-    footer: ``mergeSchema``); empty for a table not written yet and for other formats (Delta
-    checks a write against its schema itself)."""
-    if fmt != "parquet" or not path:
+    """The value columns a parquet or delta table already has, as Arrow types (parquet: Spark
+    reads every file's footer, ``mergeSchema``; delta: its log); empty for a table not written
+    yet and for the other formats."""
+    if fmt not in ("parquet", "delta") or not path:
         return {}
     from pyspark.sql.pandas.types import to_arrow_type
 
     try:
-        schema = session.read.option("mergeSchema", "true").parquet(path).schema
+        reader = session.read.format(fmt)
+        if fmt == "parquet":
+            reader = reader.option("mergeSchema", "true")
+        schema = reader.load(path).schema
     except Exception as exc:  # no table yet (PATH_NOT_FOUND, UNABLE_TO_INFER_SCHEMA), or unreadable
         log.debug("no existing columns read from %s: %s", path, str(exc).splitlines()[0:1])
         return {}
