@@ -121,10 +121,12 @@ def _running(broker: KafkaBroker) -> Iterator[KafkaBroker]:
 
 @pytest.fixture(scope="session")
 def schema_registry() -> Iterator[ApicurioRegistry]:
-    """A started Apicurio Registry (Confluent-compatible API at ``.url``, in-memory storage),
-    shared by the whole session; built from Maven Central on first use and cached."""
+    """A started Apicurio Registry (Confluent-compatible API at ``.url``), shared by the whole
+    session; built from Maven Central on first use and cached. Its storage is a database file
+    of the session's own (``durable``), so a test may stop and restart its process and the
+    schemas, with their ids, are still there, as with a production registry's storage."""
     began = time.monotonic()
-    registry = ApicurioRegistry()
+    registry = ApicurioRegistry(durable=True)
     problem: str | None = None
     try:
         registry.start()

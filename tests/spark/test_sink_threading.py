@@ -145,29 +145,31 @@ def test_batches_closed_while_a_job_runs_join_the_queued_batch_of_their_partitio
     sink.close()
 
 
-class CombiningWriter(GatedWriter):
-    """A writer that takes the batches of several partitions in one job, as FileWriter does."""
+class CombiningWriter(Writer):
+    """A writer that takes the batches of several partitions in one job, as FileWriter does;
+    each job waits for a turn the test gives."""
 
     combines_batches = True
 
     def __init__(self) -> None:
-        super().__init__()
+        self.turns = threading.Semaphore(0)
+        self.running = threading.Semaphore(0)  # released as each job starts
         self.jobs: list[list[str]] = []
+        self.skipped: list[BatchId] = []
 
     def write(self, df: Any, batch: BatchId, still_owned: Any) -> None:
-        self.jobs.append([str(batch)])  # a job of one batch
-        super().write(df, batch, still_owned)
+        self.write_batches(df, [batch], lambda _: still_owned())
 
     def write_batches(self, df: Any, batches: Any, still_owned: Any) -> list[BatchId]:
         self.jobs.append([str(b) for b in batches])
-        self.started.set()
-        self.gate.wait(30)
-        assert df.column("_offtake_batch").to_pylist() == sorted(
-            df.column("_offtake_batch").to_pylist()
-        )
-        self.written += [b for b in batches if still_owned(b)]
-        self.skipped += [b for b in batches if not still_owned(b)]
-        return [b for b in batches if not still_owned(b)]
+        self.running.release()
+        assert self.turns.acquire(timeout=30)
+        if len(batches) > 1:  # one job's rows, each marked with its batch's index
+            marks = df.column("_offtake_batch").to_pylist()
+            assert sorted(set(marks)) == list(range(len(batches)))
+        dropped = [b for b in batches if not still_owned(b)]
+        self.skipped += dropped
+        return dropped
 
 
 def test_queued_batches_of_other_partitions_share_one_job() -> None:
@@ -175,11 +177,11 @@ def test_queued_batches_of_other_partitions_share_one_job() -> None:
     sink, done = _sink(writer)
     for it in items(range(10), partition=0):
         sink.submit(it)
-    assert writer.started.wait(10)  # orders-0-0-9 runs alone, blocked
+    assert writer.running.acquire(timeout=10)  # orders-0-0-9 runs alone, waiting
     # Queued behind it: two batches of partition 0, one each of partitions 1 and 2.
     for it in items(range(10, 30)) + items(range(10), partition=1) + items(range(10), partition=2):
         sink.submit(it)
-    writer.gate.set()
+    writer.turns.release(3)
     assert sink.drain(None, 10)
     # One job for the oldest queued batch of each partition; partition 0's next batch waits
     # for its own job, after the one before it (offset order per partition).
@@ -197,18 +199,15 @@ def test_abandoning_a_partition_of_a_shared_job_keeps_the_others() -> None:
     sink, done = _sink(writer)
     for it in items(range(10), partition=0):
         sink.submit(it)
-    assert writer.started.wait(10)
-    writer.started.clear()
+    assert writer.running.acquire(timeout=10)  # orders-0-0-9 runs alone, waiting
     for it in items(range(10), partition=1) + items(range(10), partition=2):
         sink.submit(it)
-    writer.gate.set()
-    assert sink.drain([P0], 10)
-    writer.gate.clear()
-    assert writer.started.wait(10)  # orders-1-0-9 and orders-2-0-9 run together, blocked
+    writer.turns.release()
+    assert writer.running.acquire(timeout=10)  # orders-1-0-9 and orders-2-0-9 run together
     assert sink.abandon([P1]) == 10
-    writer.gate.set()
+    writer.turns.release()
     assert sink.drain(None, 10)
-    assert writer.jobs[-1] == ["orders-1-0-9", "orders-2-0-9"]
+    assert writer.jobs == [["orders-0-0-9"], ["orders-1-0-9", "orders-2-0-9"]]
     assert [str(b) for b in writer.skipped] == ["orders-1-0-9"]
     assert {it.tp for it in done.ok} == {P0, TopicPartition("orders", 2)}
     assert len(done.ok) == 20 and not done.failed

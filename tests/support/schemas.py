@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -12,7 +14,7 @@ from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from support.orders_pb import Order
+from support.orders_pb import Order, RichOrder
 
 ORDER_AVRO = {
     "type": "record",
@@ -52,11 +54,15 @@ def order(i: int) -> dict[str, Any]:
 
 
 def serializer(
-    fmt: str, url: str, topic: str, avro_schema: dict[str, Any] = ORDER_AVRO
+    fmt: str,
+    url: str,
+    topic: str,
+    avro_schema: dict[str, Any] = ORDER_AVRO,
+    client_conf: dict[str, str] | None = None,
 ) -> Callable[[dict[str, Any]], bytes]:
     """Encodes an order dict as ``fmt`` in the wire format (registering the schema on first
-    use, as a producer does)."""
-    client = SchemaRegistryClient({"url": url})
+    use, as a producer does). ``client_conf``: the registry client's (TLS, credentials)."""
+    client = SchemaRegistryClient(client_conf or {"url": url})
     ctx = SerializationContext(topic, MessageField.VALUE)
     if fmt == "avro":
         avro = AvroSerializer(client, json.dumps(avro_schema))
@@ -66,3 +72,125 @@ def serializer(
         return lambda value: bytes(js(value, ctx))
     pb = ProtobufSerializer(Order, client, {"use.deprecated.format": False})
     return lambda value: bytes(pb(Order(**value), ctx))
+
+
+# One field of each kind the Spark sink maps to a column type (tests/spark/test_schema_columns*).
+RICH_AVRO: dict[str, Any] = {
+    "type": "record",
+    "name": "RichOrder",
+    "namespace": "offtake.test",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {
+            "name": "customer",
+            "type": {
+                "type": "record",
+                "name": "Customer",
+                "fields": [
+                    {"name": "name", "type": "string"},
+                    {
+                        "name": "tier",
+                        "type": {"type": "enum", "name": "Tier", "symbols": ["BASIC", "GOLD"]},
+                    },
+                ],
+            },
+        },
+        {
+            "name": "lines",
+            "type": {
+                "type": "array",
+                "items": {
+                    "type": "record",
+                    "name": "Line",
+                    "fields": [{"name": "sku", "type": "string"}, {"name": "qty", "type": "int"}],
+                },
+            },
+        },
+        {"name": "attrs", "type": {"type": "map", "values": "string"}},
+        {
+            "name": "total",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
+        },
+        {"name": "placed", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "note", "type": ["null", "string"], "default": None},
+    ],
+}
+RICH_JSON_SCHEMA: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "title": "RichOrder",
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer"},
+        "customer": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "tier": {"type": "string", "enum": ["BASIC", "GOLD"]},
+            },
+        },
+        "lines": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}},
+            },
+        },
+        "attrs": {"type": "object", "additionalProperties": {"type": "string"}},
+        "total": {"type": "number"},
+        "placed": {"type": "string", "format": "date-time"},
+        "day": {"type": "string", "format": "date"},
+        "note": {"type": ["null", "string"]},
+    },
+    "required": ["id", "customer", "lines", "attrs", "total", "placed", "day"],
+}
+RICH_PROTOBUF_MESSAGE = "support.orders_pb:RichOrder"
+PLACED = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def rich_order(fmt: str, i: int) -> dict[str, Any]:
+    """Record ``i`` as ``fmt``'s serializer takes it."""
+    placed = PLACED + dt.timedelta(seconds=i)
+    value: dict[str, Any] = {
+        "id": i,
+        "customer": {"name": f"c{i % 3}", "tier": "GOLD" if i % 2 else "BASIC"},
+        "lines": [{"sku": f"s{i}", "qty": i % 5}],
+        "attrs": {"channel": "web"},
+    }
+    if fmt == "avro":
+        return {
+            **value,
+            "total": Decimal(f"{i}.25"),
+            "placed": placed,
+            "day": placed.date(),
+            "note": None if i % 2 else f"n{i}",
+        }
+    if fmt == "jsonschema":
+        return {
+            **value,
+            "total": i + 0.25,
+            "placed": placed.isoformat(),
+            "day": placed.date().isoformat(),
+            "note": None if i % 2 else f"n{i}",
+        }
+    return {**value, "total": i + 0.25, "placed": placed, "blob": bytes([i % 256, 1])}
+
+
+def rich_serializer(fmt: str, url: str, topic: str) -> Callable[[dict[str, Any]], bytes]:
+    """Encodes a :func:`rich_order` value as ``fmt`` in the wire format."""
+    client = SchemaRegistryClient({"url": url})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    if fmt == "avro":
+        avro = AvroSerializer(client, json.dumps(RICH_AVRO))
+        return lambda value: bytes(avro(value, ctx))
+    if fmt == "jsonschema":
+        js = JSONSerializer(json.dumps(RICH_JSON_SCHEMA), client)
+        return lambda value: bytes(js(value, ctx))
+    pb = ProtobufSerializer(RichOrder, client, {"use.deprecated.format": False})
+
+    def proto(value: dict[str, Any]) -> bytes:
+        message = RichOrder(**{k: v for k, v in value.items() if k != "placed"})
+        message.placed.FromDatetime(value["placed"])
+        return bytes(pb(message, ctx))
+
+    return proto

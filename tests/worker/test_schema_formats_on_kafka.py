@@ -6,8 +6,11 @@ that stops answering holds records back (backpressure) without dead-lettering an
 from __future__ import annotations
 
 import json
+import os
+import re
 import struct
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,7 @@ from offtake_testbed.apicurio import ApicurioRegistry
 from offtake_testbed.kafka import KafkaBroker
 
 RECORDS = 200
+LONG_OUTAGE_OPT_IN = "OFFTAKE_REGISTRY_OUTAGE_30S"
 
 
 def _source(fmt: str, topic: str, registry: ApicurioRegistry) -> dict[str, Any]:
@@ -66,7 +70,11 @@ def test_each_format_reaches_a_kafka_sink_and_each_poison_kind_is_dead_lettered(
         "unknown-schema-id": b"\x00" + struct.pack(">I", 987_654) + good[0][5:],
         "schema-mismatch": good[0][:5] + b"\xff\xfe\xfd not an encoded order",
     }
-    produce(kafka_broker.bootstrap, src, [*good[:100], *poison.values(), *good[100:]])
+    # jsonschema: also a value that is valid JSON but breaks its schema (the deserializer
+    # validates); the garbage above fails earlier, as JSON.
+    breaks_schema = good[0][:5] + json.dumps({"id": "not a number", "item": 3}).encode()
+    extra = [breaks_schema] if fmt == "jsonschema" else []
+    produce(kafka_broker.bootstrap, src, [*good[:100], *poison.values(), *extra, *good[100:]])
     doc = manifest(
         f"schema-{fmt}",
         kafka_broker.bootstrap,
@@ -84,8 +92,16 @@ def test_each_format_reaches_a_kafka_sink_and_each_poison_kind_is_dead_lettered(
         key=lambda v: v["id"],
     )
     assert delivered == [order(i) for i in range(RECORDS)]
-    dead = {_headers(m)["offtake.error.reason"]: m for m in read_all(kafka_broker.bootstrap, dlq)}
+    letters = read_all(kafka_broker.bootstrap, dlq)
+    assert len(letters) == len(poison) + len(extra)
+    dead = {_headers(m)["offtake.error.reason"]: m for m in letters if m.value() not in extra}
     assert set(dead) == set(poison)
+    for m in letters:
+        if m.value() in extra:
+            headers = _headers(m)
+            assert headers["offtake.error.reason"] == "schema-mismatch"
+            assert headers["offtake.schema.id"] == str(schema_id)
+            assert "is not of type" in headers["offtake.error.message"]
     for reason, raw in poison.items():
         headers = _headers(dead[reason])
         assert dead[reason].value() == raw  # byte for byte
@@ -131,6 +147,84 @@ def test_registry_stopped_for_30s_mid_run_loses_nothing_and_dead_letters_nothing
     assert during == 100  # nothing of the new schema could be decoded...
     assert "schema registry" in log and "retrying" in log
     assert "backpressure: paused" in log  # ...and the in-flight bound paused the partition
+    wait_caught_up(kafka_broker.bootstrap, doc["spec"]["source"]["groupId"], src, 1)
+    assert worker.terminate() == 0, worker.output()[-3000:]
+    ids = sorted(json.loads(m.value())["id"] for m in read_all(kafka_broker.bootstrap, out))
+    assert ids == list(range(400))
+    assert read_all(kafka_broker.bootstrap, dlq) == []
+
+
+def _metric(port: int, name: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        page = response.read().decode()
+    found = re.findall(rf"^{name}(?:{{[^}}]*}})? ([0-9.e+-]+)$", page, re.MULTILINE)
+    return sum(float(v) for v in found)
+
+
+@pytest.mark.parametrize(
+    "outage",
+    [
+        10.0,
+        pytest.param(
+            30.0,
+            marks=pytest.mark.skipif(
+                os.environ.get(LONG_OUTAGE_OPT_IN) != "1",
+                reason=f"the 30 s variant: {LONG_OUTAGE_OPT_IN}=1 pytest -p no:cacheprovider -q "
+                "tests/worker/test_schema_formats_on_kafka.py -k process_stopped",
+            ),
+        ),
+    ],
+    ids=lambda s: f"{s:.0f}s",
+)
+def test_registry_process_stopped_mid_run_and_restarted_loses_nothing(
+    outage: float,
+    kafka_broker: KafkaBroker,
+    schema_registry: ApicurioRegistry,
+    topic_factory: Any,
+    tmp_path: Path,
+) -> None:
+    """The registry's process ends (connections refused, not hanging) while records of a
+    schema the worker has not fetched yet arrive, and starts again ``outage`` seconds later
+    with its storage: the worker waits with backpressure (metrics show it), then delivers
+    everything; nothing is lost or dead-lettered."""
+    src, out, dlq = topic_factory(), topic_factory(), topic_factory()
+    encode = serializer("avro", schema_registry.url, src)
+    produce(kafka_broker.bootstrap, src, [encode(order(i)) for i in range(100)])
+    doc = manifest(
+        "schema-restart",
+        kafka_broker.bootstrap,
+        [src],
+        sink={"kafka": {"topic": out}},
+        errors={"policy": "dlq", "maxRetries": 0, "dlq": {"topic": dlq}},
+        limits={"maxInFlightMessages": 50},
+    )
+    doc["spec"]["source"].update(_source("avro", src, schema_registry))
+    worker = WorkerProcess(write_manifest(tmp_path / "p.yaml", doc), tmp_path / "w.log").start()
+    worker.wait_until(lambda: len(read_all(kafka_broker.bootstrap, out)) == 100, "100 records")
+    found = re.search(r"/readyz on port (\d+)", worker.output())
+    assert found is not None, worker.output()[-2000:]
+    port = int(found.group(1))
+    v2 = serializer("avro", schema_registry.url, src, ORDER_AVRO_V2)
+    later = [v2({**order(i), "note": f"n{i}"}) for i in range(100, 400)]  # registers v2
+    backpressure_before = _metric(port, "offtake_backpressure_seconds_total")
+    schema_registry.stop_process()
+    down_at = time.monotonic()
+    try:
+        produce(kafka_broker.bootstrap, src, later)
+        paused = 0.0
+        while time.monotonic() - down_at < outage:
+            paused = max(paused, _metric(port, "offtake_paused_partitions"))
+            time.sleep(0.5)
+        assert worker.proc is not None and worker.proc.poll() is None, worker.output()[-3000:]
+        during = len(read_all(kafka_broker.bootstrap, out))
+        waited = _metric(port, "offtake_backpressure_seconds_total") - backpressure_before
+        log = worker.output()
+    finally:
+        schema_registry.restart()
+    assert during == 100  # nothing of the new schema could be decoded...
+    assert "schema registry" in log and "retrying" in log
+    assert paused >= 1  # ...and the in-flight bound paused the partition: backpressure
+    assert waited > 0, waited
     wait_caught_up(kafka_broker.bootstrap, doc["spec"]["source"]["groupId"], src, 1)
     assert worker.terminate() == 0, worker.output()[-3000:]
     ids = sorted(json.loads(m.value())["id"] for m in read_all(kafka_broker.bootstrap, out))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from offtake.config.spec import SchemaRegistrySpec
 
@@ -77,3 +78,16 @@ def load_message_class(path: str) -> Any:
     if not hasattr(cls, "DESCRIPTOR"):
         raise ValueError(f"source.protobufMessage {path!r}: not a generated protobuf message")
     return cls
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether a registry call failed for a reason that is not the record's: a transport
+    error (refused, timed out, reset, a TLS handshake that failed), a 5xx / 429 answer, or a
+    401 / 403 (credentials refused: every record would fail alike until the Secret is fixed,
+    so the records wait instead of being dead-lettered)."""
+    if isinstance(exc, SchemaRegistryError):
+        status = exc.http_status_code
+        return status is None or status < 0 or status >= 500 or status in (401, 403, 429)
+    # httpx's transport errors, whatever the client's HTTP library version calls them.
+    names = {c.__name__ for c in type(exc).__mro__}
+    return bool(names & {"TransportError", "TimeoutException", "NetworkError", "OSError"})

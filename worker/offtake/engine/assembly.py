@@ -195,5 +195,5 @@ def make_sink(
     if sink.spark is not None:
         from offtake.sinks.spark import make_spark_sink
 
-        return make_spark_sink(spec, metrics)
+        return make_spark_sink(spec, metrics, schema_registry=schema_registry)
     return LogSink()

@@ -16,6 +16,7 @@ from offtake.engine.retry_topics import RetrySender
 from offtake.kafka.protocols import ProducerLike
 from offtake.metrics import Metrics
 from offtake.records import Record
+from offtake.sinks.base import SinkHalt
 
 log = logging.getLogger("offtake.errors")
 
@@ -70,6 +71,10 @@ class ErrorPolicy:
         self, record: Record, epoch: int, error: BaseException, attempts: int, stage: str
     ) -> None:
         """In-place retries are spent (or the sink failed): the next retry topic, or the policy."""
+        if isinstance(error, SinkHalt):  # the sink's, not the record's: stop, whatever the policy
+            self.metrics.errors.labels(stage).inc()
+            self._stop(record, epoch, error, stage, "the sink halted")
+            return
         hop = self.retries.route.next_hop(record.topic) if self.retries is not None else None
         if self.retries is None or hop is None:
             self.give_up(record, epoch, error, attempts, stage)
@@ -141,9 +146,16 @@ class ErrorPolicy:
             return attempts
         return attempts + self.retries.route.prior_attempts(record)
 
-    def _stop(self, record: Record, epoch: int, error: BaseException, stage: str) -> None:
+    def _stop(
+        self,
+        record: Record,
+        epoch: int,
+        error: BaseException,
+        stage: str,
+        why: str = "errors.policy=stop",
+    ) -> None:
         reason = (
             f"record {record.where()} failed in {stage}: {type(error).__name__}: {error} "
-            f"(errors.policy=stop: nothing at or past this offset is committed)"
+            f"({why}: nothing at or past this offset is committed)"
         )
         self.completions.put(record.tp, record.offset, epoch, "failed", reason)

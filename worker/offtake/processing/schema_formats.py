@@ -20,11 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from offtake.processing.decode import DecodeError
-from offtake.schema_registry import load_message_class
+from offtake.schema_registry import is_outage, load_message_class
 
 MAGIC_BYTE = 0
 _HEADER = struct.Struct(">bI")
@@ -71,17 +70,6 @@ def wire_schema_id(raw: bytes) -> int:
             NOT_WIRE_FORMAT,
         )
     return int(_HEADER.unpack_from(raw)[1])
-
-
-def is_outage(exc: BaseException) -> bool:
-    """Whether a registry call failed for a reason that is not the record's: a transport
-    error (refused, timed out, reset) or a 5xx / 429 answer."""
-    if isinstance(exc, SchemaRegistryError):
-        status = exc.http_status_code
-        return status is None or status < 0 or status >= 500 or status == 429
-    # httpx's transport errors, whatever the client's HTTP library version calls them.
-    names = {c.__name__ for c in type(exc).__mro__}
-    return bool(names & {"TransportError", "TimeoutException", "NetworkError", "OSError"})
 
 
 class SchemaValueDecoder:

@@ -91,6 +91,12 @@ class SinkError(Exception):
     """A sink gave up on an item; the message says why and where."""
 
 
+class SinkHalt(SinkError):
+    """The sink cannot go on without someone's decision (an incompatible schema change of its
+    table): the engine stops the pipeline whatever ``errors.policy`` says, and commits nothing
+    at or past the item. Not the record's fault, so never a dead letter."""
+
+
 class Sink(ABC):
     """Base class of every sink; see the module docstring for the contract."""
 

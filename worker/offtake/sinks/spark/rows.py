@@ -7,6 +7,8 @@ Spark's own Kafka source uses, so queries port between the two), then the value:
   field named like a metadata column is kept as ``value_<name>``; a value that is not a dict
   lands in a ``value`` column as JSON text.
 - ``string``: a ``value`` string column. ``bytes``: a ``value`` binary column.
+- ``avro``, ``protobuf``, ``jsonschema``: the writer's schema's fields become columns of the
+  types the schema gives them (schema_columns), not types guessed from one batch's values.
 
 The table is built in Arrow, which both classic PySpark and Spark Connect take without a
 per-row Python round trip. The schema is inferred per batch; a field whose values disagree in
@@ -25,6 +27,7 @@ import pyarrow as pa
 from offtake.config.spec import Format
 from offtake.sinks.encoding import encode_value
 from offtake.sinks.spark.batching import Batch
+from offtake.sinks.spark.schema_columns import TypedColumns
 
 META_COLUMNS = ("topic", "partition", "offset", "timestamp", "key")
 VALUE_COLUMN = "value"
@@ -40,10 +43,14 @@ _META_SCHEMA = pa.schema(
 )
 
 
-def batch_table(batch: Batch, fmt: Format) -> pa.Table:
-    """The rows of a batch as an Arrow table (one row per value; items without values add none)."""
+def batch_table(batch: Batch, fmt: Format, typed: TypedColumns | None = None) -> pa.Table:
+    """The rows of a batch as an Arrow table (one row per value; items without values add none).
+
+    ``typed``: the columns of a schema'd source; SchemaChangeError if the batch's schemas
+    clash with the table's."""
     meta: dict[str, list[Any]] = {name: [] for name in META_COLUMNS}
     values: list[Any] = []
+    raws: list[bytes | None] = []
     for item in batch.items:
         r = item.record
         for value in item.values:
@@ -53,10 +60,12 @@ def batch_table(batch: Batch, fmt: Format) -> pa.Table:
             meta["timestamp"].append(r.timestamp)
             meta["key"].append(r.key)
             values.append(value)
+            raws.append(r.raw_value)
     columns = [pa.array(meta[f.name], f.type) for f in _META_SCHEMA]
     names = list(META_COLUMNS)
-    for name, array in _value_columns(values, fmt):
-        names.append(name)
+    typed_columns = typed.columns(values, raws) if typed is not None and values else None
+    for name, array in typed_columns or _value_columns(values, fmt):
+        names.append(_column_name(name) if typed_columns else name)
         columns.append(array)
     return pa.Table.from_arrays(columns, names=names)
 

@@ -31,13 +31,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from offtake.config.spec import PipelineSpec, SparkSinkSpec
+from offtake.config.spec import SCHEMA_FORMATS, PipelineSpec, SparkSinkSpec
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
-from offtake.sinks.base import OnCompleteBatch, Sink, SinkError, SinkItem
+from offtake.sinks.base import OnCompleteBatch, Sink, SinkError, SinkHalt, SinkItem
 from offtake.sinks.spark.batching import Batch, Batcher, BatchId
 from offtake.sinks.spark.errors import describe, unavailable
 from offtake.sinks.spark.rows import batch_table
+from offtake.sinks.spark.schema_columns import TypedColumns, existing_value_types
 from offtake.sinks.spark.session import create_session, session_config
 from offtake.sinks.spark.transform import make_transform
 from offtake.sinks.spark.writers import BATCH_COLUMN, BatchAbandoned, Writer, make_writer
@@ -64,7 +65,10 @@ class SparkSink(Sink):
         session: Any | None = None,
         clock: Callable[[], float] = time.monotonic,
         writer: Writer | None = None,
+        schema_registry: Any = None,
     ) -> None:
+        """``schema_registry``: the registry client of a schema'd source (default: one for
+        ``source.schemaRegistry``)."""
         super().__init__()
         if spec.sink.spark is None:
             raise ValueError("sink.spark: SparkSink needs a spark sink spec")
@@ -77,6 +81,9 @@ class SparkSink(Sink):
         # Load the transform now: a wrong module:callable is a configuration error at start,
         # not a failure of every batch.
         self.transform = make_transform(self.spec.transform, self.spec.sql)
+        self.typed = _typed_columns(spec, schema_registry)
+        self._halted: SinkHalt | None = None
+        self._seeded = False  # typed: the table's existing columns read (once, first batch)
         self._session = session
         self._owns_session = session is None
         self._writer: Writer | None = writer
@@ -304,6 +311,13 @@ class SparkSink(Sink):
             except BatchAbandoned as exc:
                 log.info("%s", exc)
                 return [(b, exc) for b in job]
+            except SinkHalt as exc:
+                # Not a failure a retry can fix: this batch and every later one stay unwritten.
+                if self._halted is None:
+                    log.error("%s: the sink halts: %s", label, exc)
+                self._halted = exc
+                self.metrics.spark_jobs.labels("failure").inc()
+                return [(b, exc) for b in job]
             except Exception as exc:
                 why = describe(exc)
                 elapsed = time.monotonic() - began
@@ -374,8 +388,13 @@ class SparkSink(Sink):
 
     def _job(self, job: list[Batch]) -> set[BatchId]:
         """Write the job's batches; the ids of those abandoned before their swap."""
+        if self._halted is not None:
+            raise self._halted
         session = self._ensure_session()
         assert self._writer is not None
+        if self.typed is not None and not self._seeded:
+            self.typed.seed(existing_value_types(session, self.spec.format, self.spec.path))
+            self._seeded = True
         if len(job) == 1:
             self._job_of_one(session, job[0])
             return set()
@@ -384,7 +403,7 @@ class SparkSink(Sink):
         of: dict[BatchId, Batch] = {}
         for batch in job:
             todo = self._unwritten(batch)
-            table = None if todo is None else batch_table(todo, self.value_format)
+            table = None if todo is None else batch_table(todo, self.value_format, self.typed)
             if todo is None or table is None or not table.num_rows:
                 continue  # already in the table, or every record dropped by processing
             index = pa.array([len(ids)] * table.num_rows, pa.int32())
@@ -416,7 +435,7 @@ class SparkSink(Sink):
         todo = self._unwritten(batch)
         if todo is None:
             return
-        table = batch_table(todo, self.value_format)
+        table = batch_table(todo, self.value_format, self.typed)
         if table.num_rows == 0:
             return  # every record was dropped by processing: nothing to write
         df = session.createDataFrame(table)
@@ -454,6 +473,23 @@ def _label(job: list[Batch]) -> str:
     return f"batches {', '.join(str(b.id) for b in job)}"
 
 
-def make_spark_sink(spec: PipelineSpec, metrics: Metrics, session: Any | None = None) -> SparkSink:
-    """The engine's entry point for ``sink.spark``; ``session`` lets tests share one JVM."""
-    return SparkSink(spec, metrics, session=session)
+def _typed_columns(spec: PipelineSpec, client: Any) -> TypedColumns | None:
+    source = spec.source
+    if source.format not in SCHEMA_FORMATS or source.schema_registry is None:
+        return None
+    if client is None:
+        from offtake.schema_registry import make_client
+
+        client = make_client(source.schema_registry)
+    return TypedColumns(source.format, client, source.protobuf_message)
+
+
+def make_spark_sink(
+    spec: PipelineSpec,
+    metrics: Metrics,
+    session: Any | None = None,
+    schema_registry: Any = None,
+) -> SparkSink:
+    """The engine's entry point for ``sink.spark``; ``session`` lets tests share one JVM;
+    ``schema_registry``: the registry client of a schema'd source."""
+    return SparkSink(spec, metrics, session=session, schema_registry=schema_registry)
