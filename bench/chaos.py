@@ -19,9 +19,12 @@ short variants in tests/chaos/ run in the default suite with smaller sizes.
    ``limits.maxInFlightBytes``, nothing dead-lettered, work resumes;
 4. the operator SIGKILLed while reconciling 100 pipelines (some scaled, some deleted while it
    is down): all converge, no child duplicated or orphaned;
-5. bad input: fuzzed payloads in every source format, records larger than the output's
-   ``max.message.bytes``, a processor that raises or returns an unsendable value, and
-   hypothesis-generated manifests against ``offtake validate`` and the operator;
+5. bad input: fuzzed payloads in every source format (avro, protobuf and jsonschema against
+   the test bed's Apicurio Registry), records larger than the output's ``max.message.bytes``,
+   a processor that raises or returns an unsendable value, one that hangs (bounded by
+   ``processor.timeoutSeconds``), one that leaks memory (recycled past
+   ``processor.maxMemoryMiB``), and hypothesis-generated manifests against ``offtake
+   validate`` and the operator;
 6. the sidecar processor SIGKILLed, then frozen: not ready meanwhile, nothing committed past
    the output, nothing dead-lettered, resumes.
 
@@ -55,7 +58,9 @@ sys.path.insert(0, str(REPO / "tests"))  # the scenario bodies: tests/support/ch
 from spark.connect_server import ConnectServer  # noqa: E402
 from support import chaos  # noqa: E402
 from support.chaos import Outcome  # noqa: E402
+from support.schemas import FORMATS as SCHEMA_FORMATS  # noqa: E402
 
+from offtake_testbed.apicurio import ApicurioRegistry  # noqa: E402
 from offtake_testbed.kafka import KafkaBroker  # noqa: E402
 from offtake_testbed.kafka_cluster import KafkaCluster  # noqa: E402
 from offtake_testbed.postgres import PostgresServer  # noqa: E402
@@ -69,7 +74,7 @@ FULL = {
         "connect": {"records": 100_000, "outage": 60.0},
     },
     "operator": {"pipelines": 100, "kills": 3, "every": 2.0},
-    "fuzz": {"count": 5_000, "examples": 1_000},
+    "fuzz": {"count": 5_000, "examples": 1_000, "hangs": 10, "leak_kib": 256},
     "sidecar": {"records": 20_000, "outage": 30.0},
 }
 QUICK = {
@@ -81,7 +86,7 @@ QUICK = {
         "connect": {"records": 5_000, "outage": 10.0},
     },
     "operator": {"pipelines": 20, "kills": 1, "every": 1.5},
-    "fuzz": {"count": 600, "examples": 150},
+    "fuzz": {"count": 600, "examples": 150, "hangs": 3, "leak_kib": 1024},
     "sidecar": {"records": 3_000, "outage": 5.0},
 }
 
@@ -93,6 +98,7 @@ class Beds:
         self.broker: KafkaBroker | None = None
         self.cluster: KafkaCluster | None = None
         self.control_plane: Any = None
+        self.registry: ApicurioRegistry | None = None
 
     def kafka(self) -> KafkaBroker:
         if self.broker is None:
@@ -103,6 +109,11 @@ class Beds:
         if self.cluster is None:
             self.cluster = KafkaCluster().start()
         return self.cluster
+
+    def schema_registry(self) -> ApicurioRegistry:
+        if self.registry is None:
+            self.registry = ApicurioRegistry().start()
+        return self.registry
 
     def kube(self) -> Any:
         if self.control_plane is None:
@@ -131,7 +142,7 @@ class Beds:
         return self.control_plane
 
     def stop(self) -> None:
-        for part in (self.broker, self.cluster, self.control_plane):
+        for part in (self.broker, self.cluster, self.control_plane, self.registry):
             if part is not None:
                 part.stop()
 
@@ -176,71 +187,21 @@ def scenario_operator(beds: Beds, work: Path, size: dict[str, Any]) -> list[Outc
         kube.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
+PLAIN_FORMATS = ("json", "string", "bytes")
+
+
 def scenario_bad_input(beds: Beds, work: Path, size: dict[str, Any]) -> list[Outcome]:
-    broker = beds.kafka()
-    count = size["count"]
-    rows = []
-    for fmt in ("json", "string", "bytes"):
-        values = chaos.fuzzed_payloads(seed=17, count=count)
-        delivered, dead, took = chaos.settled_without_stall(
-            broker, work, f"fuzz-{fmt}", values, fmt=fmt
-        )
-        rows.append(
-            Outcome(
-                f"5. fuzzed payloads, source.format {fmt}",
-                count,
-                "random bytes, truncated JSON, bad UTF-8, empty values",
-                dead,
-                count - delivered - dead,
-                max(0, delivered + dead - count),
-                0,
-                took,
-                notes=[
-                    f"{delivered} delivered, {dead} dead-lettered, all committed in {took:.1f}s"
-                ],
-            )
-        )
-    values = [json.dumps({"id": i, "big": i % 50 == 0}).encode() for i in range(count)]
-    delivered, dead, took = chaos.settled_without_stall(
-        broker,
-        work,
-        "oversize",
-        values,
-        processor="support.processors:inflate",
-        out_config={"max.message.bytes": "100000"},
-    )
-    big = count // 50
-    rows.append(
-        Outcome(
-            "5. output records larger than the topic's max.message.bytes",
-            count,
-            f"{big} records of ~2 MB for a 100 kB limit",
-            big,
-            count - delivered - dead,
-            max(0, delivered + dead - count),
-            0,
-            took,
-            notes=[f"{delivered} delivered, {dead} dead-lettered (expected {big})"],
-        )
-    )
-    values = [json.dumps({"id": i}).encode() for i in range(1, count + 1)]
-    delivered, dead, took = chaos.settled_without_stall(
-        broker, work, "misbehave", values, processor="support.processors:misbehave"
-    )
-    failing = sum(1 for i in range(1, count + 1) if i % 7 == 0 or i % 11 == 0)
-    rows.append(
-        Outcome(
-            "5. processor raises / returns an unsendable object",
-            count,
-            f"{failing} records fail in the processor or cannot be encoded",
-            failing,
-            count - delivered - dead,
-            max(0, delivered + dead - count),
-            0,
-            took,
-            notes=[f"{delivered} delivered, {dead} dead-lettered (expected {failing})"],
-        )
-    )
+    broker, count = beds.kafka(), size["count"]
+    rows = [chaos.fuzzed_format(broker, work, fmt, count, seed=17) for fmt in PLAIN_FORMATS]
+    registry = beds.schema_registry()
+    rows += [
+        chaos.fuzzed_schema_format(broker, work, fmt, count, seed=17, registry_url=registry.url)
+        for fmt in SCHEMA_FORMATS
+    ]
+    rows.append(chaos.oversize_records(broker, work, count))
+    rows.append(chaos.failing_processor(broker, work, count))
+    rows.append(chaos.hung_processor(broker, work, count, hangs=size["hangs"]))
+    rows.append(chaos.leaking_processor(broker, work, count, leak_kib=size["leak_kib"]))
     rows.append(_manifests(size))
     return rows
 

@@ -571,10 +571,7 @@ def test_every_leaf_field_accepted_by_the_crd_parses(path: FieldPath, node: Node
 
 def _as_manifest(obj: Any) -> dict[str, Any]:
     """A spec dataclass back as its manifest mapping (camelCase keys)."""
-    return {
-        _camel(k): v
-        for k, v in dataclasses.asdict(obj).items()
-    }
+    return {_camel(k): v for k, v in dataclasses.asdict(obj).items()}
 
 
 def _dataclass_defaults(cls: type, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
