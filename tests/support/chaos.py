@@ -36,6 +36,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from offtake_testbed.kafka import read_topic
 
+from .manifest_corpus import one_replica
 from .reports import lost_and_duplicated
 from .workers import (
     REPO,
@@ -1198,20 +1199,6 @@ class Kube(Protocol):
     ) -> subprocess.CompletedProcess[str]: ...
 
 
-def _pipeline_body(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "offtake.dev/v1alpha1",
-        "kind": "ConsumerPipeline",
-        "metadata": {"name": name},
-        "spec": {
-            "kafka": {"bootstrapServers": "kafka:9092"},
-            "source": {"topics": ["orders"]},
-            "sink": {"log": {}},
-            "replicas": 1,
-        },
-    }
-
-
 def _start_operator(kube: Kube, namespace: str, log: Path) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
@@ -1249,7 +1236,7 @@ def operator_kills(
     Deployment at the replicas asked for) with exactly one child of each kind, and no child
     may be left without its pipeline."""
     names = [f"chaos-{i:03d}" for i in range(pipelines)]
-    docs = "\n---\n".join(json.dumps(_pipeline_body(n)) for n in names)
+    docs = "\n---\n".join(json.dumps(one_replica(n)) for n in names)
     log = workdir / "operator.log"
     operator = _start_operator(kube, namespace, log)
     began = time.monotonic()
