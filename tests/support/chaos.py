@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
@@ -94,11 +94,43 @@ def new_topic(bed: Bed, stem: str, partitions: int, config: Mapping[str, str] | 
 # -- watching a group's progress ---------------------------------------------------------------
 
 
-class ProgressMonitor:
-    """Samples the group's committed total every ``every`` seconds (errors while brokers are
+class Sampler:
+    """Calls ``sample`` every ``every`` seconds on a thread of its own, from ``with`` to its
+    end (then ``close``)."""
+
+    every = 0.5
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.every)
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what sampling used."""
+
+
+class ProgressMonitor(Sampler):
+    """Samples the group's committed total every half second (errors while brokers are
     down are skipped), so recovery after each fault can be measured from the samples."""
 
     def __init__(self, bootstrap: str, group: str, topic: str, partitions: int) -> None:
+        super().__init__()
         # One consumer that only reads the group's offsets (never joins it); its connection
         # errors while brokers are down go to logging, not to the terminal.
         self._consumer = Consumer(
@@ -111,26 +143,14 @@ class ProgressMonitor:
         )
         self._partitions = [TopicPartition(topic, p) for p in range(partitions)]
         self.samples: list[tuple[float, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> ProgressMonitor:
-        self._thread.start()
-        return self
+    def sample(self) -> None:
+        with contextlib.suppress(KafkaException):
+            got = self._consumer.committed(self._partitions, timeout=5)
+            self.samples.append((time.monotonic(), sum(max(0, tp.offset) for tp in got)))
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
+    def close(self) -> None:
         self._consumer.close()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                got = self._consumer.committed(self._partitions, timeout=5)
-                self.samples.append((time.monotonic(), sum(max(0, tp.offset) for tp in got)))
-            except KafkaException:
-                pass
-            self._stop.wait(0.5)
 
     def latest(self) -> int:
         return self.samples[-1][1] if self.samples else 0
@@ -747,24 +767,16 @@ class Settled:
         )
 
 
-class PoolRss:
+class PoolRss(Sampler):
     """Samples the peak RSS (VmHWM) of a worker's function pool processes (its children
     started by multiprocessing's spawn) every 50 ms, while they come and go."""
 
+    every = 0.05
+
     def __init__(self, parent: int) -> None:
+        super().__init__()
         self.parent = parent
         self.peak = 0.0
-        self.processes: set[int] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> PoolRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
 
     def _children(self) -> Iterator[int]:
         for entry in Path("/proc").iterdir():
@@ -776,12 +788,10 @@ class PoolRss:
                 if ppid == self.parent and b"spawn_main" in (entry / "cmdline").read_bytes():
                     yield int(entry.name)
 
-    def _run(self) -> None:
-        while not self._stop.wait(0.05):
-            for pid in self._children():
-                with contextlib.suppress(OSError, KeyError, ValueError):
-                    self.peak = max(self.peak, rss_mib(pid)[1])
-                    self.processes.add(pid)
+    def sample(self) -> None:
+        for pid in self._children():
+            with contextlib.suppress(OSError, KeyError, ValueError):
+                self.peak = max(self.peak, rss_mib(pid)[1])
 
 
 def settled_without_stall(
@@ -1197,6 +1207,27 @@ class Kube(Protocol):
     def kubectl(
         self, *args: str, check: bool = ..., input: str | None = ..., timeout: float = ...
     ) -> subprocess.CompletedProcess[str]: ...
+
+
+def apply_crd(kube: Kube) -> None:
+    """Apply the ConsumerPipeline CRD and wait until the API server serves it."""
+    kube.kubectl("apply", "-f", str(REPO / "crds" / "consumerpipeline.yaml"))
+    # Right after apply the CRD may have no status.conditions yet, and kubectl wait then
+    # fails at once ("accessor error") instead of waiting: ask again until it answers.
+    deadline = time.monotonic() + 90
+    while (
+        kube.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "crd/consumerpipelines.offtake.dev",
+            "--timeout=10s",
+            check=False,
+        ).returncode
+        != 0
+    ):
+        if time.monotonic() > deadline:
+            raise AssertionError("the ConsumerPipeline CRD was not established in 90 s")
+        time.sleep(1)
 
 
 def _start_operator(kube: Kube, namespace: str, log: Path) -> subprocess.Popen[bytes]:
