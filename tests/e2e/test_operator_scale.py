@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client, config, watch
-from support.chaos import rss_mib
+from support.chaos import rss_mib, stop_process
 from support.manifest_corpus import one_replica
 
 from offtake_testbed.kube import ControlPlane
@@ -54,12 +54,7 @@ def operator_process(
     try:
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         tail = (tmp_path / "operator.log").read_text(errors="replace").splitlines()[-15:]
         print("\noperator log tail:\n" + "\n".join(tail))
 

@@ -85,6 +85,24 @@ class Outcome:
         )
 
 
+def dead_lettering(dlq: str, *, retries: int, backoff: float | None) -> dict[str, Any]:
+    """spec.errors: ``retries`` retries ``backoff`` seconds apart, then the topic ``dlq``."""
+    errors: dict[str, Any] = {"policy": "dlq", "maxRetries": retries, "dlq": {"topic": dlq}}
+    if backoff is not None:
+        errors["retryBackoffSeconds"] = backoff
+    return errors
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace: float = 30) -> None:
+    """SIGTERM, then SIGKILL after ``grace`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def new_topic(bed: Bed, stem: str, partitions: int, config: Mapping[str, str] | None = None) -> str:
     name = f"chaos-{stem}-{uuid.uuid4().hex[:8]}"
     bed.create_topic(name, partitions, config)
@@ -425,7 +443,7 @@ def sink_broker_outage(
         sink={"kafka": {"topic": out, "config": {"bootstrap.servers": sink_bed.bootstrap}}},
         group=group,
         limits={"maxInFlightMessages": 1_000_000, "maxInFlightBytes": max_in_flight_bytes},
-        errors={"policy": "dlq", "maxRetries": 1, "dlq": {"topic": dlq}},
+        errors=dead_lettering(dlq, retries=1, backoff=None),
     )
     path = write_manifest(workdir / "sinkout.yaml", doc)
     worker = WorkerProcess(path, workdir / "sinkout-w.log").start()
@@ -532,12 +550,7 @@ def spark_sink_outage(
         group=group,
         limits={"maxInFlightMessages": 1_000_000, "maxInFlightBytes": max_in_flight_bytes},
         # One retry only: an outage taken for a bad batch would be dead-lettered at once.
-        errors={
-            "policy": "dlq",
-            "maxRetries": 1,
-            "retryBackoffSeconds": 0.5,
-            "dlq": {"topic": dlq},
-        },
+        errors=dead_lettering(dlq, retries=1, backoff=0.5),
     )
     path = write_manifest(workdir / "sparkout.yaml", doc)
     workers = [WorkerProcess(path, workdir / "sparkout-w.log").start()]
@@ -814,14 +827,7 @@ def settled_without_stall(
     dlq = new_topic(bed, f"{name}-dlq", 1)
     produce_raw(bed.bootstrap, src, values)
     group = f"chaos-{name}-{uuid.uuid4().hex[:8]}"
-    spec: dict[str, Any] = {
-        "errors": {
-            "policy": "dlq",
-            "maxRetries": 1,
-            "retryBackoffSeconds": 0.05,
-            "dlq": {"topic": dlq},
-        },
-    }
+    spec: dict[str, Any] = {"errors": dead_lettering(dlq, retries=1, backoff=0.05)}
     if processor:
         spec["processor"] = {"function": processor} if isinstance(processor, str) else processor
     doc = manifest(name, bed.bootstrap, [src], sink={"kafka": {"topic": out}}, group=group, **spec)
@@ -1118,12 +1124,7 @@ def sidecar_outages(
         sink={"kafka": {"topic": out}},
         group=group,
         processor={"container": {"image": "example", "port": port, "timeoutSeconds": 2}},
-        errors={
-            "policy": "dlq",
-            "maxRetries": 2,
-            "retryBackoffSeconds": 0.1,
-            "dlq": {"topic": dlq},
-        },
+        errors=dead_lettering(dlq, retries=2, backoff=0.1),
     )
     path = write_manifest(workdir / "sidecar.yaml", doc)
     sidecar = start_sidecar(port)
@@ -1307,12 +1308,7 @@ def operator_kills(
                 time.sleep(1.0)
         converged = time.monotonic()
     finally:
-        operator.terminate()
-        try:
-            operator.wait(30)
-        except subprocess.TimeoutExpired:
-            operator.kill()
-            operator.wait()
+        stop_process(operator)
     assert not problems, f"{len(problems)} problems after 300s, e.g. {problems[:5]}"
     duplicated, orphaned = _duplicates_and_orphans(kube, namespace)
     return Outcome(

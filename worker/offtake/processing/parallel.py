@@ -186,11 +186,7 @@ class FunctionPoolProcessor(Processor):
             f"processor.timeoutSeconds: the function's {what} {_where(batch, unit)} ran past "
             f"{self.timeout:g}s; its process was killed and replaced"
         )
-        log.warning("%s", error)
-        self._fail(slot, results, error)
-        slot.replace()
-        if slot.pending:
-            slot.send(batch)
+        self._replace_failed(slot, batch, results, error)
 
     def _died(self, slot: _Slot, batch: list[Record], results: list[Outcome | None]) -> None:
         slot.process.join(10)
@@ -199,6 +195,13 @@ class FunctionPoolProcessor(Processor):
             f"processor.function: its process died (exit code {slot.process.exitcode}) "
             f"during the call on {_where(batch, unit)}; a fresh process takes over"
         )
+        self._replace_failed(slot, batch, results, error)
+
+    def _replace_failed(
+        self, slot: _Slot, batch: list[Record], results: list[Outcome | None], error: Exception
+    ) -> None:
+        """The call in flight failed with ``error`` and its process is lost: a fresh process
+        takes the rest of the slice."""
         log.warning("%s", error)
         self._fail(slot, results, error)
         slot.replace()
