@@ -1,17 +1,28 @@
 """Short variants of chaos scenarios 3 and 5 (the long ones: ``python bench/chaos.py``):
 the Kafka sink's brokers unreachable under a running worker, and bad input (fuzzed payloads
-in every source format, records too large for the output, processors that raise or return
-what no sink can send). Nothing lost, nothing stalls, nothing dead-lettered for an outage."""
+in every source format, avro, protobuf and jsonschema included, records too large for the
+output, processors that raise, return what no sink can send, hang past
+processor.timeoutSeconds or leak past processor.maxMemoryMiB). Nothing lost, nothing stalls,
+nothing dead-lettered for an outage."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from support.chaos import fuzzed_payloads, settled_without_stall, sink_broker_outage
+from support.chaos import (
+    failing_processor,
+    fuzzed_format,
+    fuzzed_schema_format,
+    hung_processor,
+    leaking_processor,
+    oversize_records,
+    sink_broker_outage,
+)
 from support.reports import report
+from support.schemas import FORMATS
 
+from offtake_testbed.apicurio import ApicurioRegistry
 from offtake_testbed.kafka import KafkaBroker
 from offtake_testbed.kafka_cluster import KafkaCluster
 
@@ -33,48 +44,49 @@ def test_output_brokers_unreachable_backpressure_holds_memory_and_nothing_dead_l
 def test_fuzzed_payloads_settle_through_the_error_policy(
     fmt: str, kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
-    values = fuzzed_payloads(seed=hash(fmt) & 0xFFFF, count=600)
-    delivered, dead, took = settled_without_stall(
-        kafka_broker, tmp_path, f"fuzz-{fmt}", values, fmt=fmt
+    outcome = fuzzed_format(kafka_broker, tmp_path, fmt, count=600, seed=hash(fmt) & 0xFFFF)
+    report("chaos-fuzzed-payloads", **vars(outcome))
+    outcome.check()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_fuzzed_schema_payloads_settle_through_the_error_policy(
+    fmt: str, kafka_broker: KafkaBroker, schema_registry: ApicurioRegistry, tmp_path: Path
+) -> None:
+    outcome = fuzzed_schema_format(
+        kafka_broker, tmp_path, fmt, count=400, seed=len(fmt), registry_url=schema_registry.url
     )
-    report(
-        "chaos-fuzzed-payloads",
-        format=fmt,
-        records=len(values),
-        delivered=delivered,
-        dead=dead,
-        seconds=took,
-    )
-    assert delivered + dead == len(values)
-    if fmt == "bytes":
-        assert dead == 0  # every byte string is a valid bytes record
-    else:
-        assert dead > 0  # the fuzz really held undecodable records
+    report("chaos-fuzzed-schema-payloads", **vars(outcome))
+    outcome.check()
 
 
 def test_records_larger_than_the_outputs_limit_go_to_the_error_policy(
     kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
-    values = [json.dumps({"id": i, "big": i % 50 == 0}).encode() for i in range(500)]
-    delivered, dead, took = settled_without_stall(
-        kafka_broker,
-        tmp_path,
-        "oversize",
-        values,
-        processor="support.processors:inflate",
-        out_config={"max.message.bytes": "100000"},
-    )
-    report("chaos-oversize", records=len(values), delivered=delivered, dead=dead, seconds=took)
-    assert (delivered, dead) == (490, 10)
+    outcome = oversize_records(kafka_broker, tmp_path, count=500)
+    report("chaos-oversize", **vars(outcome))
+    outcome.check()
 
 
 def test_a_processor_that_raises_or_returns_unsendable_values_stalls_nothing(
     kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
-    values = [json.dumps({"id": i}).encode() for i in range(1, 771)]
-    delivered, dead, took = settled_without_stall(
-        kafka_broker, tmp_path, "misbehave", values, processor="support.processors:misbehave"
-    )
-    failing = sum(1 for i in range(1, 771) if i % 7 == 0 or i % 11 == 0)
-    report("chaos-bad-processor", records=len(values), delivered=delivered, dead=dead, seconds=took)
-    assert (delivered, dead) == (len(values) - failing, failing)
+    outcome = failing_processor(kafka_broker, tmp_path, count=770)
+    report("chaos-bad-processor", **vars(outcome))
+    outcome.check()
+
+
+def test_a_hung_processor_is_bounded_by_its_timeout_and_the_partitions_move_on(
+    kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    outcome = hung_processor(kafka_broker, tmp_path, count=400, hangs=3, timeout_seconds=1.0)
+    report("chaos-hung-processor", **vars(outcome))
+    outcome.check()
+
+
+def test_a_leaking_processor_is_recycled_past_max_memory_and_loses_nothing(
+    kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    outcome = leaking_processor(kafka_broker, tmp_path, count=500, leak_kib=1024)
+    report("chaos-leaking-processor", **vars(outcome))
+    outcome.check()

@@ -13,6 +13,7 @@ import pytest
 from spark.connect_server import ConnectServer
 from support.chaos import ConnectKilled, PostgresDown, spark_sink_outage
 from support.reports import report
+from support.servers import started
 
 from offtake_testbed.kafka import KafkaBroker
 from offtake_testbed.postgres import PostgresServer, PostgresTestbedError
@@ -23,24 +24,14 @@ pytestmark = [pytest.mark.chaos, pytest.mark.spark]
 @pytest.fixture
 def stoppable_postgres() -> Iterator[PostgresServer]:
     """A server of this test's own: it is stopped mid-test, which other tests must not see."""
-    server = PostgresServer()
-    try:
-        server.start()
-    except PostgresTestbedError as exc:
-        pytest.fail(f"the PostgreSQL testbed could not start: {exc}", pytrace=False)
-    yield server
-    server.stop()
+    with started(PostgresServer(), PostgresTestbedError) as server:
+        yield server
 
 
 @pytest.fixture
 def killable_connect_server() -> Iterator[ConnectServer]:
-    server = ConnectServer(conf={"spark.sql.shuffle.partitions": "2"})
-    try:
-        server.start()
-    except RuntimeError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    yield server
-    server.stop()
+    with started(ConnectServer(conf={"spark.sql.shuffle.partitions": "2"}), RuntimeError) as s:
+        yield s
 
 
 def test_postgres_stopped_under_the_jdbc_sink_loses_and_dead_letters_nothing(

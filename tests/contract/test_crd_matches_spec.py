@@ -67,7 +67,13 @@ def _schema() -> dict[str, Any]:
 
 
 def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", re.sub(r"MiB$", "Mib", name)).lower()
+
+
+def _camel(name: str) -> str:
+    """A dataclass field's manifest name: max_memory_mib -> maxMemoryMiB (units as written)."""
+    camel = re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
+    return re.sub(r"Mib$", "MiB", camel)
 
 
 # ---------------------------------------------------------------- the schema as JSON Schema
@@ -178,6 +184,12 @@ CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     ),
     "!has(self.parallelism) || self.parallelism == 1 || has(self.function)": lambda s: (
         s.get("parallelism", 1) == 1 or _has(s, "function")
+    ),
+    "!has(self.timeoutSeconds) || has(self.function)": lambda s: (
+        not _has(s, "timeoutSeconds") or _has(s, "function")
+    ),
+    "!has(self.maxMemoryMiB) || has(self.function)": lambda s: (
+        not _has(s, "maxMemoryMiB") or _has(s, "function")
     ),
     "(has(self.kafka) ? 1 : 0) + (has(self.spark) ? 1 : 0) + (has(self.log) ? 1 : 0) == 1": (
         lambda s: sum(_has(s, k) for k in ("kafka", "spark", "log")) == 1
@@ -412,7 +424,10 @@ def fix_cross_field_rules(m: dict[str, Any]) -> None:
             kafka.setdefault("schemaRegistry", {"url": "http://registry:8080"})
     processor = spec.get("processor")
     needs_function = processor is not None and (
-        processor.get("batch") or processor.get("parallelism", 1) != 1
+        processor.get("batch")
+        or processor.get("parallelism", 1) != 1
+        or "timeoutSeconds" in processor
+        or "maxMemoryMiB" in processor
     )
     if processor is not None and needs_function and "container" not in processor:
         processor.setdefault("function", "a:b")
@@ -556,17 +571,14 @@ def test_every_leaf_field_accepted_by_the_crd_parses(path: FieldPath, node: Node
 
 def _as_manifest(obj: Any) -> dict[str, Any]:
     """A spec dataclass back as its manifest mapping (camelCase keys)."""
-    return {
-        re.sub(r"_([a-z])", lambda m: m.group(1).upper(), k): v
-        for k, v in dataclasses.asdict(obj).items()
-    }
+    return {_camel(k): v for k, v in dataclasses.asdict(obj).items()}
 
 
 def _dataclass_defaults(cls: type, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
     """(manifest path, default) for every scalar default in the spec dataclasses."""
     hints = {f.name: f for f in dataclasses.fields(cls)}
     for name, f in hints.items():
-        camel = re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
+        camel = _camel(name)
         if f.default is not dataclasses.MISSING:
             if f.default is not None and not isinstance(f.default, tuple):
                 yield (*path, camel), f.default
@@ -589,7 +601,7 @@ def _field_types() -> None:
         NESTED_TYPES[path] = cls
         hints = typing.get_type_hints(cls, vars(spec_module))
         for f in dataclasses.fields(cls):
-            camel = re.sub(r"_([a-z])", lambda m: m.group(1).upper(), f.name)
+            camel = _camel(f.name)
             for arg in (hints[f.name], *typing.get_args(hints[f.name])):
                 if dataclasses.is_dataclass(arg):
                     visit(arg, (*path, camel))  # type: ignore[arg-type]
@@ -631,7 +643,7 @@ def test_every_dataclass_field_is_in_the_crd() -> None:
         for f in dataclasses.fields(cls):
             if path == ("spec",) and f.name in ("name", "namespace"):
                 continue
-            camel = re.sub(r"_([a-z])", lambda m: m.group(1).upper(), f.name)
+            camel = _camel(f.name)
             where = f"{'.'.join(path)}.{camel}"
             assert camel in node.get("properties", {}), f"{where} is not in the CRD"
 
@@ -705,6 +717,10 @@ def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
         spec["processor"] = {"batch": True}
     elif "self.parallelism" in rule:
         spec["processor"] = {"parallelism": 2}
+    elif "self.timeoutSeconds" in rule:
+        spec["processor"] = {"timeoutSeconds": 5}
+    elif "self.maxMemoryMiB" in rule:
+        spec["processor"] = {"maxMemoryMiB": 256}
     elif "has(self.function)" in rule:
         spec["processor"] = {"function": "a:b", "container": {"image": "img"}}
     elif "has(self.kafka)" in rule:

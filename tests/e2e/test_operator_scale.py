@@ -15,10 +15,11 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client, config, watch
+from support.chaos import rss_mib, stop_process
+from support.manifest_corpus import one_replica
 
 from offtake_testbed.kube import ControlPlane
 
@@ -29,27 +30,6 @@ CRD = ROOT / "crds" / "consumerpipeline.yaml"
 LATENCY_COUNT = 100
 MEMORY_COUNT = 500
 SINGLE_COUNT = 10
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
-
-
-def body(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "offtake.dev/v1alpha1",
-        "kind": "ConsumerPipeline",
-        "metadata": {"name": name},
-        "spec": {
-            "kafka": {"bootstrapServers": "kafka:9092"},
-            "source": {"topics": ["orders"]},
-            "sink": {"log": {}},
-            "replicas": 1,
-        },
-    }
 
 
 @pytest.fixture
@@ -74,12 +54,7 @@ def operator_process(
     try:
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         tail = (tmp_path / "operator.log").read_text(errors="replace").splitlines()[-15:]
         print("\noperator log tail:\n" + "\n".join(tail))
 
@@ -114,7 +89,7 @@ def test_latency_and_memory_at_scale(
     for i in range(SINGLE_COUNT):
         name = f"one-{i:02d}"
         custom.create_namespaced_custom_object(
-            "offtake.dev", "v1alpha1", ns, "consumerpipelines", body(name)
+            "offtake.dev", "v1alpha1", ns, "consumerpipelines", one_replica(name)
         )
         began = time.monotonic()
         while name not in seen and time.monotonic() - began < 30:
@@ -130,7 +105,7 @@ def test_latency_and_memory_at_scale(
     for i in range(LATENCY_COUNT):
         name = f"lat-{i:03d}"
         custom.create_namespaced_custom_object(
-            "offtake.dev", "v1alpha1", ns, "consumerpipelines", body(name)
+            "offtake.dev", "v1alpha1", ns, "consumerpipelines", one_replica(name)
         )
         created[name] = time.monotonic()
     deadline = time.monotonic() + 180
@@ -148,7 +123,7 @@ def test_latency_and_memory_at_scale(
 
     for i in range(LATENCY_COUNT + SINGLE_COUNT, MEMORY_COUNT):
         custom.create_namespaced_custom_object(
-            "offtake.dev", "v1alpha1", ns, "consumerpipelines", body(f"mem-{i:03d}")
+            "offtake.dev", "v1alpha1", ns, "consumerpipelines", one_replica(f"mem-{i:03d}")
         )
     deadline = time.monotonic() + 600
     while len(seen) < MEMORY_COUNT and time.monotonic() < deadline:
@@ -165,7 +140,7 @@ def test_latency_and_memory_at_scale(
         time.sleep(2)
     assert with_status() == MEMORY_COUNT
     time.sleep(10)  # a few ticks of every pipeline's timer
-    memory = rss_mib(operator_process.pid)
+    memory, _ = rss_mib(operator_process.pid)
     print(f"operator resident memory with {MEMORY_COUNT} pipelines: {memory:.0f} MiB")
     stop.set()
     watcher.join(10)

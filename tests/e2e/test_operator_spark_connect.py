@@ -54,14 +54,10 @@ def operator(control_plane: ControlPlane) -> Iterator[None]:
 @pytest.fixture
 def connect_server() -> Iterator[Any]:
     from spark.connect_server import ConnectServer
+    from support.servers import started
 
-    server = ConnectServer(conf={"spark.sql.shuffle.partitions": "2"})
-    try:
-        server.start()
-    except RuntimeError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    yield server
-    server.stop()
+    with started(ConnectServer(conf={"spark.sql.shuffle.partitions": "2"}), RuntimeError) as s:
+        yield s
 
 
 def pipeline(name: str, bootstrap: str, topic: str, table: Path) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.servers import started
 
 from .connect_server import ConnectServer
 
@@ -42,28 +43,18 @@ _tests_package()
 def postgres() -> Iterator[Any]:
     from offtake_testbed.postgres import PostgresServer, PostgresTestbedError
 
-    server = PostgresServer()
-    try:
-        server.start()
-    except PostgresTestbedError as exc:
-        pytest.fail(f"the PostgreSQL testbed could not start: {exc}", pytrace=False)
-    yield server
-    server.stop()
+    with started(PostgresServer(), PostgresTestbedError) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")
 def connect_server() -> Iterator[ConnectServer]:
     """The Spark Connect server from the pyspark wheel, one for the session (a JVM start costs
     seconds on two cores). A module may still define its own ``connect_server``."""
-    server = ConnectServer(conf={"spark.sql.shuffle.partitions": "2"})
-    try:
-        server.start()
-    except RuntimeError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    TIMINGS["connect_server_start_seconds"] = server.started_seconds
-    print(f"\nSpark Connect server on {server.url} in {server.started_seconds:.1f}s")
-    yield server
-    server.stop()
+    with started(ConnectServer(conf={"spark.sql.shuffle.partitions": "2"}), RuntimeError) as s:
+        TIMINGS["connect_server_start_seconds"] = s.started_seconds
+        print(f"\nSpark Connect server on {s.url} in {s.started_seconds:.1f}s")
+        yield s
 
 
 @pytest.fixture(scope="session")

@@ -30,12 +30,13 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from offtake_testbed.kafka import read_topic
 
+from .manifest_corpus import one_replica
 from .reports import lost_and_duplicated
 from .workers import (
     REPO,
@@ -84,6 +85,24 @@ class Outcome:
         )
 
 
+def dead_lettering(dlq: str, *, retries: int, backoff: float | None) -> dict[str, Any]:
+    """spec.errors: ``retries`` retries ``backoff`` seconds apart, then the topic ``dlq``."""
+    errors: dict[str, Any] = {"policy": "dlq", "maxRetries": retries, "dlq": {"topic": dlq}}
+    if backoff is not None:
+        errors["retryBackoffSeconds"] = backoff
+    return errors
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace: float = 30) -> None:
+    """SIGTERM, then SIGKILL after ``grace`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def new_topic(bed: Bed, stem: str, partitions: int, config: Mapping[str, str] | None = None) -> str:
     name = f"chaos-{stem}-{uuid.uuid4().hex[:8]}"
     bed.create_topic(name, partitions, config)
@@ -93,11 +112,43 @@ def new_topic(bed: Bed, stem: str, partitions: int, config: Mapping[str, str] | 
 # -- watching a group's progress ---------------------------------------------------------------
 
 
-class ProgressMonitor:
-    """Samples the group's committed total every ``every`` seconds (errors while brokers are
+class Sampler:
+    """Calls ``sample`` every ``every`` seconds on a thread of its own, from ``with`` to its
+    end (then ``close``)."""
+
+    every = 0.5
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.every)
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what sampling used."""
+
+
+class ProgressMonitor(Sampler):
+    """Samples the group's committed total every half second (errors while brokers are
     down are skipped), so recovery after each fault can be measured from the samples."""
 
     def __init__(self, bootstrap: str, group: str, topic: str, partitions: int) -> None:
+        super().__init__()
         # One consumer that only reads the group's offsets (never joins it); its connection
         # errors while brokers are down go to logging, not to the terminal.
         self._consumer = Consumer(
@@ -110,26 +161,14 @@ class ProgressMonitor:
         )
         self._partitions = [TopicPartition(topic, p) for p in range(partitions)]
         self.samples: list[tuple[float, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> ProgressMonitor:
-        self._thread.start()
-        return self
+    def sample(self) -> None:
+        with contextlib.suppress(KafkaException):
+            got = self._consumer.committed(self._partitions, timeout=5)
+            self.samples.append((time.monotonic(), sum(max(0, tp.offset) for tp in got)))
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
+    def close(self) -> None:
         self._consumer.close()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                got = self._consumer.committed(self._partitions, timeout=5)
-                self.samples.append((time.monotonic(), sum(max(0, tp.offset) for tp in got)))
-            except KafkaException:
-                pass
-            self._stop.wait(0.5)
 
     def latest(self) -> int:
         return self.samples[-1][1] if self.samples else 0
@@ -404,7 +443,7 @@ def sink_broker_outage(
         sink={"kafka": {"topic": out, "config": {"bootstrap.servers": sink_bed.bootstrap}}},
         group=group,
         limits={"maxInFlightMessages": 1_000_000, "maxInFlightBytes": max_in_flight_bytes},
-        errors={"policy": "dlq", "maxRetries": 1, "dlq": {"topic": dlq}},
+        errors=dead_lettering(dlq, retries=1, backoff=None),
     )
     path = write_manifest(workdir / "sinkout.yaml", doc)
     worker = WorkerProcess(path, workdir / "sinkout-w.log").start()
@@ -511,12 +550,7 @@ def spark_sink_outage(
         group=group,
         limits={"maxInFlightMessages": 1_000_000, "maxInFlightBytes": max_in_flight_bytes},
         # One retry only: an outage taken for a bad batch would be dead-lettered at once.
-        errors={
-            "policy": "dlq",
-            "maxRetries": 1,
-            "retryBackoffSeconds": 0.5,
-            "dlq": {"topic": dlq},
-        },
+        errors=dead_lettering(dlq, retries=1, backoff=0.5),
     )
     path = write_manifest(workdir / "sparkout.yaml", doc)
     workers = [WorkerProcess(path, workdir / "sparkout-w.log").start()]
@@ -697,11 +731,80 @@ def fuzzed_payloads(seed: int, count: int) -> list[bytes]:
     return out
 
 
+def fuzzed_wire_payloads(seed: int, good: list[bytes]) -> tuple[list[bytes], int]:
+    """Schema'd values (the Confluent wire format: magic byte, schema id, data) around valid
+    ones: random bytes, a wrong magic byte, an unknown schema id, truncated data, a valid
+    header over random data, empty values. Returns the values and how many are valid."""
+    rng = random.Random(seed)
+    out: list[bytes] = []
+    valid = 0
+    for value in good:
+        kind = rng.randrange(7)
+        if kind == 0:
+            out.append(rng.randbytes(rng.randrange(1, 48)))
+        elif kind == 1:
+            out.append(bytes([rng.randrange(1, 256)]) + value[1:])  # wrong magic byte
+        elif kind == 2:
+            out.append(b"\x00" + rng.randrange(900_000, 999_999).to_bytes(4, "big") + value[5:])
+        elif kind == 3:
+            out.append(value[: rng.randrange(0, len(value))])  # truncated
+        elif kind == 4:
+            out.append(value[:5] + rng.randbytes(rng.randrange(1, 32)))
+        else:
+            out.append(value)
+            valid += 1
+    return out, valid
+
+
 def produce_raw(bootstrap: str, topic: str, values: list[bytes]) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "logger": _log})
     for n, v in enumerate(values):
         p.produce(topic, v, key=str(n).encode())
     assert p.flush(60) == 0
+
+
+@dataclass
+class Settled:
+    """What one worker made of a topic of bad input: the output, the dead letters, the time
+    until the group committed everything, the highest RSS seen of a function pool process."""
+
+    delivered: list[Any]
+    dead: list[Any]
+    seconds: float
+    peak_pool_rss_mib: float | None = None
+    log: str = ""
+
+    def error_classes(self) -> Counter[str]:
+        return Counter(
+            (dict(m.headers() or ()).get("offtake.error.class") or b"").decode() for m in self.dead
+        )
+
+
+class PoolRss(Sampler):
+    """Samples the peak RSS (VmHWM) of a worker's function pool processes (its children
+    started by multiprocessing's spawn) every 50 ms, while they come and go."""
+
+    every = 0.05
+
+    def __init__(self, parent: int) -> None:
+        super().__init__()
+        self.parent = parent
+        self.peak = 0.0
+
+    def _children(self) -> Iterator[int]:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                stat = (entry / "stat").read_text()
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])
+                if ppid == self.parent and b"spawn_main" in (entry / "cmdline").read_bytes():
+                    yield int(entry.name)
+
+    def sample(self) -> None:
+        for pid in self._children():
+            with contextlib.suppress(OSError, KeyError, ValueError):
+                self.peak = max(self.peak, rss_mib(pid)[1])
 
 
 def settled_without_stall(
@@ -711,40 +814,253 @@ def settled_without_stall(
     values: list[bytes],
     *,
     fmt: str = "json",
-    processor: str | None = None,
+    source: Mapping[str, Any] | None = None,
+    processor: str | Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
     out_config: Mapping[str, str] | None = None,
     timeout: float = 180,
-) -> tuple[int, int, float]:
-    """Run one worker over ``values`` with errors.policy dlq; return (records delivered,
-    records dead-lettered, seconds until the group committed everything). Fails if the
-    partition stalls (nothing committed to the end within ``timeout``)."""
+) -> Settled:
+    """Run one worker over ``values`` with errors.policy dlq (one retry) and return what came
+    out. Fails if the partition stalls (nothing committed to the end within ``timeout``)."""
     src = new_topic(bed, f"{name}-in", 2)
     out = new_topic(bed, f"{name}-out", 2, out_config)
     dlq = new_topic(bed, f"{name}-dlq", 1)
     produce_raw(bed.bootstrap, src, values)
     group = f"chaos-{name}-{uuid.uuid4().hex[:8]}"
-    spec: dict[str, Any] = {
-        "errors": {
-            "policy": "dlq",
-            "maxRetries": 1,
-            "retryBackoffSeconds": 0.05,
-            "dlq": {"topic": dlq},
-        },
-    }
+    spec: dict[str, Any] = {"errors": dead_lettering(dlq, retries=1, backoff=0.05)}
     if processor:
-        spec["processor"] = {"function": processor}
+        spec["processor"] = {"function": processor} if isinstance(processor, str) else processor
     doc = manifest(name, bed.bootstrap, [src], sink={"kafka": {"topic": out}}, group=group, **spec)
-    doc["spec"]["source"]["format"] = fmt
+    doc["spec"]["source"].update({"format": fmt, **(source or {})})
     path = write_manifest(workdir / f"{name}.yaml", doc)
-    worker = WorkerProcess(path, workdir / f"{name}.log").start()
-    with running([worker]), ProgressMonitor(bed.bootstrap, group, src, 2) as monitor:
+    worker = WorkerProcess(path, workdir / f"{name}.log", env=dict(env or {})).start()
+    assert worker.proc is not None
+    with (
+        running([worker]),
+        ProgressMonitor(bed.bootstrap, group, src, 2) as monitor,
+        PoolRss(worker.proc.pid) as pool,
+    ):
         took = monitor.wait_for(len(values), timeout, _all_alive([worker]))
         assert worker.terminate() == 0, worker.output()[-3000:]
     ends = end_offsets(bed.bootstrap, src, 2)
     assert sum(ends.values()) == len(values)
-    delivered = len(read_topic(bed.bootstrap, out, timeout=120))
-    dead = len(read_topic(bed.bootstrap, dlq, timeout=120))
-    return delivered, dead, took
+    return Settled(
+        read_topic(bed.bootstrap, out, timeout=120),
+        read_topic(bed.bootstrap, dlq, timeout=120),
+        took,
+        pool.peak or None,
+        worker.output(),
+    )
+
+
+def _bad_input(
+    scenario: str, faults: str, count: int, settled: Settled, failing: int, *notes: str
+) -> Outcome:
+    """The row of a bad-input scenario: records neither delivered nor dead-lettered are lost."""
+    delivered, dead = len(settled.delivered), len(settled.dead)
+    return Outcome(
+        scenario,
+        count,
+        faults,
+        failing,
+        max(0, count - delivered - dead),
+        max(0, delivered + dead - count),
+        0,
+        settled.seconds,
+        settled.peak_pool_rss_mib,
+        notes=[
+            f"{delivered} delivered, {dead} dead-lettered, all committed in {settled.seconds:.1f}s",
+            *notes,
+        ],
+    )
+
+
+def fuzzed_format(bed: Bed, workdir: Path, fmt: str, count: int, seed: int) -> Outcome:
+    """Fuzzed payloads under source.format json | string | bytes: all settle, none stall."""
+    values = fuzzed_payloads(seed, count)
+    settled = settled_without_stall(bed, workdir, f"fuzz-{fmt}", values, fmt=fmt)
+    if fmt == "bytes":
+        assert not settled.dead, "every byte string is a valid bytes record"
+    else:
+        assert settled.dead, "the fuzz held undecodable records, none was dead-lettered"
+    return _bad_input(
+        f"5. fuzzed payloads, source.format {fmt}",
+        "random bytes, truncated JSON, bad UTF-8, empty values",
+        count,
+        settled,
+        len(settled.dead),
+    )
+
+
+def fuzzed_schema_format(
+    bed: Bed, workdir: Path, fmt: str, count: int, seed: int, registry_url: str
+) -> Outcome:
+    """Fuzzed wire-format payloads under source.format avro | protobuf | jsonschema, decoded
+    with the test bed's schema registry: every valid record delivered, the rest settle through
+    the error policy (dead letters naming the reason), no partition stalls."""
+    from .schemas import PROTOBUF_MESSAGE, order, serializer
+
+    name = f"fuzz-{fmt}-{uuid.uuid4().hex[:6]}"
+    encode = serializer(fmt, registry_url, f"{name}-schema")
+    values, valid = fuzzed_wire_payloads(seed, [encode(order(i)) for i in range(count)])
+    source: dict[str, Any] = {"schemaRegistry": {"url": registry_url}}
+    if fmt == "protobuf":
+        source["protobufMessage"] = PROTOBUF_MESSAGE
+    settled = settled_without_stall(bed, workdir, name, values, fmt=fmt, source=source)
+    # Random data behind a valid header can happen to decode: at least the valid ones arrive.
+    assert len(settled.delivered) >= valid, (len(settled.delivered), valid)
+    assert settled.dead, "the fuzz held undecodable records, none was dead-lettered"
+    reasons = Counter(
+        (dict(m.headers() or ()).get("offtake.error.reason") or b"").decode() for m in settled.dead
+    )
+    assert reasons["not-wire-format"] and reasons["unknown-schema-id"], reasons
+    return _bad_input(
+        f"5. fuzzed payloads, source.format {fmt}",
+        "random bytes, wrong magic byte, unknown schema id, truncated, random data",
+        count,
+        settled,
+        len(settled.dead),
+        "dead letters by reason: " + ", ".join(f"{r} {n}" for r, n in sorted(reasons.items())),
+    )
+
+
+def oversize_records(bed: Bed, workdir: Path, count: int) -> Outcome:
+    """Every 50th record comes out of the processor at ~2 MB for a topic limit of 100 kB."""
+    values = [json.dumps({"id": i, "big": i % 50 == 0}).encode() for i in range(count)]
+    settled = settled_without_stall(
+        bed,
+        workdir,
+        "oversize",
+        values,
+        processor="support.processors:inflate",
+        out_config={"max.message.bytes": "100000"},
+    )
+    big = len(range(0, count, 50))
+    assert len(settled.dead) == big, (len(settled.dead), big)
+    return _bad_input(
+        "5. output records larger than the topic's max.message.bytes",
+        f"{big} records of ~2 MB for a 100 kB limit",
+        count,
+        settled,
+        big,
+    )
+
+
+def failing_processor(bed: Bed, workdir: Path, count: int) -> Outcome:
+    """support.processors:misbehave raises on every 7th id, returns an unsendable object on
+    every 11th: exactly those are dead-lettered."""
+    values = [json.dumps({"id": i}).encode() for i in range(1, count + 1)]
+    settled = settled_without_stall(
+        bed, workdir, "misbehave", values, processor="support.processors:misbehave"
+    )
+    failing = sum(1 for i in range(1, count + 1) if i % 7 == 0 or i % 11 == 0)
+    assert len(settled.dead) == failing, (len(settled.dead), failing)
+    return _bad_input(
+        "5. processor raises / returns an unsendable object",
+        f"{failing} records fail in the processor or cannot be encoded",
+        count,
+        settled,
+        failing,
+    )
+
+
+def _ids(messages: list[Any]) -> Counter[int]:
+    return Counter(json.loads(m.value())["id"] for m in messages)
+
+
+def hung_processor(
+    bed: Bed, workdir: Path, count: int, hangs: int, timeout_seconds: float = 1.0
+) -> Outcome:
+    """A function that never returns on ``hangs`` records, bounded by
+    processor.timeoutSeconds: each such call is killed with its pool process (which is
+    replaced), the record retried once, then dead-lettered naming ProcessorTimeout; every
+    other record is delivered once and the partitions move on."""
+    every = count // hangs
+    hung = {i for i in range(count) if i % every == every // 2}
+    values = [json.dumps({"id": i, "hang": i in hung}).encode() for i in range(count)]
+    settled = settled_without_stall(
+        bed,
+        workdir,
+        "hang",
+        values,
+        processor={
+            "function": "support.processors:hang_on_marked",
+            "timeoutSeconds": timeout_seconds,
+            "parallelism": 2,
+        },
+    )
+    delivered, dead = _ids(settled.delivered), _ids(settled.dead)
+    assert set(dead) == hung, sorted(set(dead) ^ hung)
+    timeout_class = "offtake.processing.parallel.ProcessorTimeout"
+    assert settled.error_classes() == Counter({timeout_class: len(hung)}), settled.error_classes()
+    lost, duplicated = lost_and_duplicated(count, delivered + dead)
+    processes = len({json.loads(m.value())["pid"] for m in settled.delivered})
+    kills = sum(
+        1
+        for line in settled.log.splitlines()
+        if '"logger": "offtake.processing"' in line and "ran past" in line
+    )
+    assert kills == 2 * len(hung), (kills, len(hung))  # each: the first try and one retry
+    return Outcome(
+        "5. processor hangs (processor.timeoutSeconds)",
+        count,
+        f"{len(hung)} records whose call never returns; timeoutSeconds {timeout_seconds:g}, "
+        "1 retry",
+        len(hung),
+        lost,
+        duplicated,
+        0,
+        settled.seconds,
+        notes=[
+            f"{len(delivered)} delivered, {len(dead)} dead-lettered with offtake.error.class "
+            f"{timeout_class}, all committed in {settled.seconds:.1f}s; {kills} calls killed "
+            f"with their process and replaced; {processes} pool processes (2 at a time) "
+            "delivered records"
+        ],
+    )
+
+
+def leaking_processor(
+    bed: Bed, workdir: Path, count: int, leak_kib: int = 1024, max_memory_mib: int = 128
+) -> Outcome:
+    """A function that keeps ``leak_kib`` of every record for good, under
+    processor.maxMemoryMiB: its pool process is replaced between two calls whenever it passes
+    the bound, nothing fails, nothing is lost or repeated, and no pool process grew past the
+    bound by more than one call's leak (plus sampling slack)."""
+    values = [json.dumps({"id": i}).encode() for i in range(count)]
+    settled = settled_without_stall(
+        bed,
+        workdir,
+        "leak",
+        values,
+        processor={"function": "support.processors:leak", "maxMemoryMiB": max_memory_mib},
+        env={"OFFTAKE_TEST_LEAK_KIB": str(leak_kib)},
+    )
+    delivered = _ids(settled.delivered)
+    lost, duplicated = lost_and_duplicated(count, delivered)
+    processes = len({json.loads(m.value())["pid"] for m in settled.delivered})
+    leaked = count * leak_kib / 1024
+    assert not settled.dead, settled.error_classes()
+    assert processes >= int(leaked // max_memory_mib), (processes, leaked)
+    peak = settled.peak_pool_rss_mib
+    assert peak is not None and peak <= max_memory_mib + 2 * leak_kib / 1024 + 8, peak
+    return Outcome(
+        "5. processor leaks memory (processor.maxMemoryMiB)",
+        count,
+        f"{leak_kib} KiB kept per record ({leaked:.0f} MiB in all); maxMemoryMiB {max_memory_mib}",
+        processes - 1,
+        lost,
+        duplicated,
+        0,
+        settled.seconds,
+        peak,
+        notes=[
+            f"{len(delivered)} delivered, 0 dead-lettered, all committed in "
+            f"{settled.seconds:.1f}s; {processes} pool processes in turn (each replaced "
+            f"between two calls past {max_memory_mib} MiB); highest pool process RSS seen "
+            f"{peak:.0f} MiB"
+        ],
+    )
 
 
 # -- 6. a sidecar that crashes or stops answering ----------------------------------------------
@@ -808,12 +1124,7 @@ def sidecar_outages(
         sink={"kafka": {"topic": out}},
         group=group,
         processor={"container": {"image": "example", "port": port, "timeoutSeconds": 2}},
-        errors={
-            "policy": "dlq",
-            "maxRetries": 2,
-            "retryBackoffSeconds": 0.1,
-            "dlq": {"topic": dlq},
-        },
+        errors=dead_lettering(dlq, retries=2, backoff=0.1),
     )
     path = write_manifest(workdir / "sidecar.yaml", doc)
     sidecar = start_sidecar(port)
@@ -899,18 +1210,25 @@ class Kube(Protocol):
     ) -> subprocess.CompletedProcess[str]: ...
 
 
-def _pipeline_body(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "offtake.dev/v1alpha1",
-        "kind": "ConsumerPipeline",
-        "metadata": {"name": name},
-        "spec": {
-            "kafka": {"bootstrapServers": "kafka:9092"},
-            "source": {"topics": ["orders"]},
-            "sink": {"log": {}},
-            "replicas": 1,
-        },
-    }
+def apply_crd(kube: Kube) -> None:
+    """Apply the ConsumerPipeline CRD and wait until the API server serves it."""
+    kube.kubectl("apply", "-f", str(REPO / "crds" / "consumerpipeline.yaml"))
+    # Right after apply the CRD may have no status.conditions yet, and kubectl wait then
+    # fails at once ("accessor error") instead of waiting: ask again until it answers.
+    deadline = time.monotonic() + 90
+    while (
+        kube.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "crd/consumerpipelines.offtake.dev",
+            "--timeout=10s",
+            check=False,
+        ).returncode
+        != 0
+    ):
+        if time.monotonic() > deadline:
+            raise AssertionError("the ConsumerPipeline CRD was not established in 90 s")
+        time.sleep(1)
 
 
 def _start_operator(kube: Kube, namespace: str, log: Path) -> subprocess.Popen[bytes]:
@@ -950,7 +1268,7 @@ def operator_kills(
     Deployment at the replicas asked for) with exactly one child of each kind, and no child
     may be left without its pipeline."""
     names = [f"chaos-{i:03d}" for i in range(pipelines)]
-    docs = "\n---\n".join(json.dumps(_pipeline_body(n)) for n in names)
+    docs = "\n---\n".join(json.dumps(one_replica(n)) for n in names)
     log = workdir / "operator.log"
     operator = _start_operator(kube, namespace, log)
     began = time.monotonic()
@@ -990,12 +1308,7 @@ def operator_kills(
                 time.sleep(1.0)
         converged = time.monotonic()
     finally:
-        operator.terminate()
-        try:
-            operator.wait(30)
-        except subprocess.TimeoutExpired:
-            operator.kill()
-            operator.wait()
+        stop_process(operator)
     assert not problems, f"{len(problems)} problems after 300s, e.g. {problems[:5]}"
     duplicated, orphaned = _duplicates_and_orphans(kube, namespace)
     return Outcome(

@@ -24,6 +24,14 @@ def minimal(name: str = "p") -> dict[str, Any]:
     }
 
 
+def one_replica(name: str) -> dict[str, Any]:
+    """``minimal`` with ``replicas: 1``: a pipeline the operator scales (its e2e and chaos
+    tests apply hundreds of them)."""
+    doc = minimal(name)
+    doc["spec"]["replicas"] = 1
+    return doc
+
+
 def _with(spec_changes: dict[str, Any], name: str = "p") -> dict[str, Any]:
     doc = minimal(name)
     doc["spec"].update(copy.deepcopy(spec_changes))

@@ -133,3 +133,34 @@ def saturated(record: Record) -> Any:
 def with_pid(record: Record) -> Any:
     """The record with the id of the process that handled it (processor.parallelism)."""
     return {**record.value, "pid": os.getpid()}
+
+
+def hang_on_marked(record: Record) -> Any:
+    """Never returns on records marked ``hang`` (processor.timeoutSeconds must end the call);
+    the others come back with the id of the process that handled them."""
+    if isinstance(record.value, dict) and record.value.get("hang"):
+        while True:  # a hung call: no exception, no return, in a loop a thread cannot leave
+            time.sleep(3600)
+    return {**record.value, "pid": os.getpid()}
+
+
+def hang_on_marked_batch(records: list[Record]) -> list[Any]:
+    """``hang_on_marked`` for ``processor.batch: true``: a batch holding a marked record hangs."""
+    return [hang_on_marked(r) for r in records]
+
+
+def die_on_marked(record: Record) -> Any:
+    """Ends its own process abruptly on records marked ``die`` (a crash in native code)."""
+    if isinstance(record.value, dict) and record.value.get("die"):
+        os._exit(3)
+    return {**record.value, "pid": os.getpid()}
+
+
+_LEAKED: list[bytes] = []
+
+
+def leak(record: Record) -> Any:
+    """Keeps $OFFTAKE_TEST_LEAK_KIB KiB (default 512) of every record it sees, for good: a
+    leak. Returns the record with the id of the process that handled it."""
+    _LEAKED.append(os.urandom(1024 * int(os.environ.get("OFFTAKE_TEST_LEAK_KIB", "512"))))
+    return {**record.value, "pid": os.getpid()}

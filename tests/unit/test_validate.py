@@ -56,6 +56,31 @@ def test_validate_says_ok_for_a_good_manifest(tmp_path: Path) -> None:
     assert result.stdout.strip().endswith("ok (pipeline default/p, sink log)")
 
 
+def test_validate_says_where_the_function_runs_and_what_bounds_a_call(tmp_path: Path) -> None:
+    doc = minimal()
+    doc["spec"]["processor"] = {"function": "offtake_examples.enrich:handle"}
+    default = validate(tmp_path, doc)
+    assert default.returncode == 0, default.stderr
+    assert "runs in the worker's thread: no timeoutSeconds" in default.stdout, default.stdout
+    doc["spec"]["processor"].update(timeoutSeconds=2.5, maxMemoryMiB=256, parallelism=3)
+    bounded = validate(tmp_path, doc)
+    assert bounded.returncode == 0, bounded.stderr
+    assert "runs in 3 pool process(es): timeoutSeconds 2.5" in bounded.stdout, bounded.stdout
+    assert "maxMemoryMiB 256" in bounded.stdout
+
+
+def test_function_bounds_without_a_function_are_refused_naming_the_field(
+    tmp_path: Path,
+) -> None:
+    doc = minimal()
+    doc["spec"]["processor"] = {"container": {"image": "x"}, "timeoutSeconds": 5}
+    result = validate(tmp_path, doc)
+    assert result.returncode == 2, result
+    assert "spec.processor.timeoutSeconds: applies to processor.function" in result.stderr
+    assert "processor.container.timeoutSeconds" in result.stderr  # the sidecar's own
+    assert "Traceback" not in result.stderr
+
+
 def test_yaml_errors_name_the_file_and_a_wrong_kind_is_named(tmp_path: Path) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("kind: ConsumerPipeline\nspec: [unclosed\n")

@@ -196,7 +196,34 @@ def _validate(path: str) -> int:
         return EXIT_CONFIG
     assert spec is not None
     print(f"{path}: ok (pipeline {spec.namespace}/{spec.name}, sink {spec.sink.kind})")
+    if (note := _function_note(spec)) is not None:
+        print(f"  {note}")
     return 0
+
+
+def _function_note(spec: PipelineSpec) -> str | None:
+    """Where processor.function will run and what bounds a call: the defaults users rely on."""
+    p = spec.processor
+    if p.function is None:
+        return None
+    if not p.in_processes:
+        return (
+            f"processor.function {p.function} runs in the worker's thread: no timeoutSeconds "
+            "(a call that hangs holds its partition) and no maxMemoryMiB (a leak ends with the "
+            "pod's memory limit; the restarted worker resumes from its last commit)"
+        )
+    bounds = [
+        f"timeoutSeconds {p.timeout_seconds:g} (a call past it is killed: that record's error)"
+        if p.timeout_seconds is not None
+        else "no timeoutSeconds",
+        f"maxMemoryMiB {p.max_memory_mib} (a process past it is replaced between calls)"
+        if p.max_memory_mib is not None
+        else "no maxMemoryMiB",
+    ]
+    return (
+        f"processor.function {p.function} runs in {p.parallelism} pool process(es): "
+        + ", ".join(bounds)
+    )
 
 
 def _processor_function(doc: Mapping[str, Any]) -> str | None:

@@ -317,6 +317,16 @@ def _processor(f: Fields | None, *, inject: bool = False) -> ProcessorSpec:
     parallelism = f.integer("parallelism", 1, minimum=1, maximum=64)
     if parallelism > 1 and function is None:
         raise ConfigError(f.at("parallelism"), "applies to processor.function, which is not set")
+    # No default: without them the function runs in the worker's thread, the fast path.
+    unset = -1  # a default the bounds refuse, so it can only mean "not written"
+    timeout: float | None = f.number("timeoutSeconds", unset, minimum=0.1)
+    memory: int | None = f.integer("maxMemoryMiB", unset, minimum=32)
+    timeout = None if timeout == unset else timeout
+    memory = None if memory == unset else memory
+    for key, value in (("timeoutSeconds", timeout), ("maxMemoryMiB", memory)):
+        if value is not None and function is None:
+            where = " (a sidecar's is processor.container.timeoutSeconds)" if container else ""
+            raise ConfigError(f.at(key), f"applies to processor.function, which is not set{where}")
     if inject and container is None:
         raise ConfigError(
             f.at("container"),
@@ -324,7 +334,12 @@ def _processor(f: Fields | None, *, inject: bool = False) -> ProcessorSpec:
         )
     f.done()
     return ProcessorSpec(
-        function=function, container=container, batch=batch, parallelism=parallelism
+        function=function,
+        container=container,
+        batch=batch,
+        parallelism=parallelism,
+        timeout_seconds=timeout,
+        max_memory_mib=memory,
     )
 
 

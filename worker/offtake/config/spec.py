@@ -106,6 +106,20 @@ class ProcessorSpec:
     batch: bool = False
     # Processes running the function (CPU-bound code); order and commits as with one.
     parallelism: int = 1
+    # Set either, and the function runs in pool processes (processing/parallel.py): a call
+    # past the timeout is killed (that record's error), a process past the memory is replaced.
+    # Unset (the default): the function runs in the worker's thread, no timeout, no recycling.
+    timeout_seconds: float | None = None
+    max_memory_mib: int | None = None
+
+    @property
+    def in_processes(self) -> bool:
+        """Whether the function runs in pool processes rather than the worker's thread."""
+        return self.function is not None and (
+            self.parallelism > 1
+            or self.timeout_seconds is not None
+            or self.max_memory_mib is not None
+        )
 
 
 SinkFormat = Literal["json", "avro", "protobuf", "jsonschema"]

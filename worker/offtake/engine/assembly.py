@@ -133,11 +133,12 @@ SIDECAR_FORMATS = ("json", "string", "bytes")
 
 
 def make_processor(spec: PipelineSpec) -> Processor:
-    if spec.processor.function is not None and spec.processor.parallelism > 1:
-        from offtake.processing.parallel import ParallelFunctionProcessor
+    p = spec.processor
+    if p.function is not None and p.in_processes:
+        from offtake.processing.parallel import FunctionPoolProcessor
 
-        return ParallelFunctionProcessor(
-            spec.processor.function, spec.processor.parallelism, spec.processor.batch
+        return FunctionPoolProcessor(
+            p.function, p.parallelism, p.batch, p.timeout_seconds, p.max_memory_mib
         )
     if spec.processor.function is not None and spec.processor.batch:
         return BatchFunctionProcessor(load_function(spec.processor.function))

@@ -50,6 +50,11 @@ class Backpressure(Exception):
         super().__init__(reason or f"downstream saturated: retry after {retry_after:g}s")
         self.retry_after = float(retry_after)
 
+    def __reduce__(self) -> tuple[type[Backpressure], tuple[float, str]]:
+        # Pickled from a pool process (processing/parallel.py) with both arguments: the
+        # default would call Backpressure(message) and take the message for retry_after.
+        return (Backpressure, (self.retry_after, str(self)))
+
 
 class ProcessorUnavailable(Exception):
     """The processor could not be reached; the batch is retried, no record is charged."""

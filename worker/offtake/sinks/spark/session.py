@@ -159,16 +159,7 @@ def create_session(cfg: SessionConfig) -> Any:
     from pyspark.sql import SparkSession
 
     if cfg.remote:
-        assert cfg.connect_url is not None
-        log.info("connecting to Spark Connect at %s", cfg.connect_url)
-        builder = SparkSession.builder.remote(cfg.connect_url)
-        # A Connect client passes runtime SQL conf only; static conf belongs to the server.
-        for key, value in cfg.conf.items():
-            if key.startswith("spark.sql.") and key not in DELTA_CONF:
-                builder = builder.config(key, value)
-        session = builder.getOrCreate()
-        _short_connect_backoff(session)
-        return session
+        return _connect_session(cfg)
     builder = SparkSession.builder.master(cfg.master).appName(cfg.app_name)
     if cfg.packages:
         builder = builder.config("spark.jars.packages", ",".join(cfg.packages))
@@ -178,10 +169,38 @@ def create_session(cfg: SessionConfig) -> Any:
     return builder.getOrCreate()
 
 
+def _connect_session(cfg: SessionConfig) -> Any:
+    """A Spark Connect session whose channel and client retry every few seconds at most."""
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    assert cfg.connect_url is not None
+    log.info("connecting to Spark Connect at %s", cfg.connect_url)
+    channel = DefaultChannelBuilder(cfg.connect_url, channelOptions=CONNECT_CHANNEL_OPTIONS)
+    builder = ConnectSession.builder.channelBuilder(channel)
+    # A Connect client passes runtime SQL conf only; static conf belongs to the server.
+    for key, value in cfg.conf.items():
+        if key.startswith("spark.sql.") and key not in DELTA_CONF:
+            builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    _short_connect_backoff(session)
+    return session
+
+
 # The Connect client's own retries of an unreachable server back off up to 60 s by default
 # (15 tries, x4 each): a server back after 10 s was reached only ~70 s after it died. The sink
 # waits out outages itself (sink.py), so the client gives up sooner and tries every few seconds.
 CONNECT_MAX_BACKOFF_MS = 5000
+# gRPC's own reconnect backoff (initial 1 s, x1.6 per failed connect, up to 120 s): after a
+# minute of a dead server the channel waited ~45 s more before it tried the restarted one,
+# failing every call at once meanwhile ("failed to connect to all addresses"). Measured: a
+# server SIGKILLed for 60 s was reached 46.8 s after it listened again; with these, within
+# one backoff of a few seconds (docs/reliability.md, scenario 3).
+CONNECT_CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 500),
+    ("grpc.min_reconnect_backoff_ms", 500),
+    ("grpc.max_reconnect_backoff_ms", CONNECT_MAX_BACKOFF_MS),
+]
 
 
 def _short_connect_backoff(session: Any) -> None:

@@ -255,8 +255,12 @@ class SparkSink(Sink):
                 self._finished.extend((b, e) for b, e in outcomes if not b.abandoned)
                 self._cond.notify_all()
 
+    def _session_gone(self) -> bool:
+        """Our Connect session was closed by its client: the server no longer knows it."""
+        return self._owns_session and bool(getattr(self._session, "is_stopped", False))
+
     def _ensure_session(self) -> Any:
-        if self._owns_session and getattr(self._session, "is_stopped", False):
+        if self._session_gone():
             # A Spark Connect client closes its session when the server no longer knows it
             # (the server restarted); every call then fails with NO_ACTIVE_SESSION. Start anew.
             log.warning("the Spark Connect session was closed; opening a new one")
@@ -331,6 +335,10 @@ class SparkSink(Sink):
                     attempt -= 1  # an outage is no fault of the batch: the attempt is not spent
                     outage += 1
                     delay = min(UNAVAILABLE_BACKOFF_CAP, self.backoff * 2 ** (outage - 1))
+                    if self._session_gone():
+                        # The server answered: it is back, and forgot the session after a
+                        # restart. Nothing to wait out: a new session and the batch, at once.
+                        delay = 0.0
                     self.metrics.spark_jobs.labels("retry").inc()
                     log.warning(
                         "%s: the sink is unavailable (try %d), retrying in %.1fs: %s",
