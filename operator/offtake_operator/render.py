@@ -481,6 +481,7 @@ def render_redrive_job(
         "metadata": metadata,
         "spec": {
             "backoffLimit": 4,
+            "ttlSecondsAfterFinished": names.REDRIVE_JOB_TTL_SECONDS,
             "template": {
                 "metadata": {
                     "labels": pod_labels,

@@ -217,6 +217,7 @@ def test_redrive_replays_dead_letters_through_the_pipeline_once(
         assert {"RedriveStarted", "RedriveCompleted"} <= reasons
         job_obj = get(kubectl, "job", job, "-n", ns)
         assert job_obj["metadata"]["ownerReferences"][0]["name"] == "rd"
+        assert job_obj["spec"]["ttlSecondsAfterFinished"] == names.REDRIVE_JOB_TTL_SECONDS
         # Resyncs (every 3 s) do not run it again: one Job, one pod.
         time.sleep(7)
         assert get(kubectl, "job", job, "-n", ns)["metadata"]["uid"] == job_obj["metadata"]["uid"]
