@@ -30,96 +30,103 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 RI = "$__rate_interval"
 
 
-def q(expr: str, legend: str = "") -> dict[str, str]:
+Query = dict[str, str]
+#: (panel title, type, unit, description, queries)
+Panel = tuple[str, str, str, str, list[Query]]
+
+
+def q(expr: str, legend: str = "") -> Query:
     return {"expr": expr, "legendFormat": legend}
 
 
-def quantiles(series: str) -> list[dict[str, str]]:
+def per(label: str, metric: str, over: str = "rate") -> Query:
+    """A counter's ``over`` (rate or increase) summed by ``label``, one series per value."""
+    return q(f"sum by ({label}) ({over}({metric}{{{SEL}}}[{RI}]))", f"{{{{{label}}}}}")
+
+
+def per_partition(gauge: str) -> Query:
+    return q(f"max by (topic, partition) ({gauge}{{{SEL}}})", "{{topic}}[{{partition}}]")
+
+
+def per_worker(gauge: str) -> Query:
+    return q(f"sum by (instance) ({gauge}{{{SEL}}})", "{{instance}}")
+
+
+def quantiles(series: str, ps: tuple[float, ...] = (0.5, 0.99)) -> list[Query]:
     return [
         q(
             f"histogram_quantile({p}, sum by (le) (rate({series}_bucket{{{SEL}}}[{RI}])))",
             f"p{int(p * 100)}",
         )
-        for p in (0.5, 0.99)
+        for p in ps
     ]
 
 
-# (row title, [(panel title, type, unit, description, [queries])])
-ROWS: list[tuple[str, list[tuple[str, str, str, str, list[dict[str, str]]]]]] = [
+def stat(title: str, unit: str, description: str, *queries: Query) -> Panel:
+    return (title, "stat", unit, description, list(queries))
+
+
+def graph(title: str, unit: str, description: str, *queries: Query) -> Panel:
+    return (title, "timeseries", unit, description, list(queries))
+
+
+ROWS: list[tuple[str, list[Panel]]] = [
     (
         "Overview",
         [
-            (
+            stat(
                 "Workers up",
-                "stat",
                 "short",
                 "Scrape targets of this pipeline that answer.",
-                [q(f'sum(up{{job="offtake", {SEL}}})')],
+                q(f'sum(up{{job="offtake", {SEL}}})'),
             ),
-            (
+            stat(
                 "Consumed",
-                "stat",
                 "ops",
                 "Records consumed per second, all topics.",
-                [q(f"sum(rate(offtake_messages_consumed_total{{{SEL}}}[{RI}]))")],
+                q(f"sum(rate(offtake_messages_consumed_total{{{SEL}}}[{RI}]))"),
             ),
-            (
+            stat(
                 "Lag",
-                "stat",
                 "short",
                 "Log-end minus committed offset, summed over partitions.",
-                [q(f"sum(max by (topic, partition) (offtake_consumer_lag_messages{{{SEL}}}))")],
+                q(f"sum(max by (topic, partition) (offtake_consumer_lag_messages{{{SEL}}}))"),
             ),
-            (
+            stat(
                 "Oldest uncommitted record",
-                "stat",
                 "s",
                 "Age of the oldest record not yet committed, worst partition.",
-                [q(f"max(offtake_consumer_lag_seconds{{{SEL}}})")],
+                q(f"max(offtake_consumer_lag_seconds{{{SEL}}})"),
             ),
-            (
+            stat(
                 "Assigned partitions",
-                "stat",
                 "short",
                 "Partitions assigned across workers.",
-                [q(f"sum(offtake_assigned_partitions{{{SEL}}})")],
+                q(f"sum(offtake_assigned_partitions{{{SEL}}})"),
             ),
-            (
+            stat(
                 "Version",
-                "stat",
                 "short",
                 "Offtake versions running (count of workers).",
-                [q(f"count by (version) (offtake_build_info{{{SEL}}})", "{{version}}")],
+                q(f"count by (version) (offtake_build_info{{{SEL}}})", "{{version}}"),
             ),
         ],
     ),
     (
         "Throughput",
         [
-            (
+            graph(
                 "Consumed by topic",
-                "timeseries",
                 "ops",
                 "Records consumed from Kafka per second.",
-                [
-                    q(
-                        f"sum by (topic) (rate(offtake_messages_consumed_total{{{SEL}}}[{RI}]))",
-                        "{{topic}}",
-                    )
-                ],
+                per("topic", "offtake_messages_consumed_total"),
             ),
-            (
+            graph(
                 "Processed by outcome",
-                "timeseries",
                 "ops",
                 "Records done per second: delivered, dropped by the processor, or handled by the "
                 "error policy (dlq, skipped, failed).",
-                [
-                    q(
-                        f"sum by (outcome) (rate(offtake_messages_processed_total{{{SEL}}}[{RI}]))",
-                        "{{outcome}}",
-                    )
-                ],
+                per("outcome", "offtake_messages_processed_total"),
             ),
         ],
     ),
@@ -128,245 +135,175 @@ ROWS: list[tuple[str, list[tuple[str, str, str, str, list[dict[str, str]]]]]] = 
         # "SLOs"); empty for a pipeline without SLOs.
         "SLO",
         [
-            (
+            graph(
                 "Lag seconds against the objective",
-                "timeseries",
                 "s",
                 "Age of the oldest uncommitted record (worst partition)"
                 " and spec.slo.maxLagSeconds.",
-                [
-                    q(f"max(offtake_consumer_lag_seconds{{{SEL}}})", "lag"),
-                    q(f"max(offtake:slo_objective_lag_seconds{{{SEL}}})", "objective"),
-                ],
+                q(f"max(offtake_consumer_lag_seconds{{{SEL}}})", "lag"),
+                q(f"max(offtake:slo_objective_lag_seconds{{{SEL}}})", "objective"),
             ),
-            (
+            stat(
                 "Error budget left (30 days)",
-                "stat",
                 "percentunit",
                 "1 - (error ratio over 30 days / spec.slo.maxErrorRatio); error: a record that "
                 "ended in the DLQ, was skipped or failed. Below 0: the budget is spent.",
-                [
-                    q(
-                        f"1 - max(offtake:slo_error_ratio:rate30d{{{SEL}}})"
-                        f" / max(offtake:slo_objective_error_ratio{{{SEL}}})"
-                    )
-                ],
+                q(
+                    f"1 - max(offtake:slo_error_ratio:rate30d{{{SEL}}})"
+                    f" / max(offtake:slo_objective_error_ratio{{{SEL}}})"
+                ),
             ),
-            (
+            graph(
                 "Workers against partitions",
-                "timeseries",
                 "short",
                 "Workers running (an autoscaler moves them) and the partitions they share: "
                 "workers beyond the partition count sit idle.",
-                [
-                    q(f"count(offtake_build_info{{{SEL}}})", "workers"),
-                    q(f"sum(offtake_assigned_partitions{{{SEL}}})", "partitions"),
-                ],
+                q(f"count(offtake_build_info{{{SEL}}})", "workers"),
+                q(f"sum(offtake_assigned_partitions{{{SEL}}})", "partitions"),
             ),
         ],
     ),
     (
         "Lag",
         [
-            (
+            graph(
                 "Lag (messages) by partition",
-                "timeseries",
                 "short",
                 "Log-end offset minus committed offset of each assigned partition.",
-                [
-                    q(
-                        f"max by (topic, partition) (offtake_consumer_lag_messages{{{SEL}}})",
-                        "{{topic}}[{{partition}}]",
-                    )
-                ],
+                per_partition("offtake_consumer_lag_messages"),
             ),
-            (
+            graph(
                 "Lag (seconds) by partition",
-                "timeseries",
                 "s",
                 "Age of the oldest record not yet committed, from record timestamps.",
-                [
-                    q(
-                        f"max by (topic, partition) (offtake_consumer_lag_seconds{{{SEL}}})",
-                        "{{topic}}[{{partition}}]",
-                    )
-                ],
+                per_partition("offtake_consumer_lag_seconds"),
             ),
         ],
     ),
     (
         "Flow control",
         [
-            (
+            graph(
                 "Backpressure (fraction of time)",
-                "timeseries",
                 "percentunit",
                 "Fraction of time each worker had its partitions paused because in-flight work "
                 "reached its bound.",
-                [
-                    q(
-                        "sum by (instance) "
-                        f"(rate(offtake_backpressure_seconds_total{{{SEL}}}[{RI}]))",
-                        "{{instance}}",
-                    )
-                ],
+                per("instance", "offtake_backpressure_seconds_total"),
             ),
-            (
+            graph(
                 "Time in state",
-                "timeseries",
                 "percentunit",
                 "Average fraction of time the workers spend busy, idle or in backpressure.",
-                [
-                    q(
-                        f"avg by (state) (rate(offtake_state_seconds_total{{{SEL}}}[{RI}]))",
-                        "{{state}}",
-                    )
-                ],
+                q(
+                    f"avg by (state) (rate(offtake_state_seconds_total{{{SEL}}}[{RI}]))",
+                    "{{state}}",
+                ),
             ),
-            (
+            graph(
                 "In-flight messages",
-                "timeseries",
                 "short",
                 "Records consumed and not yet committed, per worker.",
-                [q(f"sum by (instance) (offtake_inflight_messages{{{SEL}}})", "{{instance}}")],
+                per_worker("offtake_inflight_messages"),
             ),
-            (
+            graph(
                 "In-flight bytes",
-                "timeseries",
                 "bytes",
                 "Bytes of records consumed and not yet committed, per worker.",
-                [q(f"sum by (instance) (offtake_inflight_bytes{{{SEL}}})", "{{instance}}")],
+                per_worker("offtake_inflight_bytes"),
             ),
-            (
+            graph(
                 "Paused and assigned partitions",
-                "timeseries",
                 "short",
                 "Partitions paused for backpressure, against partitions assigned.",
-                [
-                    q(f"sum(offtake_paused_partitions{{{SEL}}})", "paused"),
-                    q(f"sum(offtake_assigned_partitions{{{SEL}}})", "assigned"),
-                ],
+                q(f"sum(offtake_paused_partitions{{{SEL}}})", "paused"),
+                q(f"sum(offtake_assigned_partitions{{{SEL}}})", "assigned"),
             ),
         ],
     ),
     (
         "Commits and group",
         [
-            (
+            graph(
                 "Commit rate",
-                "timeseries",
                 "ops",
                 "Offset commits per second, by result.",
-                [q(f"sum by (result) (rate(offtake_commits_total{{{SEL}}}[{RI}]))", "{{result}}")],
+                per("result", "offtake_commits_total"),
             ),
-            (
+            graph(
                 "Commit latency",
-                "timeseries",
                 "s",
                 "Time from issuing a commit until the broker acknowledged it.",
-                quantiles("offtake_commit_duration_seconds"),
+                *quantiles("offtake_commit_duration_seconds"),
             ),
-            (
+            graph(
                 "Rebalances",
-                "timeseries",
                 "short",
                 "Rebalance events per interval: partitions assigned, revoked, or lost.",
-                [
-                    q(
-                        f"sum by (kind) (increase(offtake_rebalances_total{{{SEL}}}[{RI}]))",
-                        "{{kind}}",
-                    )
-                ],
+                per("kind", "offtake_rebalances_total", over="increase"),
             ),
         ],
     ),
     (
         "Errors",
         [
-            (
+            graph(
                 "Dead-lettered",
-                "timeseries",
                 "ops",
                 "Records routed to the dead-letter topic per second, by source topic.",
-                [
-                    q(
-                        f"sum by (topic) (rate(offtake_dlq_messages_total{{{SEL}}}[{RI}]))",
-                        "{{topic}}",
-                    )
-                ],
+                per("topic", "offtake_dlq_messages_total"),
             ),
-            (
+            graph(
                 "Errors by stage",
-                "timeseries",
                 "ops",
                 "Errors per second by stage (each attempt counted), and retries.",
-                [
-                    q(f"sum by (stage) (rate(offtake_errors_total{{{SEL}}}[{RI}]))", "{{stage}}"),
-                    q(f"sum(rate(offtake_retries_total{{{SEL}}}[{RI}]))", "retries"),
-                ],
+                per("stage", "offtake_errors_total"),
+                q(f"sum(rate(offtake_retries_total{{{SEL}}}[{RI}]))", "retries"),
             ),
         ],
     ),
     (
         "Latency",
         [
-            (
+            graph(
                 "Processing latency",
-                "timeseries",
                 "s",
                 "Time to process one batch of records.",
-                quantiles("offtake_processing_duration_seconds"),
+                *quantiles("offtake_processing_duration_seconds"),
             ),
-            (
+            graph(
                 "Sink latency",
-                "timeseries",
                 "s",
                 "Time from submitting a record to the sink until the sink confirmed it.",
-                quantiles("offtake_sink_duration_seconds"),
+                *quantiles("offtake_sink_duration_seconds"),
             ),
         ],
     ),
     (
         "Spark jobs",
         [
-            (
+            graph(
                 "Spark jobs",
-                "timeseries",
                 "short",
                 "Spark batch jobs per interval, by result.",
-                [
-                    q(
-                        f"sum by (result) (increase(offtake_spark_jobs_total{{{SEL}}}[{RI}]))",
-                        "{{result}}",
-                    )
-                ],
+                per("result", "offtake_spark_jobs_total", over="increase"),
             ),
-            (
+            graph(
                 "Spark job duration",
-                "timeseries",
                 "s",
                 "Duration of Spark batch jobs.",
-                quantiles("offtake_spark_job_duration_seconds"),
+                *quantiles("offtake_spark_job_duration_seconds"),
             ),
-            (
+            graph(
                 "Records per Spark batch",
-                "timeseries",
                 "short",
                 "Median records per batch.",
-                [
-                    q(
-                        "histogram_quantile(0.5, sum by (le) "
-                        f"(rate(offtake_spark_batch_records_bucket{{{SEL}}}[{RI}])))",
-                        "p50",
-                    )
-                ],
+                *quantiles("offtake_spark_batch_records", ps=(0.5,)),
             ),
-            (
+            stat(
                 "Since last successful Spark batch",
-                "stat",
                 "s",
                 "Seconds since the most recent successful Spark batch of any worker.",
-                [q(f"time() - max(offtake_spark_last_success_timestamp_seconds{{{SEL}}} > 0)")],
+                q(f"time() - max(offtake_spark_last_success_timestamp_seconds{{{SEL}}} > 0)"),
             ),
         ],
     ),
@@ -413,7 +350,7 @@ def _panel(
     kind: str,
     unit: str,
     desc: str,
-    queries: list[dict[str, str]],
+    queries: list[Query],
     pos: dict[str, int],
 ) -> dict[str, Any]:
     panel: dict[str, Any] = {

@@ -36,6 +36,11 @@ SCHEMA_REGISTRY_SECRETS_DIR = f"{CONFIG_DIR}/schema-registry-secrets"
 REDRIVE_ID_ANNOTATION = f"{GROUP}/redrive-id"
 #: The label of a redrive Job's pods (not PIPELINE_LABEL: they are not workers).
 REDRIVE_LABEL = f"{GROUP}/redrive"
+#: A finished redrive Job (and its pods, with their logs) is kept this long, then the Job
+#: controller deletes it. Long enough to read a failure; the status keeps the totals. A failed
+#: Job deleted this way is created again for the same id while it is pending (a daily retry
+#: that resumes from the redrive group's commits).
+REDRIVE_JOB_TTL_SECONDS = 24 * 3600
 
 WORKER_CONTAINER = "worker"
 REDRIVE_CONTAINER = "redrive"

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from offtake.config import PipelineSpec, RedriveRequest
+from offtake.config import OPERATOR_ONLY_FIELDS, PipelineSpec, RedriveRequest
 from offtake.sinks.spark import kubernetes as spark_k8s
 
 from . import names
@@ -28,18 +28,7 @@ JSON = dict[str, Any]
 #: Spec fields that shape the Deployment rather than the worker's behaviour. They stay out of
 #: the worker's pipeline.yaml so that, e.g., scaling or pausing does not change the config
 #: checksum and roll every pod.
-DEPLOYMENT_ONLY_FIELDS = (
-    "replicas",
-    "paused",
-    "rewind",
-    "redrive",
-    "autoscaling",
-    "template",
-    "resources",
-    "image",
-    "serviceMonitor",
-    "slo",
-)
+DEPLOYMENT_ONLY_FIELDS = ("replicas", "paused", *OPERATOR_ONLY_FIELDS)
 
 LAG_METRIC = "offtake_consumer_lag_messages"
 #: The age of the oldest uncommitted record, per partition (worker/offtake/metrics.py).
@@ -481,6 +470,7 @@ def render_redrive_job(
         "metadata": metadata,
         "spec": {
             "backoffLimit": 4,
+            "ttlSecondsAfterFinished": names.REDRIVE_JOB_TTL_SECONDS,
             "template": {
                 "metadata": {
                     "labels": pod_labels,

@@ -447,7 +447,7 @@ class KafkaBroker(Service):
             self._port = self._requested_port or _free_port()
             self._controller_port = _free_port(exclude=self._port)
             self._prepare_secured_listeners()
-            self._write_config()
+            _write_server_config(self.workdir, self._server_properties())
             self._format_storage(java, libs)
             self._launch(java, libs)
             self._wait_until_ready()
@@ -486,14 +486,7 @@ class KafkaBroker(Service):
         timeout: float = 30.0,
     ) -> None:
         """Create ``name`` and return once every partition has a leader."""
-        topic = NewTopic(
-            name, num_partitions=partitions, replication_factor=1, config=dict(config or {})
-        )
-        futures = self.admin().create_topics([topic], operation_timeout=timeout)
-        try:
-            futures[name].result(timeout=timeout)
-        except KafkaException as exc:
-            raise KafkaTestbedError(f"could not create topic {name!r}: {exc}") from exc
+        _create_topic(self.admin(), name, partitions, 1, config, timeout)
         self._wait_for(
             lambda md: _topic_ready(md, name, partitions),
             timeout,
@@ -602,69 +595,17 @@ class KafkaBroker(Service):
             props[f"{mtls}.ssl.truststore.certificates"] = self._ca.cert_pem
         return props
 
-    def _write_config(self) -> None:
-        lines = [
-            f"{key}={_escape_property(value)}" for key, value in self._server_properties().items()
-        ]
-        (self.workdir / "server.properties").write_text("\n".join(lines) + "\n")
-        (self.workdir / "log4j2.properties").write_text(_LOG4J2_PROPERTIES)
-
-    def _jvm_args(self, java: str, libs: Path, main_class: str, *, tool: bool = False) -> list[str]:
-        if tool:
-            # A one-second tool: skip the optimising compiler and G1 setup (~30% faster).
-            memory = ["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
-        else:
-            memory = [f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"]
-        return [
-            java,
-            *memory,
-            "-XX:+ExitOnOutOfMemoryError",
-            "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
-            f"-Dkafka.logs.dir={self.workdir}",
-            "-cp",
-            f"{libs}/*",  # expanded by the JVM itself, not by a shell
-            main_class,
-        ]
-
     def _format_storage(self, java: str, libs: Path) -> None:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        command = [
-            *self._jvm_args(java, libs, "kafka.tools.StorageTool", tool=True),
-            "format",
-            # One argument with "=": a random id may start with "-", and as a separate argument
-            # it would be taken for an option (about one start in 64 failed that way).
-            f"--cluster-id={cluster_id}",
-            f"--config={self.workdir / 'server.properties'}",
-            # SCRAM credentials as bootstrap metadata records: KRaft has them from the first
-            # moment, with no kafka-configs call (and no wait for it) after the start.
-            *(
-                f"--add-scram=SCRAM-SHA-512=[name={name},password={password}]"
-                for name, password in self.scram_users.items()
-            ),
+        # SCRAM credentials as bootstrap metadata records: KRaft has them from the first
+        # moment, with no kafka-configs call (and no wait for it) after the start.
+        scram = [
+            f"--add-scram=SCRAM-SHA-512=[name={name},password={password}]"
+            for name, password in self.scram_users.items()
         ]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-        if done.returncode != 0:
-            raise KafkaTestbedError(
-                f"formatting the KRaft storage failed (exit {done.returncode}):\n"
-                + _tail_text(done.stdout + done.stderr, 30)
-            )
+        _format_storage(java, libs, self.workdir, new_cluster_id(), "the KRaft storage", scram)
 
     def _launch(self, java: str, libs: Path) -> None:
-        command = [
-            *self._jvm_args(java, libs, "kafka.Kafka"),
-            str(self.workdir / "server.properties"),
-        ]
-        with (self.workdir / "stdout.log").open("wb") as out:
-            self._process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                # Own session: a terminal Ctrl-C reaches Python, which then stops it in order.
-                start_new_session=True,
-                preexec_fn=_die_with_parent_fn(),
-            )
+        self._process = _launch_broker(java, libs, self.workdir, self.heap, initial_heap="128m")
         atexit.register(self._kill_at_exit)
 
     def _wait_until_ready(self) -> None:
@@ -734,13 +675,7 @@ class KafkaBroker(Service):
 
     def log_tail(self, lines: int = 40) -> str:
         """The last lines of the JVM's console output and of the broker log, for error reports."""
-        parts = []
-        for name in ("stdout.log", "server.log"):
-            path = self.workdir / name
-            text = path.read_text(errors="replace").strip() if path.is_file() else ""
-            if text:
-                parts.append(f"--- {name} (last {lines} lines) ---\n{_tail_text(text, lines)}")
-        return "\n".join(parts) or "(the broker wrote no output)"
+        return _log_tail(self.workdir, lines, "the broker")
 
     def _kill_at_exit(self) -> None:
         # Last resort if the owner never called stop(): never leave a 768 MiB JVM behind.
@@ -803,6 +738,113 @@ def read_topic(
     if todo:
         raise KafkaTestbedError(f"could not read {topic} to its end (partitions {sorted(todo)})")
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# One broker JVM: what KafkaBroker and each node of kafka_cluster.KafkaCluster run
+# --------------------------------------------------------------------------------------------
+
+
+def new_cluster_id() -> str:
+    """A random KRaft cluster id (a UUID in URL-safe base64, like ``kafka-storage random-uuid``)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _write_server_config(workdir: Path, properties: Mapping[str, str]) -> None:
+    """``server.properties`` and the log4j2 configuration in the broker's folder."""
+    lines = [f"{key}={_escape_property(value)}" for key, value in properties.items()]
+    (workdir / "server.properties").write_text("\n".join(lines) + "\n")
+    (workdir / "log4j2.properties").write_text(_LOG4J2_PROPERTIES)
+
+
+def _jvm_command(
+    java: str, libs: Path, workdir: Path, main_class: str, memory: list[str]
+) -> list[str]:
+    return [
+        java,
+        *memory,
+        "-XX:+ExitOnOutOfMemoryError",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={workdir / 'log4j2.properties'}",
+        f"-Dkafka.logs.dir={workdir}",
+        "-cp",
+        f"{libs}/*",  # expanded by the JVM itself, not by a shell
+        main_class,
+    ]
+
+
+def _format_storage(
+    java: str, libs: Path, workdir: Path, cluster_id: str, what: str, extra: list[str]
+) -> None:
+    """Format the KRaft storage of the broker in ``workdir`` (``what`` names it in errors)."""
+    # A one-second tool: skip the optimising compiler and G1 setup (~30% faster).
+    memory = ["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+    command = [
+        *_jvm_command(java, libs, workdir, "kafka.tools.StorageTool", memory),
+        "format",
+        # One argument with "=": a random id may start with "-", and as a separate argument
+        # it would be taken for an option (about one start in 64 failed that way).
+        f"--cluster-id={cluster_id}",
+        f"--config={workdir / 'server.properties'}",
+        *extra,
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    if done.returncode != 0:
+        raise KafkaTestbedError(
+            f"formatting {what} failed (exit {done.returncode}):\n"
+            + _tail_text(done.stdout + done.stderr, 30)
+        )
+
+
+def _launch_broker(
+    java: str, libs: Path, workdir: Path, heap: str, *, initial_heap: str
+) -> subprocess.Popen[bytes]:
+    """Start the broker of ``workdir``; its console output is appended to ``stdout.log``."""
+    memory = [f"-Xmx{heap}", f"-Xms{initial_heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"]
+    command = [
+        *_jvm_command(java, libs, workdir, "kafka.Kafka", memory),
+        str(workdir / "server.properties"),
+    ]
+    with (workdir / "stdout.log").open("ab") as out:
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            # Own session: a terminal Ctrl-C reaches Python, which then stops it in order.
+            start_new_session=True,
+            preexec_fn=_die_with_parent_fn(),
+        )
+
+
+def _log_tail(workdir: Path, lines: int, who: str) -> str:
+    """The last lines of a broker's console output and log, for error reports."""
+    parts = []
+    for name in ("stdout.log", "server.log"):
+        path = workdir / name
+        text = path.read_text(errors="replace").strip() if path.is_file() else ""
+        if text:
+            parts.append(f"--- {who}: {name} (last {lines} lines) ---\n{_tail_text(text, lines)}")
+    return "\n".join(parts) or f"({who} wrote no output)"
+
+
+def _create_topic(
+    admin: AdminClient,
+    name: str,
+    partitions: int,
+    replication: int,
+    config: Mapping[str, str] | None,
+    timeout: float,
+) -> None:
+    """Ask the brokers to create ``name``; the caller waits for what "ready" means to it."""
+    topic = NewTopic(
+        name, num_partitions=partitions, replication_factor=replication, config=dict(config or {})
+    )
+    futures = admin.create_topics([topic], operation_timeout=timeout)
+    try:
+        futures[name].result(timeout=timeout)
+    except KafkaException as exc:
+        raise KafkaTestbedError(f"could not create topic {name!r}: {exc}") from exc
 
 
 def _remove_stale_workdirs() -> None:

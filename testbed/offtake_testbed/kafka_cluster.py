@@ -16,7 +16,6 @@ pod with a persistent volume does, and clients find it at the address they knew.
 from __future__ import annotations
 
 import atexit
-import base64
 import logging
 import os
 import shutil
@@ -25,27 +24,27 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
 from ._service import Service
 from .kafka import (
-    _LOG4J2_PROPERTIES,
     KAFKA_VERSION,
     KafkaTestbedError,
     _admin_client,
-    _die_with_parent_fn,
-    _escape_property,
+    _create_topic,
     _find_java,
+    _format_storage,
     _free_port,
+    _launch_broker,
+    _log_tail,
     _port_open,
-    _tail_text,
+    _write_server_config,
     install_kafka,
+    new_cluster_id,
 )
 
 __all__ = ["KafkaCluster", "main"]
@@ -68,13 +67,7 @@ class _Node:
         return self.process is not None and self.process.poll() is None
 
     def log_tail(self, lines: int = 30) -> str:
-        parts = []
-        for name in ("stdout.log", "server.log"):
-            path = self.workdir / name
-            text = path.read_text(errors="replace").strip() if path.is_file() else ""
-            if text:
-                parts.append(f"--- node {self.node_id} {name} ---\n{_tail_text(text, lines)}")
-        return "\n".join(parts) or f"(node {self.node_id} wrote no output)"
+        return _log_tail(self.workdir, lines, f"node {self.node_id}")
 
 
 class KafkaCluster(Service):
@@ -166,10 +159,11 @@ class KafkaCluster(Service):
                 workdir = self._root / f"node-{node_id}"
                 workdir.mkdir()
                 self._nodes.append(_Node(node_id, workdir, ports[0], ports[1]))
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster_id = new_cluster_id()
             for node in self._nodes:
-                self._write_config(node)
-                self._format(node, cluster_id)
+                _write_server_config(node.workdir, self._properties(node))
+                what = f"node {node.node_id}'s KRaft storage"
+                _format_storage(self._java, self._libs, node.workdir, cluster_id, what, [])
             for node in self._nodes:
                 self._launch(node)
             atexit.register(self._kill_at_exit)
@@ -289,14 +283,7 @@ class KafkaCluster(Service):
         timeout: float = 60.0,
     ) -> None:
         """Create ``name`` replicated on every node; return once all replicas are in sync."""
-        topic = NewTopic(
-            name, num_partitions=partitions, replication_factor=self.size, config=dict(config or {})
-        )
-        futures = self.admin().create_topics([topic], operation_timeout=timeout)
-        try:
-            futures[name].result(timeout=timeout)
-        except KafkaException as exc:
-            raise KafkaTestbedError(f"could not create topic {name!r}: {exc}") from exc
+        _create_topic(self.admin(), name, partitions, self.size, config, timeout)
         self.wait_fully_replicated(name, timeout)
 
     # -- internals ----------------------------------------------------------------------------
@@ -350,56 +337,10 @@ class KafkaCluster(Service):
         props.update(self.extra_config)
         return props
 
-    def _write_config(self, node: _Node) -> None:
-        lines = [f"{k}={_escape_property(v)}" for k, v in self._properties(node).items()]
-        (node.workdir / "server.properties").write_text("\n".join(lines) + "\n")
-        (node.workdir / "log4j2.properties").write_text(_LOG4J2_PROPERTIES)
-
-    def _jvm(self, node: _Node, main_class: str, *, tool: bool) -> list[str]:
-        if tool:
-            memory = ["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
-        else:
-            memory = [f"-Xmx{self.heap}", "-Xms96m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"]
-        return [
-            self._java,
-            *memory,
-            "-XX:+ExitOnOutOfMemoryError",
-            "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={node.workdir / 'log4j2.properties'}",
-            f"-Dkafka.logs.dir={node.workdir}",
-            "-cp",
-            f"{self._libs}/*",
-            main_class,
-        ]
-
-    def _format(self, node: _Node, cluster_id: str) -> None:
-        command = [
-            *self._jvm(node, "kafka.tools.StorageTool", tool=True),
-            "format",
-            f"--cluster-id={cluster_id}",
-            f"--config={node.workdir / 'server.properties'}",
-        ]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-        if done.returncode != 0:
-            raise KafkaTestbedError(
-                f"formatting node {node.node_id} failed (exit {done.returncode}):\n"
-                + _tail_text(done.stdout + done.stderr, 30)
-            )
-
     def _launch(self, node: _Node) -> None:
-        command = [
-            *self._jvm(node, "kafka.Kafka", tool=False),
-            str(node.workdir / "server.properties"),
-        ]
-        with (node.workdir / "stdout.log").open("ab") as out:
-            node.process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent_fn(),
-            )
+        node.process = _launch_broker(
+            self._java, self._libs, node.workdir, self.heap, initial_heap="96m"
+        )
 
     def _reap(self, node: _Node, timeout: float) -> None:
         if node.process is None:

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from offtake.config import ConfigError, PipelineSpec, load_pipeline, parse_pipeline
+from offtake.config.crd_check import json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "consumerpipeline.yaml"
@@ -79,31 +80,10 @@ def _camel(name: str) -> str:
 # ---------------------------------------------------------------- the schema as JSON Schema
 
 
-def to_json_schema(node: Any) -> Any:
-    """The CRD schema as plain JSON Schema: Kubernetes extensions removed or translated."""
-    if isinstance(node, list):
-        return [to_json_schema(n) for n in node]
-    if not isinstance(node, dict):
-        return node
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if key.startswith("x-kubernetes-"):
-            continue
-        if key in ("properties", "patternProperties"):
-            out[key] = {k: to_json_schema(v) for k, v in value.items()}
-        elif key in ("default", "enum", "required", "example"):
-            out[key] = copy.deepcopy(value)
-        else:
-            out[key] = to_json_schema(value)
-    if node.get("x-kubernetes-int-or-string"):
-        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-    return out
-
-
 def validate(manifest: Mapping[str, Any]) -> None:
     """Raise if ``manifest`` breaks the CRD's schema or one of its CEL rules."""
     jsonschema.Draft4Validator(
-        to_json_schema(_schema()), format_checker=jsonschema.FormatChecker()
+        json_schema(_schema()), format_checker=jsonschema.FormatChecker()
     ).validate(manifest)
     for path, rule, message in cel_rules(_schema()):
         for value in _values_at(manifest, path):
@@ -517,7 +497,7 @@ def test_schema_is_structural() -> None:
 def test_defaults_are_valid_for_their_fields() -> None:
     for path, node in _walk_nodes(_schema()):
         if "default" in node:
-            jsonschema.Draft4Validator(to_json_schema(node)).validate(node["default"])
+            jsonschema.Draft4Validator(json_schema(node)).validate(node["default"])
             assert path, "no default at the root"
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import yaml
 from confluent_kafka import Consumer, Producer
-from support.kube import exists, get, wait_for
+from support.kube import consumer_pipeline, exists, get, operator_running, patch, wait_for
 
 from offtake.config import load_pipeline
 from offtake_testbed.kafka import SCRAM_TLS_LISTENER, KafkaBroker
@@ -43,7 +43,6 @@ os.environ.setdefault("OFFTAKE_TICK_SECONDS", "1")
 
 from offtake_operator import names
 from offtake_operator.context import OperatorContext
-from offtake_operator.embedded import OperatorThread
 from offtake_operator.settings import OperatorConfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -60,18 +59,12 @@ COLUMNS = ["NAME", "PHASE", "READY", "REPLICAS", "LAG", "LAG(S)", "REASON", "MES
 
 
 def pipeline(name: str, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
+    defaults = {
         "kafka": {"bootstrapServers": "kafka:9092"},
         "source": {"topics": ["orders"]},
         "sink": {"log": {}},
     }
-    body.update(spec)
-    return {
-        "apiVersion": "offtake.dev/v1alpha1",
-        "kind": "ConsumerPipeline",
-        "metadata": {"name": name},
-        "spec": body,
-    }
+    return consumer_pipeline(name, {**defaults, **spec})
 
 
 def apply(
@@ -111,10 +104,8 @@ def operator(control_plane: ControlPlane, pipelines_crd: None) -> Iterator[Opera
         kafka_timeout_seconds=3,
         rewind_poll_seconds=1,
     )
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KUBECONFIG", str(control_plane.kubeconfig))
-        with OperatorThread(config) as ctx:
-            yield ctx
+    with operator_running(control_plane, config) as ctx:
+        yield ctx
 
 
 def example_secrets(kubectl: Kubectl, ns: str) -> None:
@@ -316,7 +307,7 @@ def test_pause_and_resume(kubectl: Kubectl, kube_namespace: str, operator: Opera
     ns = kube_namespace
     apply(kubectl, ns, pipeline("pausable", replicas=2))
     wait_for(lambda: status(kubectl, ns, "pausable").get("replicas") == 2, what="2 pods")
-    kubectl("patch", "cpl/pausable", "-n", ns, "--type=merge", "-p", '{"spec":{"paused":true}}')
+    patch(kubectl, ns, "cpl/pausable", {"spec": {"paused": True}})
     wait_for(
         lambda: get(kubectl, "deployment", "pausable", "-n", ns)["spec"]["replicas"] == 0,
         what="scaled to 0",
@@ -327,7 +318,7 @@ def test_pause_and_resume(kubectl: Kubectl, kube_namespace: str, operator: Opera
         what="no pods",
     )
     assert kubectl("get", "cpl", "pausable", "-n", ns, "--no-headers").stdout.split()[1] == "Paused"
-    kubectl("patch", "cpl/pausable", "-n", ns, "--type=merge", "-p", '{"spec":{"paused":false}}')
+    patch(kubectl, ns, "cpl/pausable", {"spec": {"paused": False}})
     wait_for(
         lambda: get(kubectl, "deployment", "pausable", "-n", ns)["spec"]["replicas"] == 2,
         what="2 again",
@@ -369,15 +360,7 @@ def test_a_spec_the_worker_rejects_degrades_and_keeps_the_deployment(
     wait_for(lambda: status(kubectl, ns, "picky").get("phase") == "Pending", what="phase Pending")
     before = get(kubectl, "deployment", "picky", "-n", ns)
     # Valid for the schema (a non-empty string), not for the worker (blank).
-    kubectl(
-        "patch",
-        "cpl/picky",
-        "-n",
-        ns,
-        "--type=merge",
-        "-p",
-        '{"spec":{"source":{"groupId":"   "}}}',
-    )
+    patch(kubectl, ns, "cpl/picky", {"spec": {"source": {"groupId": "   "}}})
     wait_for(lambda: status(kubectl, ns, "picky").get("phase") == "Degraded", what="phase Degraded")
     degraded = condition(kubectl, ns, "picky", "Degraded")
     assert degraded["status"] == "True" and degraded["reason"] == "InvalidSpec"
@@ -401,15 +384,7 @@ def test_a_spec_the_worker_rejects_degrades_and_keeps_the_deployment(
         status(kubectl, ns, "picky")["observedGeneration"]
         == get(kubectl, "cpl", "picky", "-n", ns)["metadata"]["generation"]
     )
-    kubectl(
-        "patch",
-        "cpl/picky",
-        "-n",
-        ns,
-        "--type=merge",
-        "-p",
-        '{"spec":{"source":{"groupId":"shop.picky"}}}',
-    )
+    patch(kubectl, ns, "cpl/picky", {"spec": {"source": {"groupId": "shop.picky"}}})
     wait_for(lambda: status(kubectl, ns, "picky").get("phase") == "Pending", what="healed")
 
 
@@ -704,15 +679,7 @@ def test_full_loop_workers_from_the_pod_template_reach_zero_lag_and_rewind(
         assert sorted(set(first)) == list(range(300))
 
         # Rewind: workers stop (SIGTERM: drain, commit, leave), offsets go back, workers return.
-        kubectl(
-            "patch",
-            "cpl/loop",
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            '{"spec":{"rewind":{"to":"earliest","id":"again"}}}',
-        )
+        patch(kubectl, ns, "cpl/loop", {"spec": {"rewind": {"to": "earliest", "id": "again"}}})
         wait_for(
             lambda: status(kubectl, ns, "loop").get("rewind", {}).get("lastId") == "again",
             timeout=120,
@@ -797,7 +764,7 @@ def test_sidecar_mode_worker_drains_through_the_processor_before_it_stops(
             timeout=60,
             what="processing under way",
         )
-        kubectl("patch", "cpl/scored", "-n", ns, "--type=merge", "-p", '{"spec":{"paused":true}}')
+        patch(kubectl, ns, "cpl/scored", {"spec": {"paused": True}})
         wait_for(lambda: kubelet.sidecar_exit_codes, timeout=90, what="the pod stopped")
         (pod,) = kubelet.exit_codes
         events = [what for _, p, what in kubelet.timeline if p == pod]
@@ -813,7 +780,7 @@ def test_sidecar_mode_worker_drains_through_the_processor_before_it_stops(
             what="lag while paused",
         )
         assert 0 < lag_when_paused < total
-        kubectl("patch", "cpl/scored", "-n", ns, "--type=merge", "-p", '{"spec":{"paused":false}}')
+        patch(kubectl, ns, "cpl/scored", {"spec": {"paused": False}})
         wait_for(
             lambda: status(kubectl, ns, "scored").get("lag") == 0 and kubelet.started == 2,
             timeout=120,

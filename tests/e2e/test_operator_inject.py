@@ -25,7 +25,7 @@ from support.inject import (
     webhook_configured,
     webhook_settings,
 )
-from support.kube import exists, get, wait_for
+from support.kube import consumer_pipeline, exists, get, operator_running, wait_for
 
 from offtake_testbed.kube import ControlPlane
 from offtake_testbed.pytest_plugin_kube import Kubectl
@@ -34,7 +34,6 @@ os.environ.setdefault("OFFTAKE_TICK_SECONDS", "1")
 
 from offtake_operator import names
 from offtake_operator.context import OperatorContext
-from offtake_operator.embedded import OperatorThread
 from offtake_operator.settings import OperatorConfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -68,20 +67,14 @@ def operator(
 
 
 def inject_pipeline(name: str, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
+    defaults = {
         "mode": "inject",
         "kafka": {"bootstrapServers": "kafka:9092", "secretRef": {"name": "kafka-credentials"}},
         "source": {"topics": ["orders"]},
         "processor": {"container": {"port": 8080}},
         "sink": {"log": {}},
     }
-    body.update(spec)
-    return {
-        "apiVersion": "offtake.dev/v1alpha1",
-        "kind": "ConsumerPipeline",
-        "metadata": {"name": name},
-        "spec": body,
-    }
+    return consumer_pipeline(name, {**defaults, **spec})
 
 
 def app_deployment(name: str, pipeline: str | None, replicas: int = 2) -> dict[str, Any]:
@@ -276,20 +269,12 @@ def test_a_stopped_operator_does_not_block_pods(
         namespaces=(ns,), worker_image="offtake:e2e", lag_source="off", **webhook
     )
     try:
-        with (
-            pytest.MonkeyPatch.context() as mp,
-            webhook_configured(control_plane, ns, config.webhook_port, ca_pem),
-        ):
-            mp.setenv("KUBECONFIG", str(control_plane.kubeconfig))
-            thread = OperatorThread(config)
-            thread.start()
-            try:
+        with webhook_configured(control_plane, ns, config.webhook_port, ca_pem):
+            with operator_running(control_plane, config):
                 apply(kubectl, ns, inject_pipeline("orders", kafka={"bootstrapServers": "k:9092"}))
                 wait_for(lambda: exists(kubectl, "configmap", "orders-pipeline", "-n", ns))
                 apply(kubectl, ns, app_pod("before", "orders"))
                 assert worker_of(get(kubectl, "pod", "before", "-n", ns)) is not None
-            finally:
-                thread.stop()
             began = time.monotonic()
             apply(kubectl, ns, app_deployment("shop", "orders", replicas=1))
             (pod,) = wait_for(

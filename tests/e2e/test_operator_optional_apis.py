@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support.kube import exists, get, wait_for
+from support.kube import consumer_pipeline, exists, get, operator_running, patch, wait_for
 
 from offtake_testbed.kube import ControlPlane
 from offtake_testbed.pytest_plugin import TopicFactory
@@ -18,7 +18,6 @@ from offtake_testbed.pytest_plugin_kube import Kubectl
 
 os.environ.setdefault("OFFTAKE_TICK_SECONDS", "1")
 
-from offtake_operator.embedded import OperatorThread
 from offtake_operator.settings import OperatorConfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -74,10 +73,8 @@ def operator(control_plane: ControlPlane) -> Iterator[None]:
         # What the chart's monitoring.release sets: kube-prometheus-stack selects by it.
         service_monitor_labels={"release": "kube-prometheus-stack"},
     )
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KUBECONFIG", str(control_plane.kubeconfig))
-        with OperatorThread(config):
-            yield
+    with operator_running(control_plane, config):
+        yield
 
 
 @pytest.fixture
@@ -93,11 +90,9 @@ def optional_crds(control_plane: ControlPlane) -> Iterator[None]:
 
 def autoscaled(name: str, bootstrap: str, topic: str) -> str:
     return yaml.safe_dump(
-        {
-            "apiVersion": "offtake.dev/v1alpha1",
-            "kind": "ConsumerPipeline",
-            "metadata": {"name": name},
-            "spec": {
+        consumer_pipeline(
+            name,
+            {
                 "kafka": {"bootstrapServers": bootstrap},
                 "source": {"topics": [topic], "groupId": f"g-{topic}"},
                 "sink": {"log": {}},
@@ -108,7 +103,7 @@ def autoscaled(name: str, bootstrap: str, topic: str) -> str:
                     "targetLagPerReplica": 50,
                 },
             },
-        }
+        )
     )
 
 
@@ -137,7 +132,7 @@ def test_hpa_on_the_scale_subresource_capped_at_the_partition_count(
     }
     assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == "offtake_consumer_lag_messages"
     assert hpa["metadata"]["ownerReferences"][0]["name"] == "scaly"
-    kubectl("patch", "cpl/scaly", "-n", ns, "--type=merge", "-p", '{"spec":{"paused":true}}')
+    patch(kubectl, ns, "cpl/scaly", {"spec": {"paused": True}})
     wait_for(lambda: not exists(kubectl, "hpa", "scaly", "-n", ns), what="no HPA while paused")
 
 
@@ -187,9 +182,9 @@ def test_lag_seconds_hpa_on_the_external_metric_accepted_by_the_api_server(
     assert table[0].split()[6:9] == ["REASON", "MESSAGE", "AGE"], table[0]
     assert table[1].split()[6] == "WorkersNotReady", table[1]  # no kubelet in this test
     # Both targets at once: the API server's CEL rule refuses it, naming the fields.
-    both = kubectl(
-        "patch", "cpl/timely", "-n", ns, "--type=merge",
-        "-p", '{"spec":{"autoscaling":{"targetLagPerReplica":100}}}', check=False,
+    both = patch(
+        kubectl, ns, "cpl/timely", {"spec": {"autoscaling": {"targetLagPerReplica": 100}}},
+        check=False,
     )  # fmt: skip
     assert both.returncode != 0
     assert "either targetLagSeconds or targetLagPerReplica" in both.stderr
@@ -213,10 +208,7 @@ def test_servicemonitor_and_keda_scaledobject_when_their_crds_exist(
     assert sm["spec"]["endpoints"][0]["port"] == "metrics"
     assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     # A pipeline adds its own labels; a later change reaches the ServiceMonitor.
-    kubectl(
-        "patch", "cpl/kedaed", "-n", ns, "--type=merge",
-        "-p", '{"spec":{"serviceMonitor":{"labels":{"team":"shop"}}}}',
-    )  # fmt: skip
+    patch(kubectl, ns, "cpl/kedaed", {"spec": {"serviceMonitor": {"labels": {"team": "shop"}}}})
     wait_for(
         lambda: (
             get(kubectl, "servicemonitors.monitoring.coreos.com", "kedaed", "-n", ns)["metadata"][
@@ -246,11 +238,12 @@ def test_servicemonitor_and_keda_scaledobject_when_their_crds_exist(
         "KEDA makes its own HPA; the operator makes none"
     )
     # Lag in seconds: KEDA's Prometheus scaler replaces the Kafka one, same object.
-    kubectl(
-        "patch", "cpl/kedaed", "-n", ns, "--type=json", "-p",
-        '[{"op":"remove","path":"/spec/autoscaling/targetLagPerReplica"},'
-        '{"op":"add","path":"/spec/autoscaling/targetLagSeconds","value":20},'
-        '{"op":"add","path":"/spec/autoscaling/prometheusAddress","value":"http://prom:9090"}]',
+    patch(
+        kubectl, ns, "cpl/kedaed", [
+            {"op": "remove", "path": "/spec/autoscaling/targetLagPerReplica"},
+            {"op": "add", "path": "/spec/autoscaling/targetLagSeconds", "value": 20},
+            {"op": "add", "path": "/spec/autoscaling/prometheusAddress", "value": "http://prom:9090"},
+        ], kind="json",
     )  # fmt: skip
     so = wait_for(
         lambda: (
@@ -268,15 +261,7 @@ def test_servicemonitor_and_keda_scaledobject_when_their_crds_exist(
     assert trigger["metadata"]["query"] == (
         f'max(offtake_consumer_lag_seconds{{namespace="{ns}", pipeline="kedaed"}})'
     )
-    kubectl(
-        "patch",
-        "cpl/kedaed",
-        "-n",
-        ns,
-        "--type=merge",
-        "-p",
-        '{"spec":{"autoscaling":{"enabled":false}}}',
-    )
+    patch(kubectl, ns, "cpl/kedaed", {"spec": {"autoscaling": {"enabled": False}}})
     wait_for(
         lambda: not exists(kubectl, "scaledobjects.keda.sh", "kedaed", "-n", ns),
         what="the ScaledObject removed",
@@ -313,8 +298,7 @@ def test_slo_prometheusrule_owned_by_the_pipeline_and_removed_with_spec_slo_and_
         ),
         what="status.sloRule",
     )
-    kubectl("patch", "cpl/sloed", "-n", ns, "--type=json", "-p",
-            '[{"op":"remove","path":"/spec/slo"}]')  # fmt: skip
+    patch(kubectl, ns, "cpl/sloed", [{"op": "remove", "path": "/spec/slo"}], kind="json")
     wait_for(
         lambda: not exists(kubectl, "prometheusrules.monitoring.coreos.com", "sloed-slo", "-n", ns),
         what="the PrometheusRule removed with spec.slo",

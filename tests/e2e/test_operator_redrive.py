@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from support.kube import get, wait_for
+from support.kube import get, patch, wait_for
 from test_operator_e2e import (  # noqa: F401  (operator, pipelines_crd: fixtures)
     ROOT,
     LocalKubelet,
@@ -171,15 +171,7 @@ def test_redrive_replays_dead_letters_through_the_pipeline_once(
         fixed.touch()
         until = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         time.sleep(1.1)  # anything dead-lettered from here on is newer than until
-        kubectl(
-            "patch",
-            "cpl/rd",
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            json.dumps({"spec": {"redrive": {"id": "fix-1", "until": until}}}),
-        )
+        patch(kubectl, ns, "cpl/rd", {"spec": {"redrive": {"id": "fix-1", "until": until}}})
         job = names.redrive_job_name("rd")
         wait_for(
             lambda: status(kubectl, ns, "rd").get("redrive", {}).get("activeId") == "fix-1",
@@ -217,6 +209,7 @@ def test_redrive_replays_dead_letters_through_the_pipeline_once(
         assert {"RedriveStarted", "RedriveCompleted"} <= reasons
         job_obj = get(kubectl, "job", job, "-n", ns)
         assert job_obj["metadata"]["ownerReferences"][0]["name"] == "rd"
+        assert job_obj["spec"]["ttlSecondsAfterFinished"] == names.REDRIVE_JOB_TTL_SECONDS
         # Resyncs (every 3 s) do not run it again: one Job, one pod.
         time.sleep(7)
         assert get(kubectl, "job", job, "-n", ns)["metadata"]["uid"] == job_obj["metadata"]["uid"]
@@ -225,15 +218,7 @@ def test_redrive_replays_dead_letters_through_the_pipeline_once(
         # A second redrive: the first one's Job goes (in the foreground, pods first), the new
         # one starts where the first stopped, so nothing is replayed twice.
         until2 = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        kubectl(
-            "patch",
-            "cpl/rd",
-            "-n",
-            ns,
-            "--type=merge",
-            "-p",
-            json.dumps({"spec": {"redrive": {"id": "fix-2", "until": until2}}}),
-        )
+        patch(kubectl, ns, "cpl/rd", {"spec": {"redrive": {"id": "fix-2", "until": until2}}})
         summary2 = run_job_pod(kubectl, ns, job, "fix-2", tmp_path)
         assert (summary2["replayed"], summary2["left"], summary2["skipped"]) == (0, 0, 0)
         wait_for(

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support.kube import get, wait_for
+from support.kube import consumer_pipeline, get, operator_running, patch, wait_for
 from support.reports import lost_and_duplicated, report
 from support.workers import WorkerProcess, produce, wait_caught_up
 
@@ -29,7 +29,6 @@ from offtake_testbed.spark_operator import CRD_NAME, VERSION, spark_connect_crd
 os.environ.setdefault("OFFTAKE_TICK_SECONDS", "1")
 
 from offtake_operator import names
-from offtake_operator.embedded import OperatorThread
 from offtake_operator.settings import OperatorConfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(600)]
@@ -45,10 +44,8 @@ def operator(control_plane: ControlPlane) -> Iterator[None]:
     for crd in ("consumerpipelines.offtake.dev", CRD_NAME):
         control_plane.kubectl("wait", "--for=condition=Established", f"crd/{crd}")
     config = OperatorConfig(resync_seconds=2, lag_interval_seconds=1, kafka_timeout_seconds=5)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KUBECONFIG", str(control_plane.kubeconfig))
-        with OperatorThread(config):
-            yield
+    with operator_running(control_plane, config):
+        yield
 
 
 @pytest.fixture
@@ -62,11 +59,9 @@ def connect_server() -> Iterator[Any]:
 
 def pipeline(name: str, bootstrap: str, topic: str, table: Path) -> str:
     return yaml.safe_dump(
-        {
-            "apiVersion": "offtake.dev/v1alpha1",
-            "kind": "ConsumerPipeline",
-            "metadata": {"name": name},
-            "spec": {
+        consumer_pipeline(
+            name,
+            {
                 "kafka": {"bootstrapServers": bootstrap},
                 "source": {"topics": [topic], "groupId": f"g-{topic}"},
                 "sink": {
@@ -86,7 +81,7 @@ def pipeline(name: str, bootstrap: str, topic: str, table: Path) -> str:
                 },
                 "commit": {"intervalSeconds": 0.5},
             },
-        }
+        )
     )
 
 
@@ -168,10 +163,10 @@ def test_operator_makes_the_spark_connect_server_and_the_worker_writes_through_i
     assert (lost, duplicated, sum(ids.values())) == (0, 0, produced)
 
     # Back to local mode: the operator deletes the SparkConnect it owned.
-    kubectl(
-        "patch", f"cpl/{name}", "-n", ns, "--type=json",
-        "-p", '[{"op":"replace","path":"/spec/sink/spark/submit",'
-        '"value":{"mode":"local","master":"local[1]"}}]',
+    local = {"mode": "local", "master": "local[1]"}
+    patch(
+        kubectl, ns, f"cpl/{name}",
+        [{"op": "replace", "path": "/spec/sink/spark/submit", "value": local}], kind="json",
     )  # fmt: skip
     wait_for(
         lambda: (

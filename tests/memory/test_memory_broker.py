@@ -16,32 +16,14 @@ something only the memory broker has:
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from support.brokers import COOP, drain, join, owned
 
 from offtake.kafka.memory import ClientKilled, MemoryBroker, MemoryConsumer
-
-COOP = "cooperative-sticky"
-
-
-class Recorder:
-    """Rebalance callbacks that log (consumer name, kind, partitions) in a shared list."""
-
-    def __init__(self, log: list[tuple[str, str, list[int]]], name: str) -> None:
-        self.log, self.name = log, name
-        self.threads: set[str] = set()
-
-    def cb(self, kind: str) -> Callable[[Any, list[Any]], None]:
-        def callback(consumer: Any, parts: list[Any]) -> None:
-            self.threads.add(threading.current_thread().name)
-            self.log.append((self.name, kind, sorted(p.partition for p in parts)))
-
-        return callback
 
 
 def consumer(
@@ -58,24 +40,9 @@ def consumer(
     return broker.clients().consumer(config)
 
 
-def join(
-    c: MemoryConsumer, log: list[tuple[str, str, list[int]]], name: str, topic: str = "t"
-) -> Recorder:
-    r = Recorder(log, name)
-    c.subscribe([topic], on_assign=r.cb("assign"), on_revoke=r.cb("revoke"), on_lost=r.cb("lost"))
-    return r
-
-
-def settle(*consumers: MemoryConsumer, rounds: int = 4) -> list[Any]:
-    msgs: list[Any] = []
-    for _ in range(rounds):
-        for c in consumers:
-            msgs.extend(c.consume(1000, 0.01))
-    return msgs
-
-
-def owned(c: MemoryConsumer) -> list[int]:
-    return sorted(tp.partition for tp in c.assignment())
+def settle(*consumers: MemoryConsumer) -> list[Any]:
+    """Polls enough for the memory broker's group to settle (it answers at once)."""
+    return drain(*consumers, rounds=4, wait=0.01)
 
 
 # -- admin views --------------------------------------------------------------------------------
@@ -273,9 +240,9 @@ def test_killed_member_loses_its_partitions_without_revoke_or_commit() -> None:
             "enable.auto.commit": False,
         }
     )
-    join(a, log, "a")
+    join(a, log, "a", "t")
     b = consumer(broker, "b")
-    join(b, log, "b")
+    join(b, log, "b", "t")
     settle(a, b)
     mine = owned(a)
     a.commit(offsets=[TopicPartition("t", mine[0], 4)], asynchronous=False)

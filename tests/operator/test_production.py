@@ -441,6 +441,7 @@ def test_the_redrive_job_runs_like_a_worker_and_is_not_one() -> None:
     job = render.render_redrive_job(body, p, CONFIG, request, "g.redrive", kafka_mounts=mounts)
     assert job["apiVersion"] == "batch/v1" and job["metadata"]["name"] == "orders-redrive"
     assert job["metadata"]["ownerReferences"][0]["controller"] is True
+    assert job["spec"]["ttlSecondsAfterFinished"] == 24 * 3600, "finished Jobs do not pile up"
     assert job["metadata"]["labels"][names.PIPELINE_LABEL] == "orders"  # watched as a child
     template = job["spec"]["template"]
     labels = template["metadata"]["labels"]

@@ -13,6 +13,7 @@ from offtake.metrics import Metrics
 from offtake.records import Record
 from offtake.sinks.base import SinkItem
 from offtake.sinks.spark import SparkSink
+from offtake.sinks.spark.writers import Writer
 
 
 def pipeline(
@@ -94,10 +95,11 @@ def run_sink(
     batches_of: Iterable[list[SinkItem]],
     timeout: float = 240.0,
     metrics: Metrics | None = None,
+    writer: Writer | None = None,
 ) -> tuple[Collector, SparkSink]:
     """Start a sink, submit everything, drain all, close; return what completed."""
     metrics = metrics or Metrics("test")
-    sink = SparkSink(spec, metrics, session=session)
+    sink = SparkSink(spec, metrics, session=session, writer=writer)
     done = Collector()
     sink.start(done)
     total = 0

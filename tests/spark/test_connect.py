@@ -30,18 +30,24 @@ def connect_server() -> Iterator[ConnectServer]:
     server.stop()
 
 
-def _run(spark: dict[str, Any], start: int, stop: int) -> dict[str, Any]:
-    arg = json.dumps({"spark": spark, "start": start, "stop": stop})
+def connect_job(*args: str, timeout: float) -> Any:
+    """Run ``tests/spark/connect_job.py`` (a process of its own: no JVM in this one) and return
+    the JSON of its last line."""
     done = subprocess.run(
-        [sys.executable, "-m", "tests.spark.connect_job", arg],
+        [sys.executable, "-m", "tests.spark.connect_job", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=timeout,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _run(spark: dict[str, Any], start: int, stop: int) -> dict[str, Any]:
+    arg = json.dumps({"spark": spark, "start": start, "stop": stop})
+    out: dict[str, Any] = connect_job(arg, timeout=400)
     return out
 
 

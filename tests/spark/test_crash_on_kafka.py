@@ -148,6 +148,26 @@ def start(workers: list[WorkerProcess], path: Path, log: Path, **env: str) -> Wo
     return w
 
 
+@contextlib.contextmanager
+def own_database(postgres: Any, prefix: str) -> Iterator[str]:
+    """A database of the test's own in the test bed's PostgreSQL, which the other JDBC tests
+    share (they check tables of theirs); dropped after, connections and all."""
+    database = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres.dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {database}")
+    try:
+        yield database
+    finally:
+        with psycopg.connect(postgres.dsn, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
+def reader_numbers(produced: int, ids: Counter[int]) -> dict[str, int]:
+    """What one reader saw against what was produced: lost, duplicated and rows."""
+    lost, duplicated = lost_and_duplicated(produced, ids)
+    return {"lost": lost, "duplicated": duplicated, "rows": sum(ids.values())}
+
+
 # -- the crash, for any sink ----------------------------------------------------------------
 def crash_and_recover(
     *,
@@ -258,13 +278,7 @@ def test_parquet_sigkill_mid_batch_then_restart_leaves_every_record_once_for_eve
     # What a user would do next: point pandas, pyarrow, DuckDB, Polars or Spark at the path.
     reads = read_everywhere(table, spark)
     leftovers = _staged(table)
-    per_reader = {
-        r.reader: dict(
-            zip(("lost", "duplicated"), lost_and_duplicated(produced, r.ids), strict=True)
-        )
-        | {"rows": r.rows}
-        for r in reads
-    }
+    per_reader = {r.reader: reader_numbers(produced, r.ids) | {"rows": r.rows} for r in reads}
     report(
         name,
         produced=produced,
@@ -339,23 +353,20 @@ def test_iceberg_sigkill_mid_batch_then_restart_leaves_every_record_once(
 ) -> None:
     topic = topic_factory(PARTITIONS)
     produced = produce(kafka_broker.bootstrap, topic, (value(i) for i in range(RECORDS)))
-    database = f"ice_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(postgres.dsn, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {database}")
-    # Iceberg's JDBC catalog in the test bed's PostgreSQL, the data files under tmp_path.
-    uri = f"postgresql+psycopg://{postgres.user}@127.0.0.1:{postgres.port}/{database}"
     warehouse = tmp_path / "lake"
     name = "lake.orders"
-    doc = manifest(
-        "spark-crash-iceberg",
-        kafka_broker.bootstrap,
-        [topic],
-        sink=spark_sink(
-            format="iceberg", path=str(warehouse), iceberg={"table": name, "catalogUri": uri}
-        ),
-    )
-    doc["spec"]["limits"] = dict(NO_EARLY_COMMIT)
-    try:
+    with own_database(postgres, "ice") as database:
+        # Iceberg's JDBC catalog in the test bed's PostgreSQL, the data files under tmp_path.
+        uri = f"postgresql+psycopg://{postgres.user}@127.0.0.1:{postgres.port}/{database}"
+        doc = manifest(
+            "spark-crash-iceberg",
+            kafka_broker.bootstrap,
+            [topic],
+            sink=spark_sink(
+                format="iceberg", path=str(warehouse), iceberg={"table": name, "catalogUri": uri}
+            ),
+        )
+        doc["spec"]["limits"] = dict(NO_EARLY_COMMIT)
         numbers = crash_and_recover(
             bootstrap=kafka_broker.bootstrap,
             topic=topic,
@@ -370,14 +381,7 @@ def test_iceberg_sigkill_mid_batch_then_restart_leaves_every_record_once(
         table = load_table(uri, str(warehouse), name)
         reads = ids_by_reader(table)
         summaries = batch_summaries(table)
-    finally:
-        with psycopg.connect(postgres.dsn, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
-    per_reader = {
-        reader: dict(zip(("lost", "duplicated"), lost_and_duplicated(produced, ids), strict=True))
-        | {"rows": sum(ids.values())}
-        for reader, ids in reads.items()
-    }
+    per_reader = {reader: reader_numbers(produced, ids) for reader, ids in reads.items()}
     report(
         "spark-crash-iceberg",
         produced=produced,
@@ -472,17 +476,16 @@ def test_delta_sigkill_mid_batch_then_restart_leaves_every_record_once(
         patience=LAKE_PATIENCE,
     )
     rows = DeltaTable(str(table)).to_pyarrow_table(columns=["id"]).column("id").to_pylist()
-    ids = Counter(int(i) for i in rows)
-    lost, duplicated = lost_and_duplicated(produced, ids)
+    got = reader_numbers(produced, Counter(int(i) for i in rows))
     report(
         "spark-crash-delta",
         produced=produced,
         rows_written=len(rows),
-        readers={"deltalake": {"lost": lost, "duplicated": duplicated, "rows": len(rows)}},
+        readers={"deltalake": got},
         commits=_delta_commits(table),
         **numbers,
     )
-    assert (lost, duplicated, len(rows)) == (0, 0, produced)
+    assert got == {"lost": 0, "duplicated": 0, "rows": produced}
 
 
 # -- jdbc -------------------------------------------------------------------------------------
@@ -528,37 +531,32 @@ def test_jdbc_sigkill_mid_batch_then_restart_leaves_every_record_once(
     topic = topic_factory(PARTITIONS)
     table = "crash_orders"
     produced = produce(kafka_broker.bootstrap, topic, (value(i) for i in range(RECORDS)))
-    # A database of its own: the PostgreSQL server is shared with the other JDBC tests, which
-    # check the tables of theirs.
-    database = f"crash_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(postgres.dsn, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {database}")
-    url = postgres.jdbc_url.rsplit("/", 1)[0] + f"/{database}"
-    jdbc = {"url": url, "table": table, "user": postgres.user}
-    doc = manifest(
-        "spark-crash-jdbc",
-        kafka_broker.bootstrap,
-        [topic],
-        sink=spark_sink(format="jdbc", jdbc=jdbc),
-    )
-    db = Postgres(postgres.dsn.replace(f"dbname={postgres.database}", f"dbname={database}"), table)
-    try:
-        numbers = crash_and_recover(
-            bootstrap=kafka_broker.bootstrap,
-            topic=topic,
-            doc=doc,
-            tmp_path=tmp_path,
-            workers=workers,
-            # Rows of a swapped batch in the table, and the next batch in its staging table.
-            mid_batch=lambda: bool(db.staging()) and db.rows() > 0,
-            rows_written=db.rows,
+    with own_database(postgres, "crash") as database:
+        url = postgres.jdbc_url.rsplit("/", 1)[0] + f"/{database}"
+        jdbc = {"url": url, "table": table, "user": postgres.user}
+        doc = manifest(
+            "spark-crash-jdbc",
+            kafka_broker.bootstrap,
+            [topic],
+            sink=spark_sink(format="jdbc", jdbc=jdbc),
         )
-        counts = db.ids()
-        leftovers = db.staging()
-    finally:
-        db.close()
-        with psycopg.connect(postgres.dsn, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+        dsn = postgres.dsn.replace(f"dbname={postgres.database}", f"dbname={database}")
+        db = Postgres(dsn, table)
+        try:
+            numbers = crash_and_recover(
+                bootstrap=kafka_broker.bootstrap,
+                topic=topic,
+                doc=doc,
+                tmp_path=tmp_path,
+                workers=workers,
+                # Rows of a swapped batch in the table, and the next batch in its staging table.
+                mid_batch=lambda: bool(db.staging()) and db.rows() > 0,
+                rows_written=db.rows,
+            )
+            counts = db.ids()
+            leftovers = db.staging()
+        finally:
+            db.close()
     lost, duplicated = lost_and_duplicated(produced, counts)
     report(
         "spark-crash-jdbc",

@@ -3,30 +3,18 @@ rewritten batch replace its earlier copy in one Delta commit."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from .connect_server import ConnectServer
-from .test_connect import ROOT, _run
+from .test_connect import _run, connect_job
 
 pytestmark = pytest.mark.spark
 
 
 def _offsets(url: str, path: Path) -> list[tuple[int, int]]:
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.spark.connect_job", "--read", url, "delta", str(path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [tuple(p) for p in json.loads(done.stdout.strip().splitlines()[-1])]
+    return [tuple(p) for p in connect_job("--read", url, "delta", str(path), timeout=300)]
 
 
 def test_delta_batches_rewritten_after_a_crash_leave_each_record_once(

@@ -149,13 +149,7 @@ def test_failing_transform_retries_then_completes_every_item_with_the_error(
         },
     )
     metrics = Metrics("test")
-    sink = SparkSink(spec, metrics, session=spark)
-    done = Collector()
-    sink.start(done)
-    for it in items(range(10)):
-        sink.submit(it)
-    assert sink.drain(None, 120)
-    sink.close()
+    done, _ = run_sink(spec, spark, [items(range(10))], timeout=120, metrics=metrics)
     assert done.ok == []
     assert len(done.failed) == 10
     err = done.failed[0][1]
@@ -240,13 +234,7 @@ def test_a_crash_while_moving_files_in_then_a_rewrite_cut_elsewhere_lands_once_f
     writer = FileWriter(
         "parquet", str(path), ("customer",), _MovesThenDies(HadoopFileOps(spark), 3)
     )
-    sink = SparkSink(spec, Metrics("test"), session=spark, writer=writer)
-    done = Collector()
-    sink.start(done)
-    for it in items(range(100)):
-        sink.submit(it)
-    assert sink.drain(None, 120)
-    sink.close()
+    done, _ = run_sink(spec, spark, [items(range(100))], timeout=120, writer=writer)
     assert len(done.failed) == 100 and "killed before moving" in str(done.failed[0][1])
     partial = [f for f in path.rglob("part-*") if f.is_file()]
     assert len(partial) == 3

@@ -50,11 +50,14 @@ class BrokerBed:
     """The broker under test, as the suite's test bodies see it."""
 
     kind: str
+    #: The broker's client factory (a ClientFactory: consumer(config), producer(config)).
+    clients: Any
 
     def __init__(self, label: str) -> None:
         self._label = label
         self._consumers: list[Any] = []
         self._producers: list[Any] = []
+        self._admin: Any = None
 
     # -- names ------------------------------------------------------------------------------
     def name(self, what: str) -> str:
@@ -178,14 +181,17 @@ class BrokerBed:
         for p in self._producers:
             p.flush(5)
 
-    # -- per broker -------------------------------------------------------------------------
-    def _make_consumer(self, config: dict[str, Any]) -> Any:
-        raise NotImplementedError
-
     def _make_producer(self, config: dict[str, Any]) -> Any:
-        raise NotImplementedError
+        return self.clients.producer(config)
 
     def _admin_producer(self) -> Any:
+        """The producer of :meth:`produce`, made once."""
+        if self._admin is None:
+            self._admin = self.clients.producer({})
+        return self._admin
+
+    # -- per broker -------------------------------------------------------------------------
+    def _make_consumer(self, config: dict[str, Any]) -> Any:
         raise NotImplementedError
 
 
@@ -198,7 +204,6 @@ class MemoryBed(BrokerBed):
         super().__init__(label)
         self.broker = MemoryBroker(auto_create_topics=False)
         self.clients = self.broker.clients()
-        self._admin: Any = None
 
     def create_topic(self, name: str, partitions: int) -> None:
         self.broker.create_topic(name, partitions)
@@ -208,14 +213,6 @@ class MemoryBed(BrokerBed):
 
     def _make_consumer(self, config: dict[str, Any]) -> Any:
         return self.clients.consumer(config)
-
-    def _make_producer(self, config: dict[str, Any]) -> Any:
-        return self.clients.producer(config)
-
-    def _admin_producer(self) -> Any:
-        if self._admin is None:
-            self._admin = self.clients.producer({})
-        return self._admin
 
 
 class SelfAssigningConsumer(Consumer):
@@ -308,7 +305,6 @@ class KafkaBed(BrokerBed):
         super().__init__(label)
         self.kafka = broker
         self.clients = KafkaClients(broker.bootstrap)
-        self._admin: Any = None
 
     def create_topic(self, name: str, partitions: int) -> None:
         self.kafka.create_topic(name, partitions)
@@ -319,14 +315,6 @@ class KafkaBed(BrokerBed):
 
     def _make_consumer(self, config: dict[str, Any]) -> Any:
         return SelfAssigningConsumer({"bootstrap.servers": self.kafka.bootstrap, **config})
-
-    def _make_producer(self, config: dict[str, Any]) -> Any:
-        return self.clients.producer(config)
-
-    def _admin_producer(self) -> Any:
-        if self._admin is None:
-            self._admin = self.clients.producer({})
-        return self._admin
 
 
 # -- helpers for test bodies ------------------------------------------------------------------
@@ -353,12 +341,12 @@ def poll_until(
     return got
 
 
-def drain(*consumers: Any, rounds: int = 5) -> list[Any]:
+def drain(*consumers: Any, rounds: int = 5, wait: float = 0.1) -> list[Any]:
     """A few more polls of every consumer: trailing callbacks of a rebalance, late records."""
     got: list[Any] = []
     for _ in range(rounds):
         for c in consumers:
-            got.extend(c.consume(100, 0.1))
+            got.extend(c.consume(100, wait))
     return got
 
 

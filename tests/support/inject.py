@@ -11,16 +11,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from offtake_operator.context import OperatorContext
-from offtake_operator.embedded import OperatorThread
 from offtake_operator.settings import OperatorConfig
 from offtake_testbed._pki import CertificateAuthority
 from offtake_testbed.kube import ControlPlane
 from offtake_testbed.pytest_plugin_kube import Kubectl
-from support.kube import get, wait_for
+from support.kube import get, operator_running, wait_for
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "offtake"
 
@@ -120,10 +118,8 @@ def operator_with_webhook(
     on loopback, with the chart's webhook configuration pointing the API server at it."""
     ca_pem, webhook = webhook_settings(folder)
     config = OperatorConfig(namespaces=(namespace,), **webhook, **settings)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KUBECONFIG", str(control_plane.kubeconfig))
-        with (
-            OperatorThread(config) as ctx,
-            webhook_configured(control_plane, namespace, config.webhook_port, ca_pem),
-        ):
-            yield ctx
+    with (
+        operator_running(control_plane, config) as ctx,
+        webhook_configured(control_plane, namespace, config.webhook_port, ca_pem),
+    ):
+        yield ctx

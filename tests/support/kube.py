@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
 
-from offtake_testbed.kube import KubectlError
+from offtake_operator.context import OperatorContext
+from offtake_operator.embedded import OperatorThread
+from offtake_operator.settings import OperatorConfig
+from offtake_testbed.kube import ControlPlane, KubectlError
 from offtake_testbed.pytest_plugin_kube import Kubectl
 
 T = TypeVar("T")
@@ -39,3 +44,34 @@ def exists(kubectl: Kubectl, *args: str) -> bool:
     return (
         kubectl("get", *args, "--ignore-not-found", "-o", "name", check=False).stdout.strip() != ""
     )
+
+
+def patch(
+    kubectl: Kubectl, ns: str, target: str, change: Any, *, kind: str = "merge", check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """``kubectl patch <target> --type=<kind>`` with ``change`` (a merge patch, or the list of
+    operations of a JSON patch) sent as JSON."""
+    return kubectl(
+        "patch", target, "-n", ns, f"--type={kind}", "-p", json.dumps(change), check=check
+    )
+
+
+def consumer_pipeline(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A ConsumerPipeline manifest (no namespace: ``kubectl apply -n`` gives it)."""
+    return {
+        "apiVersion": "offtake.dev/v1alpha1",
+        "kind": "ConsumerPipeline",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+@contextlib.contextmanager
+def operator_running(
+    control_plane: ControlPlane, config: OperatorConfig
+) -> Iterator[OperatorContext]:
+    """The operator, in this process, on ``control_plane`` for the with block."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KUBECONFIG", str(control_plane.kubeconfig))
+        with OperatorThread(config) as ctx:
+            yield ctx

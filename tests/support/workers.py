@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from offtake.engine.worker import Worker
 from offtake_testbed.kafka import read_topic
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,6 +153,95 @@ def produce(
             p.poll(0)
     assert p.flush(30) == 0, "test producer could not deliver"
     return n
+
+
+class SteadyFlow:
+    """Records ``{"id": n}`` produced on a thread at a steady rate, the load under which
+    rebalances, replacements and crashes are tested: ``per_tick`` records every ``tick``
+    seconds, ids from 0 up, until ``total`` are out (when given) or :meth:`stop`.
+
+    ``with SteadyFlow(...) as flow:`` starts it and stops it; :meth:`join` waits for ``total``.
+    A failed send fails the test at :meth:`join` or :meth:`stop`, not silently on its thread.
+    """
+
+    def __init__(
+        self, bootstrap: str, topic: str, per_tick: int, tick: float, total: int | None = None
+    ) -> None:
+        self.bootstrap, self.topic = bootstrap, topic
+        self.per_tick, self.tick, self.total = per_tick, tick, total
+        #: Records sent so far (all of them acknowledged by the broker).
+        self.produced = 0
+        self._stopping = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="steady-flow", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                n = self.produced
+                count = self.per_tick if self.total is None else min(self.per_tick, self.total - n)
+                if count <= 0:
+                    return
+                produce(self.bootstrap, self.topic, ({"id": i} for i in range(n, n + count)))
+                self.produced = n + count
+                self._stopping.wait(self.tick)
+        except BaseException as exc:  # handed to the test's thread by join()
+            self._error = exc
+
+    def start(self) -> SteadyFlow:
+        self._thread.start()
+        return self
+
+    def join(self, timeout: float = 300.0) -> int:
+        """Wait until the flow ended (``total`` sent, or stopped); the number of records sent."""
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), f"the flow did not end within {timeout:g}s"
+        if self._error is not None:
+            raise AssertionError(f"the steady flow failed: {self._error!r}") from self._error
+        return self.produced
+
+    def stop(self) -> int:
+        """Stop sending; the number of records sent."""
+        self._stopping.set()
+        return self.join()
+
+    def __enter__(self) -> SteadyFlow:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def running(worker: Worker, join_timeout: float = 60.0) -> Iterator[threading.Thread]:
+    """An in-process ``worker`` running on a thread for the with block, stopped after it."""
+    runner = threading.Thread(target=worker.run, name="worker-under-test")
+    runner.start()
+    try:
+        yield runner
+    finally:
+        worker.stop()
+        runner.join(join_timeout)
+    assert not runner.is_alive(), f"the worker did not stop within {join_timeout:g}s"
+
+
+def wait_committed(
+    runner: threading.Thread,
+    bootstrap: str,
+    group: str,
+    topic: str,
+    partitions: int,
+    total: int,
+    timeout: float = 120.0,
+    every: float = 0.5,
+) -> None:
+    """Wait until ``group`` committed ``total`` records of ``topic`` while ``runner`` (the
+    worker's thread, from :func:`running`) is alive."""
+    deadline = time.monotonic() + timeout
+    while committed_records(bootstrap, group, topic, partitions) < total:
+        assert time.monotonic() < deadline, "the worker did not commit every record"
+        assert runner.is_alive(), "the worker stopped"
+        time.sleep(every)
 
 
 def read_all(bootstrap: str, topic: str) -> list[Any]:

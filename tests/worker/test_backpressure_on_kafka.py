@@ -9,7 +9,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from support.workers import manifest, produce
+from support.workers import manifest, produce, running
 
 from offtake.config import parse_pipeline
 from offtake.engine.assembly import build_worker
@@ -84,9 +84,7 @@ def test_stalled_sink_pauses_partitions_without_rebalance_and_resumes(
     )
     sink = StallingSink()
     worker = build_worker(parse_pipeline(doc), sink=sink)
-    runner = threading.Thread(target=worker.run)
-    runner.start()
-    try:
+    with running(worker):
         deadline = time.monotonic() + 60
         while len(sink.seen) < 5_000:
             assert time.monotonic() < deadline, "the worker never got going"
@@ -138,10 +136,6 @@ def test_stalled_sink_pauses_partitions_without_rebalance_and_resumes(
                 }
             )
         )
-    finally:
-        worker.stop()
-        runner.join(60)
-    assert not runner.is_alive()
     assert sorted(set(sink.seen)) == list(range(total))
 
 

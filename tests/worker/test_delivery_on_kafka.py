@@ -7,7 +7,6 @@ Each test reports the lost and duplicated counts it measured (printed, and appen
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 from support.reports import lost_and_duplicated, report
 from support.workers import (
+    SteadyFlow,
     WorkerProcess,
     committed_records,
     ids_of,
@@ -39,23 +39,14 @@ def test_three_workers_rebalance_while_records_flow_lose_and_duplicate_nothing(
     path = write_manifest(tmp_path / "pipeline.yaml", doc)
     total = 30_000
 
-    def flow() -> None:  # records keep arriving during both rebalances
-        for chunk in range(30):
-            produce(
-                kafka_broker.bootstrap,
-                src,
-                ({"id": i} for i in range(chunk * 1000, (chunk + 1) * 1000)),
-            )
-            time.sleep(0.4)
-
-    producer = threading.Thread(target=flow)
-    producer.start()
+    # Records keep arriving during both rebalances.
+    flow = SteadyFlow(kafka_broker.bootstrap, src, 1000, 0.4, total).start()
     workers = [WorkerProcess(path, tmp_path / f"w{i}.log").start() for i in range(3)]
     time.sleep(5)
     assert workers[0].terminate() == 0, workers[0].output()
     time.sleep(2)
     workers.append(WorkerProcess(path, tmp_path / "w3.log").start())
-    producer.join()
+    flow.join()
     wait_caught_up(kafka_broker.bootstrap, doc["spec"]["source"]["groupId"], src, 12)
     codes = [w.terminate() for w in workers[1:]]
     assert codes == [0, 0, 0], [w.output()[-2000:] for w in workers]

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from support.workers import committed_records, manifest, produce, read_all
+from support.workers import manifest, produce, read_all, running, wait_committed
 
 from offtake.config import parse_pipeline
 from offtake.engine.assembly import build_worker
@@ -128,19 +128,9 @@ def test_worker_fans_out_and_dead_letters_inside_batches_without_loss_or_doubles
         ({"id": i, "poison": i in poison} for i in range(total)),
     )
     worker = build_worker(parse_pipeline(doc))
-    runner = threading.Thread(target=worker.run)
-    runner.start()
     group = doc["spec"]["source"]["groupId"]
-    try:
-        deadline = time.monotonic() + 180
-        while committed_records(kafka_broker.bootstrap, group, src, 4) < total:
-            assert time.monotonic() < deadline, "the worker did not commit every record"
-            assert runner.is_alive(), "the worker stopped"
-            time.sleep(0.5)
-    finally:
-        worker.stop()
-        runner.join(60)
-    assert not runner.is_alive()
+    with running(worker) as runner:
+        wait_committed(runner, kafka_broker.bootstrap, group, src, 4, total, timeout=180)
     parts = Counter(
         (v["id"], v["part"])
         for v in (json.loads(m.value()) for m in read_all(kafka_broker.bootstrap, out))
@@ -177,19 +167,9 @@ def test_parallelism_runs_the_function_in_processes_and_keeps_partition_order(
     doc["spec"]["source"]["format"] = "json"
     produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(total)))
     worker = build_worker(parse_pipeline(doc))
-    runner = threading.Thread(target=worker.run)
-    runner.start()
     group = doc["spec"]["source"]["groupId"]
-    try:
-        deadline = time.monotonic() + 120
-        while committed_records(kafka_broker.bootstrap, group, src, 2) < total:
-            assert time.monotonic() < deadline, "the worker did not commit every record"
-            assert runner.is_alive(), "the worker stopped"
-            time.sleep(0.5)
-    finally:
-        worker.stop()
-        runner.join(60)
-    assert not runner.is_alive()
+    with running(worker) as runner:
+        wait_committed(runner, kafka_broker.bootstrap, group, src, 2, total, timeout=120)
     values = [json.loads(m.value()) for m in read_all(kafka_broker.bootstrap, out)]
     assert sorted(v["id"] for v in values) == list(range(total))
     pids = {v["pid"] for v in values}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 from support.reports import lost_and_duplicated, report
 from support.workers import (
+    SteadyFlow,
     WorkerProcess,
     committed_records,
     ids_of,
@@ -105,23 +105,17 @@ def test_rolling_replacement_under_flow_loses_and_duplicates_nothing(
     path = write_manifest(tmp_path / "pipeline.yaml", doc)
     total = 12_000
 
-    def flow() -> None:
-        for chunk in range(12):
-            produce(
-                kafka_broker.bootstrap,
-                src,
-                ({"id": i} for i in range(chunk * 1000, (chunk + 1) * 1000)),
-            )
-            time.sleep(0.4)
-
-    producer = threading.Thread(target=flow)
-    producer.start()
+    flow = SteadyFlow(kafka_broker.bootstrap, src, 1000, 0.4, total).start()
     workers = [WorkerProcess(path, tmp_path / f"w{i}.log").start() for i in range(2)]
+    # Up before the replacement: on a busy machine, a SIGTERM before the worker set its signal
+    # handler (it logs "connecting to Kafka" after) would end it with -15 instead of a drain.
+    for w in workers:
+        w.wait_until(lambda w=w: "connecting to Kafka" in w.output(), "the worker started")
     time.sleep(3)
     workers.append(WorkerProcess(path, tmp_path / "w2.log").start())  # new pod up...
     time.sleep(1)
     assert workers[0].terminate() == 0, workers[0].output()[-2000:]  # ...old pod SIGTERMed
-    producer.join()
+    flow.join()
     wait_caught_up(kafka_broker.bootstrap, doc["spec"]["source"]["groupId"], src, 6, timeout=120)
     codes = [w.terminate() for w in workers[1:]]
     assert codes == [0, 0], [w.output()[-2000:] for w in workers]

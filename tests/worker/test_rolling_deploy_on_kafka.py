@@ -18,10 +18,10 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from support.reports import lost_and_duplicated, report
 from support.workers import (
+    SteadyFlow,
     WorkerProcess,
     ids_of,
     manifest,
-    produce,
     read_all,
     wait_caught_up,
     write_manifest,
@@ -102,22 +102,10 @@ def test_rolling_replacements_lose_and_duplicate_nothing(
     doc["spec"]["kafka"]["groupProtocol"] = protocol
     path = write_manifest(tmp_path / "pipeline.yaml", doc)
     group = doc["spec"]["source"]["groupId"]
-    produced = [0]
-    flowing = threading.Event()
-    flowing.set()
-
-    def flow() -> None:  # a steady rate, in tenths of a second, until told to stop
-        while flowing.is_set():
-            n = produced[0]
-            produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(n, n + RATE // 10)))
-            produced[0] = n + RATE // 10
-            time.sleep(0.1)
-
     workers = [WorkerProcess(path, tmp_path / f"w{i}.log").start() for i in range(3)]
     watch = OwnershipWatch(kafka_broker.bootstrap, group, src)
     wait_owned(watch)
-    producer = threading.Thread(target=flow)
-    producer.start()
+    flow = SteadyFlow(kafka_broker.bootstrap, src, RATE // 10, 0.1).start()  # RATE a second
     watch.start()
     windows: list[float] = []
     try:
@@ -133,10 +121,8 @@ def test_rolling_replacements_lose_and_duplicate_nothing(
             time.sleep(1)
             windows.append(round(watch.window(), 2))
     finally:
-        flowing.clear()
-        producer.join()
+        total = flow.stop()
         watch.stop()
-    total = produced[0]
     wait_caught_up(kafka_broker.bootstrap, group, src, PARTITIONS, timeout=120)
     codes = [w.terminate() for w in workers]
     assert codes == [0, 0, 0], [w.output()[-2000:] for w in workers]

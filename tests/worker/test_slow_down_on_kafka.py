@@ -7,12 +7,11 @@ behind it on its partition wait in order, and the other partitions flow on meanw
 from __future__ import annotations
 
 import json
-import threading
 import time
 from typing import Any
 
 from support import processors
-from support.workers import committed_records, manifest, produce, read_all
+from support.workers import committed_records, manifest, produce, read_all, running
 
 from offtake.config import parse_pipeline
 from offtake.engine.assembly import build_worker
@@ -42,21 +41,15 @@ def test_backpressure_from_the_function_pauses_its_partition_and_retries_without
     )
     processors.SLOW_DOWN_ATTEMPTS.clear()
     worker = build_worker(parse_pipeline(doc))
-    runner = threading.Thread(target=worker.run)
-    runner.start()
     group = doc["spec"]["source"]["groupId"]
     delayed_seen = 0.0
-    try:
+    with running(worker) as runner:
         deadline = time.monotonic() + 120
         while committed_records(kafka_broker.bootstrap, group, src, 2) < total:
             assert time.monotonic() < deadline, "not every record was committed"
             assert runner.is_alive(), "the worker stopped"
             delayed_seen = max(delayed_seen, worker.metrics.delayed_partitions._value.get())
             time.sleep(0.1)
-    finally:
-        worker.stop()
-        runner.join(60)
-    assert not runner.is_alive()
     messages = read_all(kafka_broker.bootstrap, out)
     values = [json.loads(m.value()) for m in messages]
     assert sorted(v["id"] for v in values) == list(range(total))  # once each

@@ -48,9 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--log-level", default=os.environ.get("OFFTAKE_LOG_LEVEL", "INFO"))
     w.add_argument(
         "--instance-id",
-        default=_instance_id_from_env(),
+        default=None,
         help="static group membership (group.instance.id); default $OFFTAKE_GROUP_INSTANCE_ID, "
-        "or the pod name ($POD_NAME) when spec.kafka.staticMembership or "
+        "or the pod name ($POD_NAME, else the host name) when spec.kafka.staticMembership or "
         "$OFFTAKE_STATIC_MEMBERSHIP is true",
     )
     v = sub.add_parser("validate", help="check a ConsumerPipeline manifest and print the result")
@@ -150,13 +150,21 @@ def _redrive(args: argparse.Namespace) -> int:
     return 0
 
 
-def _instance_id_from_env() -> str | None:
-    """Static membership is opt-in: a static member keeps its partitions after it stops."""
-    explicit = os.environ.get("OFFTAKE_GROUP_INSTANCE_ID")
+def group_instance_id(spec: PipelineSpec, given: str | None) -> str | None:
+    """The worker's group.instance.id: ``--instance-id``, else $OFFTAKE_GROUP_INSTANCE_ID, else
+    the pod's name when static membership is on (spec.kafka.staticMembership or
+    $OFFTAKE_STATIC_MEMBERSHIP), else None.
+
+    Static membership is opt-in: a static member keeps its partitions after it stops. The pod's
+    name is the downward API's $POD_NAME (the operator sets it), else the host name, which in a
+    pod is the pod's name.
+    """
+    explicit = given or os.environ.get("OFFTAKE_GROUP_INSTANCE_ID")
     if explicit:
         return explicit
-    if os.environ.get("OFFTAKE_STATIC_MEMBERSHIP", "").lower() in ("1", "true", "yes"):
-        return os.environ.get("POD_NAME") or None
+    from_env = os.environ.get("OFFTAKE_STATIC_MEMBERSHIP", "").lower() in ("1", "true", "yes")
+    if spec.kafka.static_membership or from_env:
+        return os.environ.get("POD_NAME") or socket.gethostname()
     return None
 
 
@@ -255,9 +263,7 @@ def _worker(args: argparse.Namespace) -> int:
     metrics = Metrics(spec.name)
     max_poll_ms = float(spec.kafka.config.get("max.poll.interval.ms", 300_000))
     health = Health(max_poll_interval_s=max_poll_ms / 1000)
-    instance_id = args.instance_id
-    if instance_id is None and spec.kafka.static_membership:
-        instance_id = os.environ.get("POD_NAME") or socket.gethostname()
+    instance_id = group_instance_id(spec, args.instance_id)
     try:
         worker = build_worker(spec, metrics=metrics, health=health, instance_id=instance_id)
     except (FunctionLoadError, ConfigError, ValueError) as exc:
@@ -304,7 +310,7 @@ def _worker(args: argparse.Namespace) -> int:
     if not _reach_kafka(spec, instance_id, worker.stopping, log):
         server.stop()
         return 0 if worker.stopping.is_set() else EXIT_FATAL
-    if not _retry_topics_exist(spec, args.instance_id, log):
+    if not _retry_topics_exist(spec, instance_id, log):
         server.stop()
         return EXIT_FATAL
     wait_ready = getattr(worker.processor, "wait_ready", None)

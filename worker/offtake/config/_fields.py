@@ -172,6 +172,11 @@ class Fields:
             return None
         return Fields(value, self.at(key))
 
+    def finish(self, value: T) -> T:
+        """``value`` (read from these fields) once :meth:`done` found no unknown field."""
+        self.done()
+        return value
+
     def done(self) -> None:
         unknown = sorted(set(self.raw) - self._seen)
         if unknown:

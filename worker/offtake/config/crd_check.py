@@ -43,7 +43,7 @@ def crd_problems(manifest: Mapping[str, Any]) -> list[str]:
         # cannot hold them: report them alone rather than rules that cannot be evaluated.
         return out_of_range
     doc = with_defaults(manifest, schema)
-    validator = jsonschema.Draft4Validator(_json_schema(schema))
+    validator = jsonschema.Draft4Validator(json_schema(schema))
     problems = [
         f"{_where(error.absolute_path)}: {error.message}"
         for error in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
@@ -98,22 +98,22 @@ def _where(path: Iterator[Any] | Any) -> str:
     return ".".join(parts).replace(".[", "[") or "<manifest>"
 
 
-def _json_schema(node: Any) -> Any:
+def json_schema(node: Any) -> Any:
     """The CRD schema as plain JSON Schema: Kubernetes' extensions removed or translated."""
     if isinstance(node, list):
-        return [_json_schema(n) for n in node]
+        return [json_schema(n) for n in node]
     if not isinstance(node, dict):
         return node
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key.startswith("x-kubernetes-"):
             continue
-        if key == "properties":
-            out[key] = {k: _json_schema(v) for k, v in value.items()}
+        if key in ("properties", "patternProperties"):
+            out[key] = {k: json_schema(v) for k, v in value.items()}
         elif key in ("default", "enum", "required", "example", "description"):
             out[key] = value
         else:
-            out[key] = _json_schema(value)
+            out[key] = json_schema(value)
     if node.get("x-kubernetes-int-or-string"):
         out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
     return out

@@ -131,7 +131,7 @@ def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
             "not available with mode: inject (the workers are in the workload's pods: scale "
             "the workload to zero instead)",
         )
-    spec._seen.update(_OPERATOR_ONLY_FIELDS)
+    spec._seen.update(OPERATOR_ONLY_FIELDS)
     spec.done()
     if pipeline.source.patterns and pipeline.errors.retry_topics:
         raise ConfigError(
@@ -147,8 +147,9 @@ def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
     return pipeline
 
 
-# Fields the operator acts on and the worker has no use for: accepted, not interpreted here.
-_OPERATOR_ONLY_FIELDS = {
+#: Spec fields the operator acts on and the worker has no use for: accepted, not interpreted
+#: here (the operator leaves them out of the worker's pipeline.yaml).
+OPERATOR_ONLY_FIELDS = (
     "rewind",
     "redrive",
     "autoscaling",
@@ -157,7 +158,7 @@ _OPERATOR_ONLY_FIELDS = {
     "image",
     "serviceMonitor",
     "slo",
-}
+)
 
 # librdkafka properties that hold a secret: never inline in kafka.config, where they would be
 # stored in plain text in the pipeline, its ConfigMap and every copy of the manifest.
@@ -212,9 +213,7 @@ GROUP_PROTOCOLS = ("cooperative-sticky", "range", "roundrobin", "consumer")
 def _secret_ref(f: Fields | None) -> SecretRef | None:
     if f is None:
         return None
-    out = SecretRef(name=f.text("name", required=True))
-    f.done()
-    return out
+    return f.finish(SecretRef(name=f.text("name", required=True)))
 
 
 FORMATS = ("json", "string", "bytes", *SCHEMA_FORMATS)
@@ -239,16 +238,16 @@ def _source(f: Fields | None, default_group: str) -> SourceSpec:
     if message is not None and (fmt != "protobuf" or ":" not in message):
         problem = "expected module:Class" if fmt == "protobuf" else "is only for format protobuf"
         raise ConfigError(f.at("protobufMessage"), problem)
-    out = SourceSpec(
-        topics=topics,
-        group_id=f.text("groupId", default_group),
-        start_from=cast(StartFrom, f.choice("startFrom", ("earliest", "latest"), "earliest")),
-        format=fmt,
-        schema_registry=registry,
-        protobuf_message=message,
+    return f.finish(
+        SourceSpec(
+            topics=topics,
+            group_id=f.text("groupId", default_group),
+            start_from=cast(StartFrom, f.choice("startFrom", ("earliest", "latest"), "earliest")),
+            format=fmt,
+            schema_registry=registry,
+            protobuf_message=message,
+        )
     )
-    f.done()
-    return out
 
 
 def _check_topic_pattern(path: str, topic: str) -> None:
@@ -266,9 +265,7 @@ def _schema_registry(f: Fields | None) -> SchemaRegistrySpec | None:
     url = f.text("url", required=True)
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f.at("url"), f"expected an http:// or https:// URL, got {url!r}")
-    out = SchemaRegistrySpec(url=url, secret_ref=_secret_ref(f.sub("secretRef")))
-    f.done()
-    return out
+    return f.finish(SchemaRegistrySpec(url=url, secret_ref=_secret_ref(f.sub("secretRef"))))
 
 
 #: deployment: the operator runs the workers; inject: the worker is injected into the pods of
@@ -503,20 +500,20 @@ def _spark(f: Fields) -> SparkSinkSpec:
     s.done()
     if mode == "connect" and submit.connect_url is None:
         raise ConfigError(s.at("connectUrl"), "is required when mode is connect")
-    out = SparkSinkSpec(
-        format=cast(SparkFormat, fmt),
-        path=path,
-        jdbc=jdbc,
-        iceberg=iceberg,
-        partition_by=f.str_list("partitionBy"),
-        transform=f.opt_str("transform"),
-        sql=f.opt_str("sql"),
-        batch=batch,
-        submit=submit,
-        packages=f.str_list("packages"),
+    return f.finish(
+        SparkSinkSpec(
+            format=cast(SparkFormat, fmt),
+            path=path,
+            jdbc=jdbc,
+            iceberg=iceberg,
+            partition_by=f.str_list("partitionBy"),
+            transform=f.opt_str("transform"),
+            sql=f.opt_str("sql"),
+            batch=batch,
+            submit=submit,
+            packages=f.str_list("packages"),
+        )
     )
-    f.done()
-    return out
 
 
 def _spark_memory(f: Fields, key: str) -> str:
@@ -530,20 +527,20 @@ def _spark_memory(f: Fields, key: str) -> str:
 def _commit(f: Fields | None) -> CommitSpec:
     if f is None:
         return CommitSpec()
-    out = CommitSpec(interval_seconds=f.number("intervalSeconds", 1.0, minimum=0.01, maximum=3600))
-    f.done()
-    return out
+    return f.finish(
+        CommitSpec(interval_seconds=f.number("intervalSeconds", 1.0, minimum=0.01, maximum=3600))
+    )
 
 
 def _limits(f: Fields | None) -> LimitsSpec:
     if f is None:
         return LimitsSpec()
-    out = LimitsSpec(
-        max_in_flight_messages=f.integer("maxInFlightMessages", 10_000, minimum=1),
-        max_in_flight_bytes=f.integer("maxInFlightBytes", 67_108_864, minimum=1024),
+    return f.finish(
+        LimitsSpec(
+            max_in_flight_messages=f.integer("maxInFlightMessages", 10_000, minimum=1),
+            max_in_flight_bytes=f.integer("maxInFlightBytes", 67_108_864, minimum=1024),
+        )
     )
-    f.done()
-    return out
 
 
 def _errors(f: Fields | None) -> ErrorsSpec:
@@ -567,16 +564,16 @@ def _errors(f: Fields | None) -> ErrorsSpec:
             "topic is overtaken by the records behind it; drop errors.retryTopics to keep "
             "order, or errors.ordering to retry without holding the partition",
         )
-    out = ErrorsSpec(
-        policy=policy,
-        max_retries=f.integer("maxRetries", 3, minimum=0, maximum=100),
-        retry_backoff_seconds=f.number("retryBackoffSeconds", 0.5, minimum=0.0, maximum=3600),
-        dlq=dlq,
-        retry_topics=retry_topics,
-        ordering=ordering,
+    return f.finish(
+        ErrorsSpec(
+            policy=policy,
+            max_retries=f.integer("maxRetries", 3, minimum=0, maximum=100),
+            retry_backoff_seconds=f.number("retryBackoffSeconds", 0.5, minimum=0.0, maximum=3600),
+            dlq=dlq,
+            retry_topics=retry_topics,
+            ordering=ordering,
+        )
     )
-    f.done()
-    return out
 
 
 MAX_RETRY_TOPICS = 10
@@ -607,14 +604,12 @@ def _retry_topics(f: Fields) -> tuple[RetryTopicSpec, ...]:
 def _shutdown(f: Fields | None) -> ShutdownSpec:
     if f is None:
         return ShutdownSpec()
-    out = ShutdownSpec(drain_timeout_seconds=f.number("drainTimeoutSeconds", 25.0, minimum=0.0))
-    f.done()
-    return out
+    return f.finish(
+        ShutdownSpec(drain_timeout_seconds=f.number("drainTimeoutSeconds", 25.0, minimum=0.0))
+    )
 
 
 def _metrics(f: Fields | None) -> MetricsSpec:
     if f is None:
         return MetricsSpec()
-    out = MetricsSpec(port=f.integer("port", 9100, minimum=0, maximum=65535))
-    f.done()
-    return out
+    return f.finish(MetricsSpec(port=f.integer("port", 9100, minimum=0, maximum=65535)))
