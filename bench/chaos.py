@@ -56,7 +56,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the scenario bodies: tests/support/chaos.py
 
 from spark.connect_server import ConnectServer  # noqa: E402
-from support import chaos  # noqa: E402
+from support import cgroups, chaos  # noqa: E402
 from support.chaos import Outcome  # noqa: E402
 from support.schemas import FORMATS as SCHEMA_FORMATS  # noqa: E402
 
@@ -185,6 +185,10 @@ def scenario_bad_input(beds: Beds, work: Path, size: dict[str, Any]) -> list[Out
     rows.append(chaos.failing_processor(broker, work, count))
     rows.append(chaos.hung_processor(broker, work, count, hangs=size["hangs"]))
     rows.append(chaos.leaking_processor(broker, work, count, leak_kib=size["leak_kib"]))
+    if cgroups.unavailable() is None:
+        rows.append(chaos.leak_under_memory_limit(broker, work, 2 * count, seconds=20.0))
+    else:
+        print(f"skipped the OOM-killed worker: {cgroups.unavailable()}", flush=True)
     rows.append(_manifests(size))
     return rows
 
@@ -358,8 +362,12 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, took: float) ->
         "process, against `processor.maxMemoryMiB: 128`; its fault count is the processes",
         "replaced. The schema'd formats' fuzz decodes against the test bed's Apicurio Registry.",
         "Without `timeoutSeconds`/`maxMemoryMiB` a function runs in the worker's thread: a hang",
-        "holds its partition and a leak ends with the pod's memory limit, the restart resuming",
-        "from the last commit like scenario 1's killed workers.",
+        "holds its partition and a leak ends with the pod's memory limit. The row 'leaks in the",
+        "worker's thread' shows that end on the kernel's own limit: the worker runs in a memory",
+        "cgroup (what a pod's `resources.limits.memory` becomes), the kernel's OOM killer ends",
+        "it (counted from the cgroup's `oom_kill`), it is started again as the kubelet would",
+        "and resumes from its last commit; its fault count is the OOM kills, its duplicate",
+        "bound kills x `limits.maxInFlightMessages` (500).",
         "",
     ]
     return "\n".join(lines)

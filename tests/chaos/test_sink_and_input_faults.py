@@ -2,7 +2,8 @@
 the Kafka sink's brokers unreachable under a running worker, and bad input (fuzzed payloads
 in every source format, avro, protobuf and jsonschema included, records too large for the
 output, processors that raise, return what no sink can send, hang past
-processor.timeoutSeconds or leak past processor.maxMemoryMiB). Nothing lost, nothing stalls,
+processor.timeoutSeconds or leak past processor.maxMemoryMiB, or leak in the worker's thread
+until the kernel's OOM killer ends it). Nothing lost, nothing stalls,
 nothing dead-lettered for an outage."""
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support import cgroups
 from support.chaos import (
     failing_processor,
     fuzzed_format,
     fuzzed_schema_format,
     hung_processor,
+    leak_under_memory_limit,
     leaking_processor,
     oversize_records,
     sink_broker_outage,
@@ -89,4 +92,13 @@ def test_a_leaking_processor_is_recycled_past_max_memory_and_loses_nothing(
 ) -> None:
     outcome = leaking_processor(kafka_broker, tmp_path, count=500, leak_kib=1024)
     report("chaos-leaking-processor", **vars(outcome))
+    outcome.check()
+
+
+@pytest.mark.skipif(cgroups.unavailable() is not None, reason=f"{cgroups.unavailable()}")
+def test_a_worker_oom_killed_by_its_memory_limit_resumes_and_loses_nothing(
+    kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    outcome = leak_under_memory_limit(kafka_broker, tmp_path, count=3000, seconds=8.0)
+    report("chaos-oom-killed-worker", **vars(outcome))
     outcome.check()

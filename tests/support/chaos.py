@@ -36,6 +36,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from offtake_testbed.kafka import read_topic
 
+from .cgroups import MemoryCgroup
 from .manifest_corpus import one_replica
 from .reports import lost_and_duplicated
 from .workers import (
@@ -1064,6 +1065,88 @@ def leaking_processor(
 
 
 # -- 6. a sidecar that crashes or stops answering ----------------------------------------------
+
+
+def leak_under_memory_limit(
+    bed: Bed,
+    workdir: Path,
+    count: int,
+    *,
+    leak_kib: int = 128,
+    limit_mib: int = 256,
+    max_in_flight: int = 500,
+    seconds: float = 12.0,
+) -> Outcome:
+    """A function that leaks in the worker's own thread (no processor.maxMemoryMiB), the
+    worker in a memory cgroup of ``limit_mib`` as a pod's container with that memory limit
+    is: the kernel's OOM killer ends it, it is started again as the kubelet would, and it
+    resumes from its group's last commit. Nothing lost; duplicates bounded by kills x
+    ``limits.maxInFlightMessages``."""
+    src, out = new_topic(bed, "oom-in", 2), new_topic(bed, "oom-out", 2)
+    path, group = pipeline(
+        bed,
+        workdir,
+        "oom",
+        src,
+        out,
+        2,
+        processor={"function": "support.processors:leak"},
+        limits={"maxInFlightMessages": max_in_flight},
+    )
+    env = {"OFFTAKE_TEST_LEAK_KIB": str(leak_kib)}
+    producer = start_producing(bed.bootstrap, src, count, seconds=seconds)
+    name = f"offtake-chaos-oom-{uuid.uuid4().hex[:8]}"
+    kills: list[float] = []
+
+    def start(n: int) -> WorkerProcess:
+        worker = WorkerProcess(path, workdir / f"oom-{n}.log", env=env).start()
+        assert worker.proc is not None
+        cgroup.add(worker.proc.pid)
+        return worker
+
+    with (
+        MemoryCgroup(name, limit_mib * 2**20) as cgroup,
+        ProgressMonitor(bed.bootstrap, group, src, 2) as monitor,
+    ):
+        workers = [start(0)]
+        with running(workers):
+            began = time.monotonic()
+            while monitor.latest() < count:
+                proc = workers[-1].proc
+                assert proc is not None
+                if proc.poll() is not None:
+                    assert proc.returncode == -signal.SIGKILL, workers[-1].output()[-3000:]
+                    kills.append(time.monotonic())
+                    assert len(kills) <= 40, "the worker was killed 40 times: no progress"
+                    workers.append(start(len(kills)))
+                assert time.monotonic() - began < 300, (
+                    f"group committed {monitor.latest()} of {count} records within 300s"
+                )
+                time.sleep(0.2)
+            took = time.monotonic() - began
+            producer.join(60)
+            assert workers[-1].terminate() == 0, workers[-1].output()[-3000:]
+            oom_kills = cgroup.oom_kills()
+            recover = max((monitor.recovery(t, count) for t in kills), default=0.0)
+    # Each exit was the kernel's OOM kill: the limit was reached, not a crash of ours.
+    assert kills and oom_kills == len(kills), (len(kills), oom_kills)
+    lost, duplicated = count_output(bed.bootstrap, out, count)
+    return Outcome(
+        "5. processor leaks in the worker's thread, under a kernel memory limit",
+        count,
+        f"{leak_kib} KiB kept per record; the worker in a {limit_mib} MiB memory cgroup, "
+        f"OOM-killed {len(kills)} times and started again",
+        len(kills),
+        lost,
+        duplicated,
+        len(kills) * max_in_flight,
+        recover,
+        notes=[
+            f"the kernel OOM-killed the worker {oom_kills} times (the cgroup's oom_kill "
+            f"count); each time it was started again and resumed from its last commit; all "
+            f"{count} committed {took:.1f}s after the first start"
+        ],
+    )
 
 
 def readyz(port: int) -> int:
