@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Protocol
 
+import orjson
+
 from offtake.kafka.protocols import MessageLike
 from offtake.records import Record
 
@@ -55,26 +57,27 @@ def to_record(msg: MessageLike, fmt: str | ValueDecoder) -> tuple[Record, Decode
     ts_type, ts = msg.timestamp()
     value: Any = None
     error: DecodeError | None = None
-    where = f"{topic}[{partition}]@{offset}"
     try:
         if isinstance(fmt, str):
             value = decode_value(raw, fmt)
         elif raw is not None:  # a null value (a tombstone) has no schema: it stays None
             value = fmt.decode(raw, topic)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = f"{topic}[{partition}]@{offset}"
         error = DecodeError(f"record {where}: value is not valid {fmt}: {exc}")
     except DecodeError as exc:  # a schema format's; it keeps its type (and headers)
-        exc.args = (f"record {where}: {exc}",)
+        exc.args = (f"record {topic}[{partition}]@{offset}: {exc}",)
         error = exc
+    headers = msg.headers()
     record = Record(
-        topic=topic,
-        partition=partition,
-        offset=offset,
-        key=msg.key(),
-        value=value,
-        headers=tuple(msg.headers() or ()),
-        timestamp=ts if ts_type != 0 and ts >= 0 else None,
-        raw_value=raw,
+        topic,
+        partition,
+        offset,
+        msg.key(),
+        value,
+        tuple(headers) if headers else (),
+        ts if ts_type != 0 and ts >= 0 else None,
+        raw,
     )
     return record, error
 
@@ -82,5 +85,10 @@ def to_record(msg: MessageLike, fmt: str | ValueDecoder) -> tuple[Record, Decode
 def decode_value(raw: bytes | None, fmt: str) -> Any:
     if raw is None or fmt == "bytes":
         return raw
+    if fmt == "json":
+        try:
+            return orjson.loads(raw)  # the fast path: about 7x the standard library's speed
+        except orjson.JSONDecodeError:
+            pass  # an int beyond 64 bits, NaN: the standard library reads them, or says why not
     text = raw.decode("utf-8")
     return json.loads(text) if fmt == "json" else text
