@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from offtake.kafka.protocols import MessageLike
-from offtake.records import Record
+from offtake.records import Record, make_record
 
 if TYPE_CHECKING:
     from offtake.config.spec import SourceSpec
@@ -69,7 +69,7 @@ def to_record(msg: MessageLike, fmt: str | ValueDecoder) -> tuple[Record, Decode
         exc.args = (f"record {topic}[{partition}]@{offset}: {exc}",)
         error = exc
     headers = msg.headers()
-    record = Record(
+    record = make_record(
         topic,
         partition,
         offset,

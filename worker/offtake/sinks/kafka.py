@@ -150,12 +150,19 @@ class KafkaSink(Sink):
             raise refused[0][1]
 
     def submit_batch(self, items: list[SinkItem]) -> list[tuple[SinkItem, BaseException]]:
-        by_tp: dict[TopicPartition, list[SinkItem]] = {}
+        # Keyed by plain tuples: a TopicPartition is made once per partition, not per item.
+        by_tp: dict[tuple[str, int], list[SinkItem]] = {}
         for item in items:
-            by_tp.setdefault(item.tp, []).append(item)
+            record = item.record
+            key = (record.topic, record.partition)
+            mine = by_tp.get(key)
+            if mine is None:
+                by_tp[key] = [item]
+            else:
+                mine.append(item)
         refused: list[tuple[SinkItem, BaseException]] = []
-        for tp, mine in by_tp.items():
-            refused.extend(self._submit_partition(tp, mine))
+        for (topic, partition), mine in by_tp.items():
+            refused.extend(self._submit_partition(TopicPartition(topic, partition), mine))
         return refused
 
     def _submit_partition(
