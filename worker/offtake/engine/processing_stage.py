@@ -49,7 +49,7 @@ from offtake.kafka.protocols import MessageLike
 from offtake.metrics import Metrics
 from offtake.processing.base import Backpressure as SlowDown
 from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
-from offtake.processing.decode import DecodeError, ValueDecoder, to_record
+from offtake.processing.decode import DecodeError, ValueDecoder, to_record, to_records
 from offtake.processing.function import PassThrough
 from offtake.processing.schema_formats import RegistryUnavailable
 from offtake.records import Record, TopicPartition
@@ -343,11 +343,16 @@ class ProcessingStage:
             self._serve()
             return
         todo: list[tuple[Record, int, int]] = []
-        for msg in work.messages:
-            decoded = self._decode(msg)
-            if decoded is None:
-                return  # given up while the schema registry was unreachable (drain budget spent)
-            record, decode_error = decoded
+        if isinstance(self.fmt, str):  # json, string, bytes: decoded in one pass
+            decoded_all = to_records(work.messages, work.tp.topic, work.tp.partition, self.fmt)
+        else:  # a schema format: its decoder may wait out a registry outage
+            decoded_all = []
+            for msg in work.messages:
+                decoded = self._decode(msg)
+                if decoded is None:
+                    return  # given up while the registry was unreachable (drain budget spent)
+                decoded_all.append(decoded)
+        for record, decode_error in decoded_all:
             block = self._block_of(record.tp, epoch) if self._blocked else None
             if block is not None:  # behind a parked record of its partition
                 failed = None if decode_error is None else Outcome([], decode_error, False)

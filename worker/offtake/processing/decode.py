@@ -82,6 +82,42 @@ def to_record(msg: MessageLike, fmt: str | ValueDecoder) -> tuple[Record, Decode
     return record, error
 
 
+def to_records(
+    messages: list[MessageLike], topic: str, partition: int, fmt: str
+) -> list[tuple[Record, DecodeError | None]]:
+    """:func:`to_record` for one poll's messages of one partition, json, string or bytes.
+
+    One pass with the per-record work inlined (no function call per record for the value):
+    this is where a JSON pipeline spends much of its time per record.
+    """
+    out: list[tuple[Record, DecodeError | None]] = []
+    append = out.append
+    loads = orjson.loads if fmt == "json" else None
+    for msg in messages:
+        raw = msg.value()
+        value: Any = raw
+        if raw is not None and fmt != "bytes":
+            try:
+                value = loads(raw) if loads is not None else raw.decode("utf-8")
+            except (UnicodeDecodeError, orjson.JSONDecodeError):
+                append(to_record(msg, fmt))  # the standard library's reading, or its error
+                continue
+        ts_type, ts = msg.timestamp()
+        headers = msg.headers()
+        record = make_record(
+            topic,
+            partition,
+            msg.offset() or 0,
+            msg.key(),
+            value,
+            tuple(headers) if headers else (),
+            ts if ts_type != 0 and ts >= 0 else None,
+            raw,
+        )
+        append((record, None))
+    return out
+
+
 def decode_value(raw: bytes | None, fmt: str) -> Any:
     if raw is None or fmt == "bytes":
         return raw
