@@ -84,6 +84,8 @@ ANCHORS = ("loop", "quix", "arroyo", "offtake")
 # Pinned, so that a figure names what it measured; the versions of the issue's first table.
 VENV_PACKAGES = {"quix": "quixstreams==3.28.1", "arroyo": "sentry-arroyo==2.48.0"}
 LATENCY_RATE = 10_000
+# --profile DIR: where py-spy writes the Offtake runs' profiles (None: not profiled).
+PROFILE_DIR: Path | None = None
 WARMUP_RECORDS = 100
 
 
@@ -349,7 +351,9 @@ def supports(name: str, workload: Workload) -> str | None:
 class Process:
     """A contender's process, its output in a log file; stopped with SIGTERM, then SIGKILL."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], work: Path, label: str) -> None:
+    def __init__(
+        self, argv: list[str], env: dict[str, str], work: Path, label: str, profile: bool = False
+    ) -> None:
         self.log_path = work / f"{label}.log"
         self._out = self.log_path.open("wb")
         # cwd outside the repository: its operator/ folder must not shadow anything, and Quix
@@ -357,6 +361,18 @@ class Process:
         self.proc = subprocess.Popen(
             argv, stdout=self._out, stderr=subprocess.STDOUT, env=env, cwd=work
         )
+        self._profiler: subprocess.Popen[bytes] | None = None
+        if profile and PROFILE_DIR is not None:
+            # py-spy attaches to the running worker and writes its profile when it exits:
+            # collapsed stacks of the time the worker held the GIL (--gil), one file per run.
+            self._profiler = subprocess.Popen(
+                [
+                    *(shutil.which("py-spy") or "py-spy", "record", "--gil", "--format", "raw"),
+                    *("-o", str(PROFILE_DIR / f"{label}.txt"), "--pid", str(self.proc.pid)),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
 
     def exited(self) -> int | None:
         return self.proc.poll()
@@ -373,6 +389,8 @@ class Process:
                 self.proc.wait(30)
                 killed = True
         self._out.close()
+        if self._profiler is not None:
+            self._profiler.wait(60)
         return self.proc.returncode, killed
 
     def tail(self, lines: int = 15) -> str:
@@ -479,7 +497,7 @@ def throughput_run(
     job = Job(broker.bootstrap, source, output, f"bench-{tag}-{uuid.uuid4().hex[:6]}", workload)
     argv, env = command(name, job, contenders, work)
     began = time.monotonic()
-    process = Process(argv, env, work, tag)
+    process = Process(argv, env, work, tag, profile=name.startswith("offtake"))
     status = "ok"
     written, progress_at = 0, began
     limit = max(180.0, records / 1000)
@@ -641,7 +659,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="a ~2 minute run, smaller counts")
     parser.add_argument("--json", type=Path, help="where to write the figures")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="py-spy (pip install py-spy) records each Offtake throughput run with --gil "
+        "into DIR/<workload>-<contender>-<round>.txt (collapsed stacks)",
+    )
     args = parser.parse_args(argv)
+    if args.profile is not None:
+        global PROFILE_DIR
+        args.profile.mkdir(parents=True, exist_ok=True)
+        PROFILE_DIR = args.profile
     records = args.records or (50_000 if args.quick else 200_000)
     rounds = args.rounds or (1 if args.quick else 2)
     latency_seconds = (

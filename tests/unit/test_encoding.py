@@ -49,3 +49,20 @@ def test_an_object_with_no_wire_form_is_an_error_naming_its_type_not_its_repr() 
     loop.append(loop)
     with pytest.raises(UnsendableValueError, match="JSON"):
         encode_value(loop)
+
+
+def test_json_the_fast_encoder_refuses_still_goes_out_as_before() -> None:
+    # orjson refuses ints beyond 64 bits and non-string keys; the standard library writes them.
+    assert json.loads(encode_value({1: 2**70, "k": [2**64]}) or b"") == {"1": 2**70, "k": [2**64]}
+
+
+def test_json_values_the_fast_decoder_refuses_are_still_read() -> None:
+    from offtake.processing.decode import decode_value
+
+    value = decode_value(b'{"big": 123456789012345678901234567890, "n": NaN}', "json")
+    assert value["big"] == 123456789012345678901234567890
+    assert value["n"] != value["n"]  # NaN
+    with pytest.raises(json.JSONDecodeError):
+        decode_value(b"{", "json")
+    with pytest.raises(UnicodeDecodeError):
+        decode_value(b'"\xff"', "json")

@@ -54,3 +54,38 @@ class Record:
     def where(self) -> str:
         """Where this record came from, for error messages and logs."""
         return f"{self.topic}[{self.partition}]@{self.offset}"
+
+
+# Setting a frozen dataclass's fields through its generated __init__ costs a call of
+# object.__setattr__ per field; the slots' own setters do the same in about half the time.
+# The engine makes one Record per record processed, so it uses make_record (decode.py).
+_new_record = object.__new__
+_SETTERS = tuple(
+    getattr(Record, name).__set__
+    for name in ("topic", "partition", "offset", "key", "value", "headers", "timestamp")
+)
+_set_raw_value = vars(Record)["raw_value"].__set__  # the slot (a default value shadows it)
+
+
+def make_record(
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: Any,
+    headers: tuple[tuple[str, bytes | None], ...],
+    timestamp: int | None,
+    raw_value: bytes | None,
+) -> Record:
+    """``Record(...)`` with the same fields, equal to it in every way, made in half the time."""
+    record: Record = _new_record(Record)
+    s_topic, s_partition, s_offset, s_key, s_value, s_headers, s_timestamp = _SETTERS
+    s_topic(record, topic)
+    s_partition(record, partition)
+    s_offset(record, offset)
+    s_key(record, key)
+    s_value(record, value)
+    s_headers(record, headers)
+    s_timestamp(record, timestamp)
+    _set_raw_value(record, raw_value)
+    return record

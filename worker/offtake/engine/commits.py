@@ -18,7 +18,7 @@ from offtake.records import TopicPartition
 log = logging.getLogger("offtake.commits")
 
 EARLY_COMMIT_FRACTION = 0.25  # commit early once a quarter of the in-flight bound is done
-MIN_COMMIT_SPACING = 0.05  # ...but never more often than this, however small the bound
+MIN_COMMIT_SPACING = 0.01  # ...but never more often than this, however small the bound
 
 
 class Committer:

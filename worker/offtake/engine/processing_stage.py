@@ -49,7 +49,7 @@ from offtake.kafka.protocols import MessageLike
 from offtake.metrics import Metrics
 from offtake.processing.base import Backpressure as SlowDown
 from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
-from offtake.processing.decode import DecodeError, ValueDecoder, to_record
+from offtake.processing.decode import DecodeError, ValueDecoder, to_record, to_records
 from offtake.processing.function import PassThrough
 from offtake.processing.schema_formats import RegistryUnavailable
 from offtake.records import Record, TopicPartition
@@ -194,7 +194,8 @@ class ProcessingStage:
         return self._queued
 
     def wait_for_progress(self, timeout: float) -> None:
-        """Block until the thread took work from its queue (or the timeout passed)."""
+        """Block until the thread took work from its queue or settled records delivered by the
+        sink (or the timeout passed)."""
         with self._progress:
             self._progress.wait(timeout)
 
@@ -298,8 +299,14 @@ class ProcessingStage:
 
     def _serve(self) -> None:
         """Let the sink, the DLQ and retry sends fire their callbacks (on this thread)."""
+        out = self._out
         self.sink.poll()
         self.policy.poll()
+        if self._out < out:
+            # Records settled: a poll loop waiting at the in-flight bound can apply them (and
+            # commit, which frees room) now rather than when its wait times out.
+            with self._progress:
+                self._progress.notify_all()
 
     def _due(self) -> bool:
         return bool(self._parked) and self._parked[0][0] <= time.monotonic()
@@ -336,11 +343,16 @@ class ProcessingStage:
             self._serve()
             return
         todo: list[tuple[Record, int, int]] = []
-        for msg in work.messages:
-            decoded = self._decode(msg)
-            if decoded is None:
-                return  # given up while the schema registry was unreachable (drain budget spent)
-            record, decode_error = decoded
+        if isinstance(self.fmt, str):  # json, string, bytes: decoded in one pass
+            decoded_all = to_records(work.messages, work.tp.topic, work.tp.partition, self.fmt)
+        else:  # a schema format: its decoder may wait out a registry outage
+            decoded_all = []
+            for msg in work.messages:
+                decoded = self._decode(msg)
+                if decoded is None:
+                    return  # given up while the registry was unreachable (drain budget spent)
+                decoded_all.append(decoded)
+        for record, decode_error in decoded_all:
             block = self._block_of(record.tp, epoch) if self._blocked else None
             if block is not None:  # behind a parked record of its partition
                 failed = None if decode_error is None else Outcome([], decode_error, False)
@@ -412,15 +424,22 @@ class ProcessingStage:
         """Send results on; return the records to retry (with their next attempt number)."""
         retry: list[tuple[Record, int, int]] = []
         to_sink: list[SinkItem] = []
+        current = self._current
+        checked: tuple[str, int, int] | None = None  # last (topic, partition, epoch) found current
         for (record, epoch, attempts), outcome in zip(todo, outcomes, strict=True):
-            if not self._is_current(record.tp, epoch):
-                continue
+            if checked != (record.topic, record.partition, epoch):
+                if current.get(record.tp) != epoch:
+                    continue  # its partition was revoked or lost meanwhile
+                checked = (record.topic, record.partition, epoch)
             blocker = False
             if self._blocked and (block := self._block_of(record.tp, epoch)) is not None:
                 if block.offset != record.offset:
                     block.held.append((record, epoch, attempts, outcome))  # wait behind it
                     continue
                 blocker = True
+            elif outcome.error is None and outcome.values:  # the common case, first
+                to_sink.append(SinkItem(record, outcome.values, epoch, attempts))
+                continue
             if isinstance(outcome.error, SlowDown):
                 self._slow_down(record, epoch, attempts, outcome.error, blocker)
                 continue  # a blocker stays one until it is settled
@@ -528,15 +547,22 @@ class ProcessingStage:
         self._out -= len(items)
         if items and items[0].submitted:
             self.metrics.sink_seconds.observe(time.monotonic() - items[0].submitted)
-        delivered: dict[tuple[TopicPartition, int], list[int]] = {}
+        # Keyed by plain tuples: a TopicPartition is made once per partition, not per item.
+        delivered: dict[tuple[str, int, int], list[int]] = {}
         for i, item in enumerate(items):
             error = failed.get(i) if failed else None
+            record = item.record
             if error is None:
-                delivered.setdefault((item.tp, item.epoch), []).append(item.record.offset)
+                key = (record.topic, record.partition, item.epoch)
+                offsets = delivered.get(key)
+                if offsets is None:
+                    delivered[key] = [record.offset]
+                else:
+                    offsets.append(record.offset)
             else:  # a failing record does not fail its neighbours
-                self.policy.exhausted(item.record, item.epoch, error, item.attempts, "sink")
-        for (tp, epoch), offsets in delivered.items():
-            self.completions.put_many(tp, offsets, epoch, "delivered")
+                self.policy.exhausted(record, item.epoch, error, item.attempts, "sink")
+        for (topic, partition, epoch), offsets in delivered.items():
+            self.completions.put_many(TopicPartition(topic, partition), offsets, epoch, "delivered")
 
 
 def _run_call(fn: Callable[[], object], future: Future[object]) -> None:

