@@ -119,14 +119,27 @@ class KafkaSource:
 
     # -- fetching --------------------------------------------------------------------------
     def consume(self, max_records: int, timeout: float) -> list[MessageLike]:
-        """Up to ``max_records`` records; consumer errors are handled here, not returned.
+        """Up to ``max_records`` records: those fetched already, or, when there are none, the
+        first to arrive within ``timeout`` (and any fetched with it). Consumer errors are
+        handled here, not returned.
+
+        librdkafka's batch consume returns only once it holds ``max_records`` or the timeout
+        has passed, so a single blocking call would hold records that arrived early for up to
+        the whole timeout on a topic slower than a batch per timeout: latency for nothing.
+        Hence a call that does not wait, and only when it found nothing, a wait for one record.
 
         Raises :class:`SourceFatal` once librdkafka reported an error it cannot recover from.
         """
         if self._fatal is not None:
             raise SourceFatal(self._fatal)
+        n = max(1, max_records)
+        got = self._c.consume(num_messages=n, timeout=0)
+        if not got and timeout > 0:
+            got = self._c.consume(num_messages=1, timeout=timeout)
+            if got and n > 1:
+                got += self._c.consume(num_messages=n - 1, timeout=0)
         out: list[MessageLike] = []
-        for msg in self._c.consume(num_messages=max(1, max_records), timeout=timeout):
+        for msg in got:
             err = msg.error()
             if err is None:
                 out.append(msg)
