@@ -62,6 +62,10 @@ RECORDS = 20_000
 # written batch before the next one started staging. The restart commits every second.
 FIRST_RUN_COMMIT = {"intervalSeconds": 3600.0}
 RESTART_COMMIT = {"intervalSeconds": 1.0}
+# Nor an early commit (a quarter of maxInFlightMessages done, which one Spark job writing the
+# batches of all four partitions reaches): the crash tests need the first run's batches written
+# and not committed.
+NO_EARLY_COMMIT = {"maxInFlightMessages": 100_000}
 
 
 def value(i: int) -> dict[str, Any]:
@@ -265,6 +269,7 @@ def test_parquet_sigkill_mid_batch_then_restart_leaves_every_record_once_for_eve
     if partition_by:
         fields["partitionBy"] = list(partition_by)
     doc = manifest(name, kafka_broker.bootstrap, [topic], sink=spark_sink(**fields))
+    doc["spec"]["limits"] = dict(NO_EARLY_COMMIT)
     numbers = crash_and_recover(
         bootstrap=kafka_broker.bootstrap,
         topic=topic,
@@ -334,9 +339,6 @@ def _iceberg_rows(uri: str, warehouse: Path, name: str) -> int:
     return int(snapshot.summary["total-records"]) if snapshot and snapshot.summary else 0
 
 
-# The early commit (half of maxInFlightMessages done) would commit the first run's batches
-# before the kill; the table formats' crash tests need them written and not committed.
-NO_EARLY_COMMIT = {"maxInFlightMessages": 100_000}
 # Table-format commits cost seconds each (a Delta commit on a busy machine tens): the waits for
 # the kill and for the catch-up get twice the file formats'.
 LAKE_PATIENCE = 2.0

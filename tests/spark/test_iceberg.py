@@ -55,16 +55,22 @@ def test_iceberg_fields_are_checked_with_their_names(fields: dict[str, Any], nam
         pipeline(fields)
 
 
-@pytest.mark.spark
-def test_iceberg_batches_written_again_land_once(spark: Any, tmp_path: Path) -> None:
+def _iceberg_sink(tmp_path: Path, max_records: int) -> tuple[str, str, dict[str, Any]]:
+    """A SQLite catalog's URI, the warehouse and the sink.spark fields of an Iceberg table."""
     uri = f"sqlite:///{tmp_path / 'catalog.db'}"
     warehouse = str(tmp_path / "lake")
     fields = {
         "format": "iceberg",
         "path": warehouse,
         "iceberg": {"table": "lake.orders", "catalogUri": uri},
-        "batch": {"maxRecords": 250, "maxIntervalSeconds": 60},
+        "batch": {"maxRecords": max_records, "maxIntervalSeconds": 60},
     }
+    return uri, warehouse, fields
+
+
+@pytest.mark.spark
+def test_iceberg_batches_written_again_land_once(spark: Any, tmp_path: Path) -> None:
+    uri, warehouse, fields = _iceberg_sink(tmp_path, max_records=250)
     done, _ = run_sink(pipeline(fields), spark, [items(range(1000))])
     assert (len(done.ok), len(done.failed)) == (1000, 0)
     # The same records again, cut at other offsets from the middle of a batch (a restart
@@ -95,14 +101,7 @@ def test_batches_of_several_partitions_share_a_job_and_commit_each(
 ) -> None:
     """One Spark job writes the queued batches of every partition; each is still its own
     Iceberg commit naming its partition and offsets, and a rewrite lands once."""
-    uri = f"sqlite:///{tmp_path / 'catalog.db'}"
-    warehouse = str(tmp_path / "lake")
-    fields = {
-        "format": "iceberg",
-        "path": warehouse,
-        "iceberg": {"table": "lake.orders", "catalogUri": uri},
-        "batch": {"maxRecords": 300, "maxIntervalSeconds": 60},
-    }
+    uri, warehouse, fields = _iceberg_sink(tmp_path, max_records=300)
     # Ids unique across partitions: partition p holds ids p*1000 ... p*1000+299.
     records = [
         item(o, {"id": p * 1000 + o, "amount": 1.5, "customer": "c"}, partition=p)

@@ -111,17 +111,21 @@ def test_each_format_reaches_a_kafka_sink_and_each_poison_kind_is_dead_lettered(
         assert src in headers["offtake.error.message"]
 
 
-def test_registry_stopped_for_30s_mid_run_loses_nothing_and_dead_letters_nothing(
+def _avro_worker_past_100(
+    name: str,
     kafka_broker: KafkaBroker,
     schema_registry: ApicurioRegistry,
     topic_factory: Any,
     tmp_path: Path,
-) -> None:
+) -> tuple[str, str, str, str, WorkerProcess]:
+    """An avro pipeline (dead letters on, at most 50 records in flight) whose worker has
+    delivered its first 100 records, so the registry's first schema is known to it; returns
+    the source, output and dead-letter topics, the group and the worker."""
     src, out, dlq = topic_factory(), topic_factory(), topic_factory()
     encode = serializer("avro", schema_registry.url, src)
     produce(kafka_broker.bootstrap, src, [encode(order(i)) for i in range(100)])
     doc = manifest(
-        "schema-outage",
+        name,
         kafka_broker.bootstrap,
         [src],
         sink={"kafka": {"topic": out}},
@@ -131,6 +135,18 @@ def test_registry_stopped_for_30s_mid_run_loses_nothing_and_dead_letters_nothing
     doc["spec"]["source"].update(_source("avro", src, schema_registry))
     worker = WorkerProcess(write_manifest(tmp_path / "p.yaml", doc), tmp_path / "w.log").start()
     worker.wait_until(lambda: len(read_all(kafka_broker.bootstrap, out)) == 100, "100 records")
+    return src, out, dlq, doc["spec"]["source"]["groupId"], worker
+
+
+def test_registry_stopped_for_30s_mid_run_loses_nothing_and_dead_letters_nothing(
+    kafka_broker: KafkaBroker,
+    schema_registry: ApicurioRegistry,
+    topic_factory: Any,
+    tmp_path: Path,
+) -> None:
+    src, out, dlq, group, worker = _avro_worker_past_100(
+        "schema-outage", kafka_broker, schema_registry, topic_factory, tmp_path
+    )
     # A second version of the schema (a new optional field): registered while the registry is
     # up, first seen by the worker while it is down, so the worker must ask for it then.
     v2 = serializer("avro", schema_registry.url, src, ORDER_AVRO_V2)
@@ -147,7 +163,7 @@ def test_registry_stopped_for_30s_mid_run_loses_nothing_and_dead_letters_nothing
     assert during == 100  # nothing of the new schema could be decoded...
     assert "schema registry" in log and "retrying" in log
     assert "backpressure: paused" in log  # ...and the in-flight bound paused the partition
-    wait_caught_up(kafka_broker.bootstrap, doc["spec"]["source"]["groupId"], src, 1)
+    wait_caught_up(kafka_broker.bootstrap, group, src, 1)
     assert worker.terminate() == 0, worker.output()[-3000:]
     ids = sorted(json.loads(m.value())["id"] for m in read_all(kafka_broker.bootstrap, out))
     assert ids == list(range(400))
@@ -187,20 +203,9 @@ def test_registry_process_stopped_mid_run_and_restarted_loses_nothing(
     schema the worker has not fetched yet arrive, and starts again ``outage`` seconds later
     with its storage: the worker waits with backpressure (metrics show it), then delivers
     everything; nothing is lost or dead-lettered."""
-    src, out, dlq = topic_factory(), topic_factory(), topic_factory()
-    encode = serializer("avro", schema_registry.url, src)
-    produce(kafka_broker.bootstrap, src, [encode(order(i)) for i in range(100)])
-    doc = manifest(
-        "schema-restart",
-        kafka_broker.bootstrap,
-        [src],
-        sink={"kafka": {"topic": out}},
-        errors={"policy": "dlq", "maxRetries": 0, "dlq": {"topic": dlq}},
-        limits={"maxInFlightMessages": 50},
+    src, out, dlq, group, worker = _avro_worker_past_100(
+        "schema-restart", kafka_broker, schema_registry, topic_factory, tmp_path
     )
-    doc["spec"]["source"].update(_source("avro", src, schema_registry))
-    worker = WorkerProcess(write_manifest(tmp_path / "p.yaml", doc), tmp_path / "w.log").start()
-    worker.wait_until(lambda: len(read_all(kafka_broker.bootstrap, out)) == 100, "100 records")
     found = re.search(r"/readyz on port (\d+)", worker.output())
     assert found is not None, worker.output()[-2000:]
     port = int(found.group(1))
@@ -225,7 +230,7 @@ def test_registry_process_stopped_mid_run_and_restarted_loses_nothing(
     assert "schema registry" in log and "retrying" in log
     assert paused >= 1  # ...and the in-flight bound paused the partition: backpressure
     assert waited > 0, waited
-    wait_caught_up(kafka_broker.bootstrap, doc["spec"]["source"]["groupId"], src, 1)
+    wait_caught_up(kafka_broker.bootstrap, group, src, 1)
     assert worker.terminate() == 0, worker.output()[-3000:]
     ids = sorted(json.loads(m.value())["id"] for m in read_all(kafka_broker.bootstrap, out))
     assert ids == list(range(400))

@@ -176,6 +176,10 @@ def _connect_session(cfg: SessionConfig) -> Any:
 
     assert cfg.connect_url is not None
     log.info("connecting to Spark Connect at %s", cfg.connect_url)
+    # What SparkSession.builder.remote() sets and this builder does not: without it
+    # pyspark.sql.functions (F.lit, F.col, used by the writers and users' transforms) take the
+    # classic path and fail with an empty AssertionError (no SparkContext in this process).
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     channel = DefaultChannelBuilder(cfg.connect_url, channelOptions=CONNECT_CHANNEL_OPTIONS)
     builder = ConnectSession.builder.channelBuilder(channel)
     # A Connect client passes runtime SQL conf only; static conf belongs to the server.
