@@ -186,7 +186,9 @@ def scenario_bad_input(beds: Beds, work: Path, size: dict[str, Any]) -> list[Out
     rows.append(chaos.hung_processor(broker, work, count, hangs=size["hangs"]))
     rows.append(chaos.leaking_processor(broker, work, count, leak_kib=size["leak_kib"]))
     if cgroups.unavailable() is None:
-        rows.append(chaos.leak_under_memory_limit(broker, work, 2 * count, seconds=20.0))
+        # At least 3,000 records: 128 KiB kept per record must outgrow the 256 MiB limit.
+        oom_count = max(3_000, 2 * count)
+        rows.append(chaos.leak_under_memory_limit(broker, work, oom_count, seconds=oom_count / 500))
     else:
         print(f"skipped the OOM-killed worker: {cgroups.unavailable()}", flush=True)
     rows.append(_manifests(size))
