@@ -185,12 +185,13 @@ def scenario_bad_input(beds: Beds, work: Path, size: dict[str, Any]) -> list[Out
     rows.append(chaos.failing_processor(broker, work, count))
     rows.append(chaos.hung_processor(broker, work, count, hangs=size["hangs"]))
     rows.append(chaos.leaking_processor(broker, work, count, leak_kib=size["leak_kib"]))
-    if cgroups.unavailable() is None:
+    no_cgroup = cgroups.unavailable()
+    if no_cgroup is None:
         # At least 3,000 records: 128 KiB kept per record must outgrow the 256 MiB limit.
         oom_count = max(3_000, 2 * count)
         rows.append(chaos.leak_under_memory_limit(broker, work, oom_count, seconds=oom_count / 500))
     else:
-        print(f"skipped the OOM-killed worker: {cgroups.unavailable()}", flush=True)
+        print(f"skipped the OOM-killed worker: {no_cgroup}", flush=True)
     rows.append(_manifests(size))
     return rows
 

@@ -30,6 +30,8 @@ from offtake_testbed.kafka import KafkaBroker
 from offtake_testbed.kafka_cluster import KafkaCluster
 
 pytestmark = pytest.mark.chaos
+# Why no memory cgroup can be made here (each check creates and removes a probe group).
+NO_CGROUP = cgroups.unavailable()
 
 
 def test_output_brokers_unreachable_backpressure_holds_memory_and_nothing_dead_letters(
@@ -95,7 +97,7 @@ def test_a_leaking_processor_is_recycled_past_max_memory_and_loses_nothing(
     outcome.check()
 
 
-@pytest.mark.skipif(cgroups.unavailable() is not None, reason=f"{cgroups.unavailable()}")
+@pytest.mark.skipif(NO_CGROUP is not None, reason=f"{NO_CGROUP}")
 def test_a_worker_oom_killed_by_its_memory_limit_resumes_and_loses_nothing(
     kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
