@@ -12,6 +12,7 @@ import base64
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -400,9 +401,16 @@ def free_port() -> int:
 @dataclass
 class PodProcesses:
     worker: subprocess.Popen[bytes]
-    metrics_port: int
+    log: Path
     grace: float
     sidecars: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+    #: Read from the worker's log once it serves: the worker binds port 0 itself, so no other
+    #: process can take a port chosen for it in between.
+    metrics_port: int | None = None
+
+
+#: The worker's log line naming the port it serves /metrics, /healthz and /readyz on.
+METRICS_PORT_LINE = re.compile(r"/readyz on port (\d+)")
 
 
 class LocalKubelet:
@@ -526,10 +534,10 @@ class LocalKubelet:
         program = container["command"][0]
         command = [shutil.which(program) or program, *container["command"][1:]]
         args = [str(config) if a == names.PIPELINE_PATH else a for a in container["args"]]
-        port = free_port()
-        log = (self.workdir / f"{name}.log").open("wb")
+        log_path = self.workdir / f"{name}.log"
+        log = log_path.open("wb")
         proc = subprocess.Popen(
-            [*command, *args, "--metrics-port", str(port)],
+            [*command, *args, "--metrics-port", "0"],
             env={**self._env(container, name), **self._mount_secrets(name, spec, container)},
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -537,7 +545,7 @@ class LocalKubelet:
         )
         self._note(name, "start worker")
         self.pods[name] = PodProcesses(
-            proc, port, float(spec["terminationGracePeriodSeconds"]), sidecars
+            proc, log_path, float(spec["terminationGracePeriodSeconds"]), sidecars
         )
         self.started += 1
 
@@ -570,8 +578,18 @@ class LocalKubelet:
 
     def _is_ready(self, name: str) -> bool:
         pod = self.pods[name]
-        if pod.worker.poll() is not None:
+        code = pod.worker.poll()
+        if code is not None:
+            # A real kubelet would restart it; here the test should see why it ended.
+            crash = f"{name}: worker exited {code} before it was ready"
+            if crash not in self.errors:
+                self.errors.append(crash)
             return False
+        if pod.metrics_port is None:
+            found = METRICS_PORT_LINE.search(pod.log.read_text(errors="replace"))
+            if found is None:
+                return False
+            pod.metrics_port = int(found.group(1))
         try:
             url = f"http://127.0.0.1:{pod.metrics_port}/readyz"
             with urllib.request.urlopen(url, timeout=1) as resp:
@@ -590,7 +608,7 @@ class LocalKubelet:
                 ],
             }
         }
-        self.kubectl(
+        result = self.kubectl(
             "patch",
             "pod",
             name,
@@ -602,7 +620,22 @@ class LocalKubelet:
             json.dumps(patch),
             check=False,
         )
-        self.ready.add(name)
+        if result.returncode == 0:
+            self.ready.add(name)
+            self._note(name, "reported Ready")
+        else:  # a busy API server: the next sync reports it again
+            self._note(name, f"Ready not reported: {result.stderr.strip()[:200]}")
+
+    def explain(self) -> str:
+        """What this kubelet did and what its workers last printed: for a test's failure."""
+        lines = [f"{when:.1f} {pod}: {what}" for when, pod, what in self.timeline]
+        lines += [f"errors: {self.errors}", f"exit codes: {self.exit_codes}"]
+        for pod in sorted({pod for _, pod, _ in self.timeline}):
+            log = self.workdir / f"{pod}.log"
+            if log.exists():
+                tail = log.read_text(errors="replace").splitlines()[-15:]
+                lines += [f"--- {pod}.log (last {len(tail)} lines)", *tail]
+        return "\n".join(lines)
 
     @staticmethod
     def _stop_process(proc: subprocess.Popen[bytes], grace: float) -> int:
@@ -667,7 +700,8 @@ def test_full_loop_workers_from_the_pod_template_reach_zero_lag_and_rewind(
         wait_for(
             lambda: status(kubectl, ns, "loop").get("phase") == "Running",
             timeout=120,
-            what=f"phase Running (kubelet errors: {kubelet.errors})",
+            what="phase Running",
+            explain=lambda: f"status: {status(kubectl, ns, 'loop')}\n{kubelet.explain()}",
         )
         assert status(kubectl, ns, "loop")["readyReplicas"] == 2
         wait_for(
@@ -756,7 +790,8 @@ def test_sidecar_mode_worker_drains_through_the_processor_before_it_stops(
         wait_for(
             lambda: status(kubectl, ns, "scored").get("phase") == "Running",
             timeout=120,
-            what=f"phase Running (kubelet errors: {kubelet.errors})",
+            what="phase Running",
+            explain=lambda: f"status: {status(kubectl, ns, 'scored')}\n{kubelet.explain()}",
         )
         # Mid-stream: some records done, many still to go (about 100 records/s through the delay).
         wait_for(
@@ -1014,7 +1049,8 @@ def test_strimzi_secrets_take_a_pipeline_through_scram_over_tls_and_its_password
         wait_for(
             lambda: status(kubectl, ns, "secured").get("phase") == "Running",
             timeout=120,
-            what=f"phase Running (kubelet errors: {kubelet.errors})",
+            what="phase Running",
+            explain=lambda: f"status: {status(kubectl, ns, 'secured')}\n{kubelet.explain()}",
         )
         # Lag comes from the operator's own admin client, with the same Secrets' properties.
         wait_for(lambda: status(kubectl, ns, "secured").get("lag") == 0, timeout=120, what="lag 0")

@@ -20,8 +20,15 @@ from offtake_testbed.pytest_plugin_kube import Kubectl
 T = TypeVar("T")
 
 
-def wait_for(check: Callable[[], T | None], *, timeout: float = 60.0, what: str = "") -> T:
-    """Poll until ``check`` returns something truthy; fail naming what was awaited."""
+def wait_for(
+    check: Callable[[], T | None],
+    *,
+    timeout: float = 60.0,
+    what: str = "",
+    explain: Callable[[], str] | None = None,
+) -> T:
+    """Poll until ``check`` returns something truthy; fail naming what was awaited, and with
+    ``explain()`` (the state worth seeing: a timeline, log tails) when given."""
     deadline = time.monotonic() + timeout
     last: object = None
     while time.monotonic() < deadline:
@@ -33,7 +40,8 @@ def wait_for(check: Callable[[], T | None], *, timeout: float = 60.0, what: str 
         except (KeyError, IndexError, AssertionError, KubectlError) as exc:
             last = exc
         time.sleep(0.3)
-    pytest.fail(f"timed out after {timeout:g}s waiting for {what or check}; last: {last!r}")
+    detail = f"\n{explain()}" if explain is not None else ""
+    pytest.fail(f"timed out after {timeout:g}s waiting for {what or check}; last: {last!r}{detail}")
 
 
 def get(kubectl: Kubectl, *args: str) -> Any:
