@@ -435,6 +435,11 @@ def main() -> None:
         default=3,
         help="runs of each side, alternating which goes first; medians are reported",
     )
+    parser.add_argument(
+        "--no-class-archive",
+        action="store_true",
+        help="run the worker without the class-data archive of `offtake spark-archive`",
+    )
     args = parser.parse_args()
 
     import pyspark
@@ -444,6 +449,7 @@ def main() -> None:
     n = args.records
     work = Path(tempfile.mkdtemp(prefix="offtake-bench-spark-"))
     rounds: list[dict[str, dict[str, Any]]] = []
+    archive = prepare_class_archive(not args.no_class_archive, work)
     try:
         with KafkaBroker() as broker:
             topic = "bench-spark"
@@ -478,9 +484,27 @@ def main() -> None:
                     f"iceberg {got['iceberg']['wall_seconds']:.1f}s"
                 )
                 rounds.append(got)
-        print(json.dumps(summary(n, args.batch, pyspark.__version__, rounds), indent=2))
+        result = summary(n, args.batch, pyspark.__version__, rounds)
+        result["offtake"]["class_archive"] = archive
+        print(json.dumps(result, indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def prepare_class_archive(use: bool, work: Path) -> str | None:
+    """The worker's class-data archive, made first if missing (as `offtake spark-archive`
+    does, which scripts/setup.sh runs), or hidden from the workers with --no-class-archive."""
+    from offtake.sinks.spark.class_archive import ARCHIVES_ENV, archive_path
+
+    if not use:
+        os.environ[ARCHIVES_ENV] = str(work / "no-archives")
+        return None
+    path = archive_path()
+    if path is not None and not path.is_file():
+        log("making the worker's class-data archive: offtake spark-archive (once)")
+        cmd = [sys.executable, "-m", "offtake.cli", "spark-archive"]
+        subprocess.run(cmd, check=True, cwd=work, stdout=subprocess.DEVNULL)
+    return None if path is None else str(path)
 
 
 def summary(
@@ -574,7 +598,9 @@ def summary(
             "Offtake's rows/s over the anchor's, within each round. Wall times include each "
             "side's JVM start (the anchor's also Ivy resolution from the cache). 'Without JVM "
             "start': the anchor's query alone; the worker from 'Spark session ready' on, but it "
-            "consumed and decoded while its JVM started, which that figure does not charge."
+            "consumed and decoded while its JVM started, which that figure does not charge. "
+            "The worker maps the class-data archive of `offtake spark-archive` (offtake."
+            "class_archive: null when run with --no-class-archive)."
         ),
     }
 

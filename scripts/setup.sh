@@ -88,6 +88,12 @@ PY="$VENV/bin/python"
 step "Apache Kafka (Maven Central jars)"
 "$PY" -m offtake_testbed.kafka install
 
+step "Spark class-data archive (offtake spark-archive: local Spark sessions start faster)"
+# Once per JVM and Spark version (kept in the cache); without java, local Spark sinks only
+# start slower, so that is no reason to stop the set-up.
+"$VENV/bin/offtake" spark-archive ||
+  echo "no class-data archive (is java installed?): local Spark sessions start without one"
+
 if [[ $MODE == --all || $MODE == --node ]]; then
   step "Prometheus and promtool (Debian)"
   "$PY" -m offtake_testbed.prometheus install

@@ -117,3 +117,20 @@ def test_nothing_points_the_cache_at_the_read_only_image() -> None:
         line for line in DOCKERFILE.splitlines() if not line.startswith("#")
     )
     assert "HOME=/home/offtake" in DOCKERFILE
+
+
+def test_worker_spark_ships_the_class_data_archive_of_its_own_jvm() -> None:
+    """Made after the JRE and the venv are in place (an archive is valid only for the JVM and
+    jars it was made with), as root before the switch to the worker's user, and found through
+    OFFTAKE_SPARK_ARCHIVES (the worker's home cache is not in the image)."""
+    spark = lines_of("worker-spark")
+    text = "\n".join(spark)
+    assert "ENV OFFTAKE_SPARK_ARCHIVES=/opt/offtake/spark-archives" in text
+
+    def at(fragment: str) -> int:
+        return next(i for i, line in enumerate(spark) if fragment in line)
+
+    made = at("offtake spark-archive")
+    assert at("openjdk-17-jre-headless") < made
+    assert at("COPY --from=worker-spark-venv") < made < at("USER 10001:10001")
+    assert at("ENV OFFTAKE_SPARK_ARCHIVES") < made

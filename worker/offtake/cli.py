@@ -78,7 +78,24 @@ def main(argv: list[str] | None = None) -> int:
         "--group", help="consumer group recording progress (default <groupId>.redrive.<id>)"
     )
     r.add_argument("--log-level", default=os.environ.get("OFFTAKE_LOG_LEVEL", "INFO"))
+    a = sub.add_parser(
+        "spark-archive",
+        help="make the class-data archive that halves a local Spark session's start",
+        description="Run a short local Spark session and keep the classes its JVM loaded in an "
+        "archive, which every later local session of sink.spark maps (docs/spark.md). Needs "
+        "java and pyspark (the worker-spark image, or pip install 'offtake[spark]').",
+    )
+    a.add_argument(
+        "--dir",
+        help="where to write it (default $OFFTAKE_SPARK_ARCHIVES, else "
+        "$OFFTAKE_CACHE/spark-archives, else ~/.cache/offtake/spark-archives)",
+    )
+    a.add_argument(
+        "--force", action="store_true", help="make it again even if one for this JVM exists"
+    )
     args = parser.parse_args(argv)
+    if args.command == "spark-archive":
+        return _spark_archive(args.dir, args.force)
     if args.command == "redrive":
         return _redrive(args)
     if args.command == "validate":
@@ -86,6 +103,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "status":
         return _status(args)
     return _worker(args)
+
+
+def _spark_archive(directory: str | None, force: bool) -> int:
+    """Exit 0 printing the archive's path; 3 when it could not be made, saying why."""
+    from pathlib import Path
+
+    from offtake.logs import configure_logging
+
+    configure_logging(os.environ.get("OFFTAKE_LOG_LEVEL", "INFO"), "spark-archive")
+    try:
+        from offtake.sinks.spark.class_archive import ArchiveError, make_archive
+
+        path = make_archive(Path(directory) if directory else None, force=force)
+    except ImportError as exc:
+        print(f"offtake spark-archive: needs pyspark: {exc}", file=sys.stderr)
+        return 3
+    except ArchiveError as exc:
+        print(f"offtake spark-archive: {exc}", file=sys.stderr)
+        return 3
+    except Exception as exc:  # Spark did not start (Py4JError, RuntimeError): say so plainly
+        print(f"offtake spark-archive: the training session failed: {exc}", file=sys.stderr)
+        return 3
+    print(path)
+    return 0
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from offtake.config.spec import SparkSinkSpec
+from offtake.sinks.spark.class_archive import java_options
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,29 @@ def session_config(
         if not url.startswith("sc://"):
             raise SparkSessionError(f"${CONNECT_URL_ENV}: {url!r} must start with sc://")
     packages = (*spec.packages, *default_packages(spec))
-    conf: dict[str, str] = {
+    conf = base_conf()
+    if spec.format == "delta":
+        conf.update(DELTA_CONF)
+    if submit.mode == "local":
+        # The class-data archive, if `offtake spark-archive` made one (class_archive.py).
+        # Default options, not extra ones: spark.driver.extraJavaOptions stays the user's.
+        archive = java_options()
+        if archive is not None:
+            conf["spark.driver.defaultJavaOptions"] = archive
+    conf.update(submit.conf)
+    return SessionConfig(
+        mode=submit.mode,
+        master=submit.master,
+        connect_url=url,
+        app_name=f"offtake-{pipeline}",
+        packages=tuple(dict.fromkeys(packages)),
+        conf=conf,
+    )
+
+
+def base_conf() -> dict[str, str]:
+    """The Spark conf of every session, before the format's and the spec's."""
+    return {
         "spark.ui.enabled": "false",
         # Batches are small relative to a cluster; the default 200 shuffle partitions would
         # mostly schedule empty tasks.
@@ -133,17 +156,6 @@ def session_config(
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.jars.ivy": str(ivy_dir()),
     }
-    if spec.format == "delta":
-        conf.update(DELTA_CONF)
-    conf.update(submit.conf)
-    return SessionConfig(
-        mode=submit.mode,
-        master=submit.master,
-        connect_url=url,
-        app_name=f"offtake-{pipeline}",
-        packages=tuple(dict.fromkeys(packages)),
-        conf=conf,
-    )
 
 
 def ivy_dir() -> Path:
