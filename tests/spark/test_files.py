@@ -13,6 +13,7 @@ import pytest
 from offtake.metrics import Metrics
 from offtake.sinks.base import SinkError
 from offtake.sinks.spark import SparkSink
+from offtake.sinks.spark.batching import BatchId
 from offtake.sinks.spark.fileops import HadoopFileOps
 from offtake.sinks.spark.writers import FileWriter, batch_of_file, staging_root
 
@@ -93,6 +94,47 @@ def test_batches_of_several_partitions_written_in_one_job_land_each_once(
     run_sink(spec, spark, [records])
     assert _offsets(spark, "parquet", path) == [(p, o) for p in range(4) for o in range(500)]
     assert os.listdir(staging_root(str(path))) == []
+
+
+def test_several_batches_of_one_partition_in_one_job_land_in_offset_order_each_once(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A partition's full batches and its short tail queue behind a running job and share the
+    next one: each lands under its own name, once, and a rerun (nothing committed) replaces
+    them all."""
+    path = tmp_path / "table"
+    spec = pipeline({"format": "parquet", "path": str(path), "batch": {"maxRecords": 300}})
+    records = items(range(901)) + items(range(300), partition=1)
+    jobs: list[list[str]] = []
+
+    class Recording(FileWriter):
+        def write_batches(self, df: Any, batches: Any, still_owned: Any) -> list[BatchId]:
+            jobs.append([str(b) for b in batches])
+            return super().write_batches(df, batches, still_owned)
+
+    writer = Recording("parquet", str(path), (), HadoopFileOps(spark))
+    done, _ = run_sink(spec, spark, [records], writer=writer)
+    assert len(done.ok) == 1201 and not done.failed
+    # The first job starts with what is queued when the job thread wakes; what queues behind
+    # it shares the next one. Each batch in one job, each partition's in offset order.
+    batches = ["orders-0-0-299", "orders-0-300-599", "orders-0-600-899", "orders-0-900-900"]
+    assert sorted(b for job in jobs for b in job) == sorted([*batches, "orders-1-0-299"]), jobs
+    for job in jobs:
+        starts = [BatchId.parse(b).start for b in job if b.startswith("orders-0-")]
+        assert starts == sorted(starts), jobs
+    assert any(sum(b.startswith("orders-0-") for b in job) >= 2 for job in jobs), jobs
+    names = sorted(os.listdir(path))
+    assert sorted({str(batch_of_file(n)) for n in names}) == [
+        "orders-0-0-299",
+        "orders-0-300-599",
+        "orders-0-600-899",
+        "orders-0-900-900",
+        "orders-1-0-299",
+    ], names
+    expected = [(0, o) for o in range(901)] + [(1, o) for o in range(300)]
+    assert _offsets(spark, "parquet", path) == expected
+    run_sink(spec, spark, [records])
+    assert _offsets(spark, "parquet", path) == expected
 
 
 def test_a_rewind_into_a_written_batch_loses_nothing(spark: Any, tmp_path: Path) -> None:

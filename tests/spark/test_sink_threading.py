@@ -172,7 +172,7 @@ class CombiningWriter(Writer):
         return dropped
 
 
-def test_queued_batches_of_other_partitions_share_one_job() -> None:
+def test_every_queued_batch_shares_the_next_job_in_offset_order() -> None:
     writer = CombiningWriter()
     sink, done = _sink(writer)
     for it in items(range(10), partition=0):
@@ -183,12 +183,11 @@ def test_queued_batches_of_other_partitions_share_one_job() -> None:
         sink.submit(it)
     writer.turns.release(3)
     assert sink.drain(None, 10)
-    # One job for the oldest queued batch of each partition; partition 0's next batch waits
-    # for its own job, after the one before it (offset order per partition).
+    # One job for everything queued behind the running one; partition 0's two batches in
+    # offset order (the writer moves them into place in the job's order).
     assert writer.jobs == [
         ["orders-0-0-9"],
-        ["orders-0-10-19", "orders-1-0-9", "orders-2-0-9"],
-        ["orders-0-20-29"],
+        ["orders-0-10-19", "orders-0-20-29", "orders-1-0-9", "orders-2-0-9"],
     ]
     assert len(done.ok) == 50 and not done.failed
     sink.close()

@@ -280,22 +280,18 @@ class SparkSink(Sink):
     def _next_job(self) -> list[Batch]:
         """The batches of the next Spark job (under the lock; the queue is not empty).
 
-        The oldest queued batch, and with a writer that combines batches (and no transform,
-        which must see one batch at a time) the oldest queued batch of every other partition
-        as well: one job for all of them. Per partition the order stays the queue's.
+        With a writer that combines batches (and no transform, which must see one batch at a
+        time) every queued batch: one job's fixed cost for all of them, including a
+        partition's short tail batch behind a full one, which alone would cost as much as a
+        full one. The writer moves them into place in the job's order, which is the queue's,
+        so each partition's batches land in offset order. What can queue is bounded by
+        ``limits`` (the engine pauses partitions beyond them). Otherwise the oldest batch.
         """
-        job = [self._queue.popleft()]
         if self.transform is None and self._writer is not None and self._writer.combines_batches:
-            taken = {job[0].tp}
-            kept: deque[Batch] = deque()
-            for batch in self._queue:
-                if batch.tp in taken:
-                    kept.append(batch)
-                else:
-                    taken.add(batch.tp)
-                    job.append(batch)
-            self._queue = kept
-        return job
+            job = list(self._queue)
+            self._queue.clear()
+            return job
+        return [self._queue.popleft()]
 
     def _run_with_retries(self, job: list[Batch]) -> list[Finished]:
         """Run the job until it succeeds, its attempts are spent or it is abandoned; the

@@ -134,8 +134,9 @@ class FileWriter(Writer):
     def write_batches(
         self, df: Any, batches: Sequence[BatchId], still_owned: Callable[[BatchId], bool]
     ) -> list[BatchId]:
-        """Write several batches (of other partitions) in one Spark job; return those not
-        swapped in because their partition was revoked meanwhile.
+        """Write several batches in one Spark job; return those not swapped in because their
+        partition was revoked meanwhile. Batches of one partition come in offset order and
+        are swapped in that order.
 
         ``df`` carries ``BATCH_COLUMN``, each row's index into ``batches``. Spark writes it
         partitioned by that column, so each batch's rows land in their own staging folder
