@@ -46,6 +46,20 @@ def _env(archives: Path) -> dict[str, str]:
     return env
 
 
+def _spark_archive(
+    env: dict[str, str], cwd: Path, *args: str, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """``offtake spark-archive ARGS`` in its own process (the JVM it starts must exit)."""
+    return subprocess.run(
+        [sys.executable, "-m", "offtake.cli", "spark-archive", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
+
+
 def _local_session(archives: Path, tmp_path: Path) -> tuple[str | None, str]:
     """(the session's default Java options, the JVM's class-load log) of a local session."""
     loads = tmp_path / "class-load.log"
@@ -66,10 +80,7 @@ def _local_session(archives: Path, tmp_path: Path) -> tuple[str | None, str]:
 
 def test_spark_archive_makes_an_archive_a_local_session_loads_spark_from(tmp_path: Path) -> None:
     archives = tmp_path / "archives"
-    cmd = [sys.executable, "-m", "offtake.cli", "spark-archive", "--dir", str(archives)]
-    made = subprocess.run(
-        cmd, env=_env(archives), capture_output=True, text=True, timeout=300, cwd=tmp_path
-    )
+    made = _spark_archive(_env(archives), tmp_path, "--dir", str(archives))
     assert made.returncode == 0, made.stderr[-3000:]
     path = Path(made.stdout.strip().splitlines()[-1])
     assert path == archive_path(archives)
@@ -84,9 +95,7 @@ def test_spark_archive_makes_an_archive_a_local_session_loads_spark_from(tmp_pat
     assert shared > 3000, f"only {shared} classes came from the archive"
 
     # Once made, it is kept: a second run finds it instead of training again.
-    again = subprocess.run(
-        cmd, env=_env(archives), capture_output=True, text=True, timeout=60, cwd=tmp_path
-    )
+    again = _spark_archive(_env(archives), tmp_path, "--dir", str(archives), timeout=60)
     assert again.returncode == 0 and "found" in again.stderr, again.stderr[-2000:]
     assert again.stdout.strip().splitlines()[-1] == str(path)
 
@@ -142,14 +151,7 @@ def test_only_local_sessions_map_it_and_the_users_options_stay_theirs(
 
 def test_spark_archive_without_java_says_so(tmp_path: Path) -> None:
     env = {**_env(tmp_path), "JAVA_HOME": str(tmp_path / "no-jdk")}
-    done = subprocess.run(
-        [sys.executable, "-m", "offtake.cli", "spark-archive"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-    )
+    done = _spark_archive(env, tmp_path, timeout=60)
     assert done.returncode == 3
     assert "offtake spark-archive: no java (JAVA_HOME or PATH)" in done.stderr
     assert "Traceback" not in done.stderr

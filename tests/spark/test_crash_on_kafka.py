@@ -42,7 +42,7 @@ from support.workers import (
     write_manifest,
 )
 
-from offtake.sinks.spark.writers import batch_of_file, staging_root
+from offtake.sinks.spark.writers import BATCH_COLUMN, batch_of_file, staging_root
 from offtake_testbed.kafka import KafkaBroker
 
 from .connect_server import ConnectServer
@@ -316,16 +316,22 @@ def test_parquet_sigkill_mid_batch_then_restart_leaves_every_record_once_for_eve
 
 # -- iceberg ----------------------------------------------------------------------------------
 def _iceberg_mid_batch(warehouse: Path) -> bool:
-    """A batch committed to Iceberg and the next one's files staged in no snapshot yet.
+    """A batch committed to Iceberg and another one's files staged in no snapshot yet.
 
     Read from the files alone (cheap enough to poll fast): each commit writes one metadata
-    file after the table's first, each batch's files go to one ``offtake-<batch>`` folder.
+    file after the table's first. A job's files go to one ``offtake-<batch>`` folder, with a
+    ``_offtake_batch=<n>`` folder per batch when the job wrote several (every queued batch
+    shares a job: here, after the JVM start, all the first run's batches), then the batches
+    are committed one by one: the kill lands between two of those commits.
     """
     tables = list(warehouse.glob("*/*"))
     if not tables:
         return False
     commits = len(list((tables[0] / "metadata").glob("*.metadata.json"))) - 1
-    staged = len(list((tables[0] / "data").glob("offtake-*")))
+    staged = sum(
+        len(list(job.glob(f"{BATCH_COLUMN}=*"))) or 1
+        for job in (tables[0] / "data").glob("offtake-*")
+    )
     return commits > 0 and staged > commits
 
 
