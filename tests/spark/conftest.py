@@ -74,25 +74,6 @@ def delta_server() -> Iterator[ConnectServer]:
     server.stop()
 
 
-LAKE_CRASH_OPT_IN = "OFFTAKE_LAKE_CRASH_TESTS"
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The Iceberg and Delta crash tests (minutes each: two worker starts, twenty batches)
-    run when asked for; their short variants (test_iceberg.py, test_delta.py) always run."""
-    import os
-
-    if os.environ.get(LAKE_CRASH_OPT_IN) == "1":
-        return
-    skip = pytest.mark.skip(
-        reason=f"minutes: {LAKE_CRASH_OPT_IN}=1 pytest -p no:cacheprovider -q "
-        "tests/spark/test_crash_on_kafka.py -m lake_crash"
-    )
-    for item in items:
-        if item.get_closest_marker("lake_crash") is not None:
-            item.add_marker(skip)
-
-
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if TIMINGS:
         terminalreporter.section("spark sink timings")
