@@ -108,13 +108,27 @@ def test_several_batches_of_one_partition_in_one_job_land_in_offset_order_each_o
     jobs: list[list[str]] = []
 
     class Recording(FileWriter):
+        def write(self, df: Any, batch: BatchId, still_owned: Any) -> None:
+            jobs.append([str(batch)])  # a job of one batch
+            super().write(df, batch, still_owned)
+
         def write_batches(self, df: Any, batches: Any, still_owned: Any) -> list[BatchId]:
             jobs.append([str(b) for b in batches])
             return super().write_batches(df, batches, still_owned)
 
-    writer = Recording("parquet", str(path), (), HadoopFileOps(spark))
+    table_listings: list[str] = []
+
+    class CountingFileOps(HadoopFileOps):
+        def walk(self, where: str) -> list[str]:
+            if where == str(path):
+                table_listings.append(where)
+            return super().walk(where)
+
+    writer = Recording("parquet", str(path), (), CountingFileOps(spark))
     done, _ = run_sink(spec, spark, [records], writer=writer)
     assert len(done.ok) == 1201 and not done.failed
+    # The table is listed once per job (a call per file through py4j), not once per batch.
+    assert len(table_listings) == len(jobs), (table_listings, jobs)
     # The first job starts with what is queued when the job thread wakes; what queues behind
     # it shares the next one. Each batch in one job, each partition's in offset order.
     batches = ["orders-0-0-299", "orders-0-300-599", "orders-0-600-899", "orders-0-900-900"]

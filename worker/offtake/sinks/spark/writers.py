@@ -151,9 +151,14 @@ class FileWriter(Writer):
         writer = writer.partitionBy(BATCH_COLUMN, *self.partition_by)
         writer.save(staged)
         abandoned: list[BatchId] = []
+        # One listing of the table for the whole job (a listing costs a call per file through
+        # py4j or an object store): a job's batches have disjoint offset ranges, so no batch
+        # supersedes files another batch of the job moves in, and each file is superseded by
+        # one batch at most.
+        table = self.fs.walk(self.path)
         for n, batch in enumerate(batches):
             if still_owned(batch):
-                self._swap(batch, join(staged, f"{BATCH_COLUMN}={n}"))
+                self._swap(batch, join(staged, f"{BATCH_COLUMN}={n}"), table)
             else:
                 log.info("batch %s: partition revoked before the swap", batch)
                 abandoned.append(batch)
@@ -162,10 +167,11 @@ class FileWriter(Writer):
             self._sweep_staging(batch)
         return abandoned
 
-    def _swap(self, batch: BatchId, staged: str) -> None:
-        """Steps 2 and 3 of the class docstring for one batch staged at ``staged``."""
+    def _swap(self, batch: BatchId, staged: str, table: list[str] | None = None) -> None:
+        """Steps 2 and 3 of the class docstring for one batch staged at ``staged``;
+        ``table``: the table's files listed before (else listed now)."""
         superseded: dict[BatchId, int] = {}
-        for rel in self.fs.walk(self.path):
+        for rel in self.fs.walk(self.path) if table is None else table:
             old = batch_of_file(rel.rpartition("/")[2])
             if old is not None and batch.supersedes(old):
                 self.fs.delete(join(self.path, rel))
