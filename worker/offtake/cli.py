@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         "spark-archive",
         help="make the class-data archive that halves a local Spark session's start",
         description="Run a short local Spark session and keep the classes its JVM loaded in an "
-        "archive, which every later local session of sink.spark maps (docs/spark.md). Needs "
+        "archive, which every later local session of sink.spark maps (docs/spark-sink.md). Needs "
         "java and pyspark (the worker-spark image, or pip install 'offtake[spark]').",
     )
     a.add_argument(

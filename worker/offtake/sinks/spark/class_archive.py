@@ -6,7 +6,7 @@ of the seconds before the first batch is written. Java's dynamic class-data shar
 JDK 13 and later) keeps those classes, parsed and verified, in an archive file that a later
 JVM maps instead of loading them again. Measured on the development machine (2 cores), one
 session and three jobs of 100,000 rows: session start 5.6 s without the archive, 3.6 s with
-it; the first job 5.2 s and 3.3 s; later jobs unchanged (docs/spark.md has the bench).
+it; the first job 5.2 s and 3.3 s; later jobs unchanged (docs/spark-sink.md, "JVM start").
 
 The archive is made once by a short training run, ``offtake spark-archive``: a local session
 writes a small table through the sink's own file writer, and its JVM writes out the classes it
