@@ -174,7 +174,8 @@ class BrokerBed:
             # KafkaError, which is no BaseException: only a bare except catches it, and it
             # must not escape a fixture's teardown (pytest aborts the whole session on it).
             # close() can also block for a long time on a member the group expelled (seen in a
-            # full run: teardown hung past the test timeout), so it gets a bounded wait.
+            # full run: teardown hung past the test timeout), so it gets a bounded wait; see
+            # _close_quietly for the hang no wait can bound.
             closer = threading.Thread(target=_close_quietly, args=(c,), daemon=True)
             closer.start()
             closer.join(CLOSE_TIMEOUT)
@@ -417,9 +418,27 @@ __all__ = [
 
 
 CLOSE_TIMEOUT = 10.0
+# How long a consumer left open by a test may take to give up its partitions before close().
+LEAVE_TIMEOUT = 5.0
 
 
 def _close_quietly(consumer: Any) -> None:
+    """Leave the group outside close(), then close.
+
+    A rebalance callback that close() triggers (un)assigns from inside close(), and librdkafka
+    can then wait forever (#4041, #4884) while the callback holds the GIL: the whole test run
+    froze in this teardown, the main thread in a join whose timeout could never fire. The
+    workaround librdkafka's maintainers give (#4527): unsubscribe, poll until nothing is
+    assigned (the callback runs inside consume(), where it cannot hang), then close.
+    """
+    try:
+        if consumer.assignment():
+            consumer.unsubscribe()
+            deadline = time.monotonic() + LEAVE_TIMEOUT
+            while consumer.assignment() and time.monotonic() < deadline:
+                consumer.consume(100, 0.05)
+    except:  # noqa: E722 -- closed by the test already, or expelled: close() below decides
+        pass
     try:  # noqa: SIM105 -- suppress() cannot catch a non-BaseException
         consumer.close()
     except:  # noqa: E722
