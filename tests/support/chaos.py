@@ -1064,9 +1064,6 @@ def leaking_processor(
     )
 
 
-# -- 6. a sidecar that crashes or stops answering ----------------------------------------------
-
-
 def leak_under_memory_limit(
     bed: Bed,
     workdir: Path,
@@ -1147,6 +1144,9 @@ def leak_under_memory_limit(
             f"{count} committed {took:.1f}s after the first start"
         ],
     )
+
+
+# -- 6. a sidecar that crashes or stops answering ----------------------------------------------
 
 
 def readyz(port: int) -> int:

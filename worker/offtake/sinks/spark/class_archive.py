@@ -33,6 +33,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from offtake.sinks.spark.session import SessionConfig, base_conf, cache_root, create_session
+
 log = logging.getLogger(__name__)
 
 ARCHIVES_ENV = "OFFTAKE_SPARK_ARCHIVES"
@@ -48,8 +50,7 @@ def archive_dir() -> Path:
     explicit = os.environ.get(ARCHIVES_ENV)
     if explicit:
         return Path(explicit)
-    root = Path(os.environ.get("OFFTAKE_CACHE", Path.home() / ".cache" / "offtake"))
-    return root / "spark-archives"
+    return cache_root() / "spark-archives"
 
 
 def java_binary() -> Path | None:
@@ -119,8 +120,6 @@ def make_archive(directory: Path | None = None, *, force: bool = False) -> Path:
 
 
 def _training_session(partial: Path) -> Any:
-    from offtake.sinks.spark.session import SessionConfig, base_conf, create_session
-
     conf = {
         **base_conf(),
         # The JVM warns of each class it cannot archive (old bytecode, signed jars): not news.

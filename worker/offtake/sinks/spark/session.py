@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from offtake.config.spec import SparkSinkSpec
-from offtake.sinks.spark.class_archive import java_options
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +125,11 @@ def session_config(
     if spec.format == "delta":
         conf.update(DELTA_CONF)
     if submit.mode == "local":
-        # The class-data archive, if `offtake spark-archive` made one (class_archive.py).
+        # The class-data archive, if `offtake spark-archive` made one (class_archive.py, which
+        # builds its training session with this module: imported here, not at the top).
         # Default options, not extra ones: spark.driver.extraJavaOptions stays the user's.
+        from offtake.sinks.spark.class_archive import java_options
+
         archive = java_options()
         if archive is not None:
             conf["spark.driver.defaultJavaOptions"] = archive
@@ -158,10 +160,15 @@ def base_conf() -> dict[str, str]:
     }
 
 
+def cache_root() -> Path:
+    """Where the worker caches what it fetches or makes once: ``$OFFTAKE_CACHE``, else
+    ~/.cache/offtake."""
+    return Path(os.environ.get("OFFTAKE_CACHE", Path.home() / ".cache" / "offtake"))
+
+
 def ivy_dir() -> Path:
     """Ivy's cache for resolved packages: ``$OFFTAKE_CACHE/ivy`` or ~/.cache/offtake/ivy."""
-    root = Path(os.environ.get("OFFTAKE_CACHE", Path.home() / ".cache" / "offtake"))
-    path = root / "ivy"
+    path = cache_root() / "ivy"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
