@@ -12,7 +12,6 @@ import base64
 import json
 import logging
 import os
-import re
 import shutil
 import signal
 import socket
@@ -32,6 +31,7 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, Producer
 from support.kube import consumer_pipeline, exists, get, operator_running, patch, wait_for
+from support.workers import served_port
 
 from offtake.config import load_pipeline
 from offtake_testbed.kafka import SCRAM_TLS_LISTENER, KafkaBroker
@@ -409,10 +409,6 @@ class PodProcesses:
     metrics_port: int | None = None
 
 
-#: The worker's log line naming the port it serves /metrics, /healthz and /readyz on.
-METRICS_PORT_LINE = re.compile(r"/readyz on port (\d+)")
-
-
 class LocalKubelet:
     """Runs one pipeline's pods as local processes, as a kubelet would run their containers.
 
@@ -586,10 +582,9 @@ class LocalKubelet:
                 self.errors.append(crash)
             return False
         if pod.metrics_port is None:
-            found = METRICS_PORT_LINE.search(pod.log.read_text(errors="replace"))
-            if found is None:
+            pod.metrics_port = served_port(pod.log.read_text(errors="replace"))
+            if pod.metrics_port is None:
                 return False
-            pod.metrics_port = int(found.group(1))
         try:
             url = f"http://127.0.0.1:{pod.metrics_port}/readyz"
             with urllib.request.urlopen(url, timeout=1) as resp:

@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import random
-import re
 import signal
 import socket
 import subprocess
@@ -1159,16 +1158,6 @@ def readyz(port: int) -> int:
         return 0
 
 
-def metrics_port(worker: WorkerProcess, timeout: float = 60) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = re.search(r"/readyz on port (\d+)", worker.output())
-        if found:
-            return int(found.group(1))
-        time.sleep(0.1)
-    raise AssertionError(f"the worker never said its port:\n{worker.output()[-3000:]}")
-
-
 def start_sidecar(port: int) -> subprocess.Popen[str]:
     """The reference sidecar processor (examples/sidecar/processor.py) on ``port``."""
     proc = subprocess.Popen(
@@ -1220,7 +1209,7 @@ def sidecar_outages(
     producer = start_producing(bed.bootstrap, src, records, seconds=4 * outage + 5)
     try:
         with running([worker]), ProgressMonitor(bed.bootstrap, group, src, partitions) as monitor:
-            wport = metrics_port(worker)
+            wport = worker.metrics_port()
             monitor.wait_for(min(records, 500), 120, alive)
             for how in ("SIGKILL", "SIGSTOP"):
                 if how == "SIGKILL":

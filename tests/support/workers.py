@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -123,6 +124,13 @@ class WorkerProcess:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def metrics_port(self, timeout: float = 60) -> int:
+        """The port of /metrics, /healthz and /readyz, once the worker's log names it."""
+        self.wait_until(lambda: served_port(self.output()) is not None, "its port", timeout)
+        port = served_port(self.output())
+        assert port is not None
+        return port
+
     def wait_until(
         self, condition: Callable[[], bool], what: str, timeout: float = 180, every: float = 0.02
     ) -> None:
@@ -136,6 +144,16 @@ class WorkerProcess:
             if time.monotonic() > deadline:
                 pytest.fail(f"no {what} within {timeout}s:\n{self.output()[-4000:]}")
             time.sleep(every)
+
+
+#: The worker's log line naming the port it serves /metrics, /healthz and /readyz on (cli.py).
+METRICS_PORT_LINE = re.compile(r"/readyz on port (\d+)")
+
+
+def served_port(output: str) -> int | None:
+    """The metrics port a worker's log says it serves on (None: not said yet)."""
+    found = METRICS_PORT_LINE.search(output)
+    return None if found is None else int(found.group(1))
 
 
 def produce(

@@ -3,7 +3,6 @@ holds the poll loop, and while it drains on shutdown; 200 otherwise."""
 
 from __future__ import annotations
 
-import re
 import signal
 import time
 import urllib.error
@@ -27,16 +26,6 @@ def readyz(port: int) -> tuple[int, str]:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
-
-
-def port_of(worker: WorkerProcess, timeout: float = 60) -> int:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = re.search(r"/readyz on port (\d+)", worker.output())
-        if found:
-            return int(found.group(1))
-        assert time.monotonic() < deadline, worker.output()[-2000:]
-        time.sleep(0.05)
 
 
 def watch(
@@ -80,7 +69,7 @@ def test_not_ready_before_the_first_assignment(
             assert time.monotonic() < deadline, "the blocking member got no partitions"
             blocker.poll(0.1)
         worker = WorkerProcess(write_manifest(tmp_path / "p.yaml", doc), tmp_path / "w.log").start()
-        port = port_of(worker)
+        port = worker.metrics_port()
         seen = watch(port, lambda s: bool(s) and s[-1][0] == 200, timeout=60)
         assert seen[0][0] == 503 and "no stable partition assignment yet" in seen[0][1], seen[:3]
         assert sum(1 for code, _ in seen if code == 503) >= 5, seen  # a second or more
@@ -105,7 +94,7 @@ def test_not_ready_while_a_revoke_drain_holds_the_poll_loop(
     produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(400)))
     env = {"OFFTAKE_TEST_SLOW_SECONDS": "0.25"}  # a chunk of 100 records takes 25 s
     first = WorkerProcess(path, tmp_path / "w1.log", env=env).start()
-    port = port_of(first)
+    port = first.metrics_port()
     watch(port, lambda s: bool(s) and s[-1][0] == 200, timeout=60)
     second = WorkerProcess(path, tmp_path / "w2.log", env=env).start()  # first must revoke one
     seen = watch(port, lambda s: any("stalled" in body for _, body in s), timeout=60)
@@ -133,7 +122,7 @@ def test_not_ready_while_draining_on_shutdown(
         tmp_path / "w.log",
         env={"OFFTAKE_TEST_SLOW_SECONDS": "0.1"},
     ).start()
-    port = port_of(worker)
+    port = worker.metrics_port()
     watch(port, lambda s: bool(s) and s[-1][0] == 200, timeout=60)
     worker.signal(signal.SIGTERM)
     seen = watch(port, lambda s: bool(s) and s[-1][0] != 200, timeout=10)

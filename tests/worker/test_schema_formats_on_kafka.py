@@ -27,6 +27,7 @@ from support.workers import (
     manifest,
     produce,
     read_all,
+    served_port,
     wait_caught_up,
     write_manifest,
 )
@@ -206,9 +207,8 @@ def test_registry_process_stopped_mid_run_and_restarted_loses_nothing(
     src, out, dlq, group, worker = _avro_worker_past_100(
         "schema-restart", kafka_broker, schema_registry, topic_factory, tmp_path
     )
-    found = re.search(r"/readyz on port (\d+)", worker.output())
-    assert found is not None, worker.output()[-2000:]
-    port = int(found.group(1))
+    port = served_port(worker.output())
+    assert port is not None, worker.output()[-2000:]
     v2 = serializer("avro", schema_registry.url, src, ORDER_AVRO_V2)
     later = [v2({**order(i), "note": f"n{i}"}) for i in range(100, 400)]  # registers v2
     backpressure_before = _metric(port, "offtake_backpressure_seconds_total")

@@ -12,7 +12,6 @@ listener.
 from __future__ import annotations
 
 import json
-import re
 import time
 import urllib.error
 import urllib.request
@@ -317,12 +316,7 @@ def test_the_password_appears_in_no_log_metric_or_probe_of_the_worker(
     worker.start()
     pages: dict[str, str] = {}
     try:
-        worker.wait_until(
-            lambda: "metrics, /healthz and /readyz on port" in worker.output(), "metrics port"
-        )
-        found = re.search(r"/readyz on port (\d+)", worker.output())
-        assert found is not None
-        port = int(found.group(1))
+        port = worker.metrics_port(timeout=180)
         wait_caught_up(broker.bootstrap, deployed.group, source, PARTITIONS, timeout=120)
         for path in ("/metrics", "/healthz", "/readyz"):
             pages[path] = get(f"http://127.0.0.1:{port}{path}")
