@@ -211,16 +211,27 @@ class KubeApi:
         )
 
     async def delete(
-        self, res: Resource, namespace: str | None, name: str, *, propagation: str | None = None
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        *,
+        propagation: str | None = None,
+        uid: str = "",
     ) -> bool:
         """Delete the object; False if it was already gone. ``propagation`` (Background,
         Foreground, Orphan): what happens to its dependents (a Job's pods are orphaned by
-        default)."""
-        body = None if propagation is None else {"propagationPolicy": propagation}
+        default). ``uid``: delete only the object with this uid (a precondition the API server
+        checks), False if the name now holds another one."""
+        body: dict[str, Any] = {}
+        if propagation is not None:
+            body["propagationPolicy"] = propagation
+        if uid:
+            body["preconditions"] = {"uid": uid}
         try:
-            await self.request("DELETE", res.path(namespace, name), body=body)
+            await self.request("DELETE", res.path(namespace, name), body=body or None)
         except ApiError as exc:
-            if exc.status == 404:
+            if exc.status == 404 or (uid and exc.status == 409):
                 return False
             raise
         return True

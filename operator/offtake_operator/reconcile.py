@@ -20,7 +20,7 @@ from offtake.config import ConfigError, PipelineSpec, parse_pipeline
 from offtake.sinks.spark import kubernetes as spark_k8s
 
 from . import names, redrive, render, rewind, security, slo_rules
-from .apply import Applied, NotOursError, ensure, remove_owned
+from .apply import Applied, NotOursError, Taken, apply_claimed, carries_uid, claim, remove_owned
 from .context import OperatorContext
 from .kafka_secret import KafkaSecret, KafkaSecretError, kafka_properties, read_kafka_secret
 from .kubeapi import (
@@ -42,7 +42,7 @@ from .kubeapi import (
 )
 from .lag import KafkaAccessError
 from .operator_spec import OperatorSpec, parse_operator_spec
-from .status import Event, Observed, changed, compute_status
+from .status import NAME_TAKEN, Event, Observed, changed, compute_status
 
 log = logging.getLogger("offtake.operator")
 
@@ -118,9 +118,40 @@ def _describe_error(res: Resource, obj: Mapping[str, Any], exc: ApiError) -> str
     return f"{res.kind} {obj['metadata']['name']} was rejected: {exc.reason}: {exc.message}"
 
 
-async def _ensure_child(ctx: OperatorContext, res: Resource, obj: Mapping[str, Any]) -> Applied:
+async def _claim_all(
+    ctx: OperatorContext, children: list[tuple[Resource, JSON]]
+) -> list[JSON | None]:
+    """:func:`.apply.claim` for every child at once, before any is written: a name taken by
+    an object this pipeline did not make stops the whole set (workers must not start on a
+    ConfigMap someone else wrote), and the error names every such object, not the first."""
+    results = await asyncio.gather(
+        *(claim(ctx.api, res, obj) for res, obj in children), return_exceptions=True
+    )
+    taken: list[Taken] = []
+    for result in results:
+        if isinstance(result, NotOursError):
+            taken += result.taken
+        elif isinstance(result, BaseException):
+            raise result
+    if taken:
+        raise NotOursError(taken)
+    return [r for r in results if not isinstance(r, BaseException)]
+
+
+_UNCLAIMED: Any = object()
+
+
+async def _ensure_child(
+    ctx: OperatorContext,
+    res: Resource,
+    obj: Mapping[str, Any],
+    actual: JSON | None = _UNCLAIMED,
+) -> Applied:
+    """Apply one child; ``actual``: what :func:`_claim_all` found (else it is claimed here)."""
     try:
-        applied = await ensure(ctx.api, res, obj)
+        if actual is _UNCLAIMED:
+            actual = await claim(ctx.api, res, obj)
+        applied = await apply_claimed(ctx.api, res, obj, actual)
     except ApiError as exc:
         if exc.retriable:
             raise
@@ -144,9 +175,7 @@ async def _apply_children(
     the Deployment."""
     mounts = None if secret is None else secret.mounts
     derived = None if secret is None else secret.plain
-    # The ConfigMap first: pods of a Deployment rolled to a new checksum must find the new
-    # config when they start. The rest are independent of each other: in parallel.
-    await _ensure_child(ctx, CONFIGMAPS, render.render_configmap(body, derived))
+    configmap = render.render_configmap(body, derived)
     rendered = render.render_deployment(
         body, pipeline, ctx.config, replicas=replicas, kafka_mounts=mounts, kafka_config=derived
     )
@@ -161,8 +190,15 @@ async def _apply_children(
     if await ctx.serves(SERVICEMONITORS):
         sm_labels = {**ctx.config.service_monitor_labels, **extras.service_monitor_labels}
         children.append((SERVICEMONITORS, render.render_service_monitor(body, sm_labels)))
+    found = await _claim_all(ctx, [(CONFIGMAPS, configmap), *children])
+    # The ConfigMap first: pods of a Deployment rolled to a new checksum must find the new
+    # config when they start. The rest are independent of each other: in parallel.
+    await _ensure_child(ctx, CONFIGMAPS, configmap, found[0])
     results = await asyncio.gather(
-        *(_ensure_child(ctx, res, obj) for res, obj in children),
+        *(
+            _ensure_child(ctx, res, obj, actual)
+            for (res, obj), actual in zip(children, found[1:], strict=True)
+        ),
         return_exceptions=True,
     )
     for result in results:
@@ -283,6 +319,11 @@ async def _apply_slo_rule(
     return None
 
 
+def _failed_reason(exc: Exception) -> str:
+    """The condition's reason for a child that could not be applied."""
+    return NAME_TAKEN if isinstance(exc, NotOursError) else "ChildRejected"
+
+
 class ChildRejectedError(Exception):
     """The API server refused a rendered child (e.g. a malformed image reference)."""
 
@@ -325,6 +366,7 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
     rewinding = rewind.pending(extras.rewind, old_status)
     replicas = render.desired_worker_replicas(pipeline, rewinding=rewinding)
     failed = None
+    failed_reason = ""
     before: JSON | None = None
     deployment: JSON | None = None
     progress = None
@@ -359,7 +401,10 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
         return ReconcileResult(gone=True)
     except (ChildRejectedError, NotOursError) as exc:
         failed = str(exc)
+        failed_reason = _failed_reason(exc)
         deployment = await ctx.api.get(DEPLOYMENTS, namespace, dep_name)
+        if deployment is not None and not carries_uid(deployment, body["metadata"]["uid"]):
+            deployment = None  # someone else's Deployment: its pods are not our workers
     old_replicas = ((before or {}).get("spec") or {}).get("replicas")
     if before is not None and old_replicas != replicas and failed is None:
         why = scaling_reason(outcome.status.get("autoscaler"), extras, old_status)
@@ -373,6 +418,7 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
         paused=pipeline.paused,
         deployment=deployment,
         failed=failed,
+        failed_reason=failed_reason,
         rewinding=progress if rewinding else None,
     )
     return await _finish(ctx, body, old_status, seen, outcome)
@@ -393,13 +439,20 @@ async def _reconcile_injected(
     uid = body["metadata"]["uid"]
     derived = None if secret is None else secret.plain
     failed = None
+    failed_reason = ""
     try:
-        await _ensure_child(ctx, CONFIGMAPS, render.render_configmap(body, derived))
-        await _ensure_child(ctx, SERVICES, render.render_service(body, pipeline))
+        children = [
+            (CONFIGMAPS, render.render_configmap(body, derived)),
+            (SERVICES, render.render_service(body, pipeline)),
+        ]
+        found = await _claim_all(ctx, children)
+        for (res, obj), actual in zip(children, found, strict=True):
+            await _ensure_child(ctx, res, obj, actual)
     except NamespaceTerminatingError:
         return ReconcileResult(gone=True)
     except (ChildRejectedError, NotOursError) as exc:
         failed = str(exc)
+        failed_reason = _failed_reason(exc)
     await remove_owned(ctx.api, DEPLOYMENTS, namespace, names.deployment_name(name), uid)
     await remove_owned(ctx.api, PDBS, namespace, names.pdb_name(name), uid)
     previous = old_status.get("autoscaler")
@@ -414,6 +467,7 @@ async def _reconcile_injected(
         body["metadata"].get("generation"),
         0,
         failed=failed,
+        failed_reason=failed_reason,
         pods=pods,
         checksum=render.checksum(render.pipeline_yaml(body, derived)),
         partitions=int(partitions) if partitions is not None else None,

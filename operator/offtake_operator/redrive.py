@@ -28,7 +28,7 @@ from typing import Any
 from offtake.config import PipelineSpec, RedriveRequest, redrive_group
 
 from . import names, render
-from .apply import ensure
+from .apply import NotOursError, Taken, carries_uid, ensure
 from .context import OperatorContext
 from .kafka_secret import KafkaSecret
 from .kubeapi import JOBS
@@ -107,6 +107,14 @@ async def advance(
         )
 
     job = await ctx.api.get(JOBS, namespace, job_name)
+    if job is not None and not carries_uid(job, str(body["metadata"]["uid"])):
+        # Someone else's Job under our name: neither deleted nor read as ours (its state and
+        # annotation mean nothing here). The reconcile reports it (NameTaken).
+        why = (
+            f"was not made by ConsumerPipeline {body['metadata']['name']} (no ownerReference "
+            f"to its uid {body['metadata']['uid']})"
+        )
+        raise NotOursError([Taken(JOBS.kind, f"{namespace}/{job_name}", why)])
     job_id = (
         ((job or {}).get("metadata") or {}).get("annotations", {}).get(names.REDRIVE_ID_ANNOTATION)
     )
@@ -115,7 +123,13 @@ async def advance(
         # its pods are gone, so a superseded redrive still running has stopped before this one
         # starts from the group's position (two at once would replay the same batch).
         if not (job.get("metadata") or {}).get("deletionTimestamp"):
-            await ctx.api.delete(JOBS, namespace, job_name, propagation="Foreground")
+            await ctx.api.delete(
+                JOBS,
+                namespace,
+                job_name,
+                propagation="Foreground",
+                uid=str(job["metadata"].get("uid") or ""),
+            )
         return step(f"{described}: waiting for the Job of redrive {job_id} to be removed")
     if job is None:
         rendered = render.render_redrive_job(

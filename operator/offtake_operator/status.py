@@ -36,8 +36,11 @@ class Observed:
     deployment: Mapping[str, Any] | None = None
     #: The loader's (or the operator's) message for a spec that cannot run.
     invalid: str | None = None
-    #: The API server refused a child object the operator rendered.
+    #: The API server refused a child object the operator rendered, or its name is taken.
     failed: str | None = None
+    #: The Degraded condition's reason for ``failed``: ChildRejected (the default), NameTaken
+    #: (an object the pipeline did not make holds a child's name; it was left alone).
+    failed_reason: str = ""
     #: A rewind in progress: its status message.
     rewinding: str | None = None
     #: mode inject: the pods carrying the worker (instead of a Deployment), and the checksum
@@ -162,7 +165,7 @@ def compute_status(
 
     degraded_reason, degraded_message = "AsExpected", "the pipeline runs as specified"
     if seen.failed:
-        degraded_reason, degraded_message = "ChildRejected", seen.failed
+        degraded_reason, degraded_message = seen.failed_reason or "ChildRejected", seen.failed
     elif seen.invalid:
         degraded_reason, degraded_message = "InvalidSpec", seen.invalid
     elif counts.stuck:
@@ -171,7 +174,13 @@ def compute_status(
 
     enough = counts.ready >= desired and (desired > 0 or counts.replicas == 0)
     workers = f"{counts.ready}/{desired} workers ready"
-    if seen.paused:
+    if seen.failed and degraded_reason == NAME_TAKEN:
+        # The workers (if any run) are not this pipeline's to count: not ready until it can
+        # make its own children.
+        ready = _condition(
+            old_conditions, "Ready", False, NAME_TAKEN, seen.failed, seen.generation, now
+        )
+    elif seen.paused:
         ready = _condition(
             old_conditions, "Ready", False, "Paused", "spec.paused is true", seen.generation, now
         )
@@ -250,6 +259,10 @@ def compute_status(
         events.append(Event("Warning", EXCESS, excess["message"]))
     return status, events
 
+
+#: The reason (Ready False, Degraded True) while a child's name is held by an object the
+#: pipeline did not make (offtake_operator.apply: it changes nothing on it).
+NAME_TAKEN = "NameTaken"
 
 #: mode inject: a condition, True while the workload runs more pods than there are partitions.
 EXCESS = "ReplicasExceedPartitions"
