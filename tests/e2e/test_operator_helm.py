@@ -15,6 +15,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -30,6 +31,15 @@ CHART = ROOT / "helm" / "offtake"
 # helm template checks the chart's kubeVersion against a built-in version when offline (v1.20
 # for a helm built with `go install`): name the control plane's.
 OFFLINE = ("--kube-version", KUBE_VERSION)
+
+
+def grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    return {
+        (g, r): set(rule["verbs"])
+        for rule in rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
 
 
 def test_chart_renders_the_operator_with_least_privilege(
@@ -56,13 +66,7 @@ def test_chart_renders_the_operator_with_least_privilege(
     assert env["OFFTAKE_WORKER_IMAGE"] == "ghcr.io/offtake/offtake-worker:0.1.0"
     assert env["OFFTAKE_WORKER_SPARK_IMAGE"] == "ghcr.io/offtake/offtake-worker-spark:0.1.0"
     assert ("ClusterKopfPeering", "offtake") in docs
-    rules = docs["ClusterRole", "offtake-offtake-operator-cluster"]["rules"]
-    granted = {
-        (g, r): set(rule["verbs"])
-        for rule in rules
-        for g in rule["apiGroups"]
-        for r in rule["resources"]
-    }
+    granted = grants(docs["ClusterRole", "offtake-offtake-operator-cluster"]["rules"])
     assert granted["", "secrets"] == {"get"}, "secrets: read only"
     # Pods: read only (mode inject's status and orphan report); the webhook patches them
     # through admission, which needs no grant.
@@ -107,14 +111,79 @@ def test_chart_renders_the_operator_with_least_privilege(
     env_off = {e["name"] for e in dep_off["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert "OFFTAKE_WEBHOOK_PORT" not in env_off
     assert "delete" not in granted["offtake.dev", "consumerpipelines"]
-    # Namespaced mode: Roles in the served namespaces instead of cluster-wide grants.
+    # Nothing the operator does not do: no PUT (apply and kopf patch), ConfigMaps and Services
+    # never deleted (the garbage collector does), optional children never listed.
+    assert not [
+        (k, v)
+        for k, v in granted.items()
+        if "update" in v and k[1] != ("consumerpipelines/finalizers")
+    ]
+    assert granted["", "configmaps"] == {"get", "list", "watch", "create", "patch"}
+    assert granted["", "events"] == {"create"}
+    assert granted["autoscaling", "horizontalpodautoscalers"] == {
+        "get",
+        "create",
+        "patch",
+        "delete",
+    }
+
+
+def test_a_chart_serving_namespaces_grants_roles_there_and_only_cluster_reads_cluster_wide(
+    helm: Helm,
+) -> None:
     out = helm(
-        "template", "offtake", str(CHART), "--set", "operator.namespaces={shop,billing}", *OFFLINE
+        "template",
+        "offtake",
+        str(CHART),
+        "-n",
+        "offtake-system",
+        "--set",
+        "operator.namespaces={shop,billing}",
+        "--set",
+        "operator.replicas=2",
+        *OFFLINE,
     ).stdout
-    kinds = [(d["kind"], d["metadata"].get("namespace")) for d in yaml.safe_load_all(out) if d]
-    assert ("Role", "shop") in kinds and ("RoleBinding", "billing") in kinds
-    cluster_role = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "ClusterRole")
-    assert all("deployments" not in rule["resources"] for rule in cluster_role["rules"])
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    rbac = {(d["kind"], d["metadata"].get("namespace")): d for d in docs if "Role" in d["kind"]}
+    assert set(rbac) == {
+        ("ClusterRole", None),
+        ("ClusterRoleBinding", None),
+        ("Role", "shop"),
+        ("RoleBinding", "shop"),
+        ("Role", "billing"),
+        ("RoleBinding", "billing"),
+    }
+    # The ClusterRole: exactly the cluster-scoped reads kopf needs, nothing namespaced.
+    assert grants(rbac["ClusterRole", None]["rules"]) == {
+        ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+        ("", "namespaces"): {"get", "list", "watch"},
+    }
+    for ns in ("shop", "billing"):
+        role = grants(rbac["Role", ns]["rules"])
+        assert role["apps", "deployments"] == {"get", "list", "watch", "create", "patch", "delete"}
+        assert role["", "secrets"] == {"get"}
+        assert role["kopf.dev", "kopfpeerings"] == {"get", "list", "watch", "patch"}
+        binding = rbac["RoleBinding", ns]
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "offtake-offtake-operator",
+        }
+        assert binding["subjects"] == [
+            {
+                "kind": "ServiceAccount",
+                "name": "offtake-offtake-operator",
+                "namespace": "offtake-system",
+            }
+        ]
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    env = {
+        e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["OFFTAKE_NAMESPACES"] == "shop,billing"
+    # The peering record is per namespace, like the grant.
+    peerings = {(d["kind"], d["metadata"].get("namespace")) for d in docs if "Peering" in d["kind"]}
+    assert peerings == {("KopfPeering", "shop"), ("KopfPeering", "billing")}
 
 
 def sa_kubeconfig(

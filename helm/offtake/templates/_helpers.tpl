@@ -68,50 +68,62 @@ app.kubernetes.io/component: operator
 {{- end -}}
 
 {{- define "offtake.namespacedRules" -}}
-# The pipelines: watch them, write their status, finalizer and kopf's annotations.
+{{- /*
+What the operator does in a served namespace, verb by verb (docs/operator.md, "RBAC"). It
+never PUTs (server-side apply is a patch; kopf patches), so no update but on finalizers.
+*/}}
+# The pipelines: watch them; kopf's finalizer and annotations are patches. Never delete.
 - apiGroups: [offtake.dev]
   resources: [consumerpipelines]
-  verbs: [get, list, watch, patch, update]
+  verbs: [get, list, watch, patch]
 - apiGroups: [offtake.dev]
-  resources: [consumerpipelines/status, consumerpipelines/finalizers]
-  verbs: [get, patch, update]
-# The children the operator creates and repairs.
+  resources: [consumerpipelines/status]
+  verbs: [patch]
+# Children carry blockOwnerDeletion: the OwnerReferencesPermissionEnforcement admission plugin
+# requires update on the owner's finalizers for that.
+- apiGroups: [offtake.dev]
+  resources: [consumerpipelines/finalizers]
+  verbs: [update]
+# The children it creates and repairs (server-side apply: create + patch), watched by label.
+# ConfigMaps and Services are never deleted by the operator (the garbage collector does).
 - apiGroups: [""]
   resources: [configmaps, services]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, list, watch, create, patch]
+# Deleted when their switch goes (mode inject, autoscaling off, another redrive id), and only
+# the ones carrying the pipeline's uid (a uid precondition on the delete).
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, list, watch, create, patch, delete]
 # spec.redrive runs as a Job.
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, create, patch, delete]
 - apiGroups: [monitoring.coreos.com]
   resources: [servicemonitors, prometheusrules]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, create, patch, delete]
 - apiGroups: [keda.sh]
   resources: [scaledobjects, triggerauthentications]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, create, patch, delete]
 # The Kubeflow Spark operator's Spark Connect server of a pipeline with submit.mode kubernetes.
 - apiGroups: [sparkoperator.k8s.io]
   resources: [sparkconnects]
-  verbs: [get, list, watch, create, patch, update, delete]
+  verbs: [get, create, patch, delete]
 # mode inject: the pods that carry a pipeline's worker (status, and Events when it is deleted).
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch]
-# Read-only: spec.kafka.secretRef, for the admin client that measures lag and rewinds.
+# Read-only, by name: spec.kafka.secretRef, for the admin client that measures lag and rewinds.
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get]
-# Events on the transitions that matter.
-- apiGroups: ["", events.k8s.io]
+# Events on the transitions that matter (kopf posts core v1 Events).
+- apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
+  verbs: [create]
 {{- end -}}
