@@ -554,3 +554,56 @@ async def test_an_unparsable_redrive_until_degrades_naming_the_field(
     assert degraded["message"].startswith("spec.redrive.until: expected an RFC 3339 timestamp")
     assert not cluster.exists(JOBS, ns, "orders-redrive")
     assert cluster.obj(DEPLOYMENTS, ns, "orders")["spec"]["replicas"] == 2
+
+
+async def test_another_teams_hpa_and_job_under_a_childs_name_are_neither_changed_nor_deleted(
+    cluster: Cluster, ns: str
+) -> None:
+    """Issue 23 item 3 for the children made later in a pass (the real API server and garbage
+    collector: tests/e2e/test_operator_ownership.py): an HPA and a Job named like the
+    pipeline's, made by someone else, are reported NameTaken and never written or deleted (the
+    redrive deleted any Job of another id under its name before)."""
+    team = {"name": "orders", "namespace": ns, "labels": {"app.kubernetes.io/managed-by": "Helm"}}
+    hpa = {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": team,
+        "spec": {"maxReplicas": 3, "scaleTargetRef": {"kind": "Deployment", "name": "web"}},
+    }
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {**team, "name": "orders-redrive"},
+        "spec": {"template": {"spec": {"containers": [{"name": "m", "image": "team/migrate"}]}}},
+    }
+    await cluster.request(
+        "POST", f"/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers", hpa
+    )
+    await cluster.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", job)
+    KAFKA.dlq_totals["dlq"] = Counts()
+    scaling = {"enabled": True, "minReplicas": 1, "maxReplicas": 4, "targetLagPerReplica": 100}
+    spec = {"autoscaling": scaling, "redrive": {"id": "r1", "from": "dlq", "until": UNTIL}}
+    await cluster.create(pipeline_body("orders", namespace=ns, **spec))
+
+    def taken(what: str) -> dict[str, Any] | None:
+        conditions = cluster.status(ns, "orders").get("conditions") or []
+        degraded = next((c for c in conditions if c["type"] == "Degraded"), {})
+        return (
+            degraded if degraded["reason"] == "NameTaken" and what in degraded["message"] else None
+        )
+
+    await eventually(lambda: taken(f"HorizontalPodAutoscaler {ns}/orders"), what="HPA named")
+    assert cluster.condition(ns, "orders", "Ready")["reason"] == "NameTaken"
+    warnings = [e for e in cluster.events(ns) if e["reason"] == "NameTaken"]
+    assert warnings and f"HorizontalPodAutoscaler {ns}/orders" in warnings[0]["message"]
+    # The team removes its HPA: the pipeline makes its own; then the Job's name is in the way.
+    await cluster.request(
+        "DELETE", f"/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers/orders"
+    )
+    await eventually(lambda: taken(f"Job {ns}/orders-redrive"), what="Job named")
+    own = cluster.obj(HPAS, ns, "orders")
+    assert own["metadata"]["ownerReferences"][0]["kind"] == "ConsumerPipeline"
+    await asyncio.sleep(1.5)  # resyncs (every 0.5 s) go by: the Job is still untouched
+    assert cluster.exists(JOBS, ns, "orders-redrive")
+    assert len(cluster.history(JOBS, ns, "orders-redrive")) == 1
+    assert "ownerReferences" not in cluster.obj(JOBS, ns, "orders-redrive")["metadata"]
