@@ -319,6 +319,16 @@ async def _apply_slo_rule(
     return None
 
 
+async def _own_deployment(ctx: OperatorContext, body: Mapping[str, Any]) -> JSON | None:
+    """The pipeline's Deployment as it is, for status when this pass wrote none; None if the
+    name is held by someone else's (its pods are not this pipeline's workers)."""
+    name, namespace = render.meta(body)
+    found = await ctx.api.get(DEPLOYMENTS, namespace, names.deployment_name(name))
+    if found is None or not carries_uid(found, body["metadata"]["uid"]):
+        return None
+    return found
+
+
 def _failed_reason(exc: Exception) -> str:
     """The condition's reason for a child that could not be applied."""
     return NAME_TAKEN if isinstance(exc, NotOursError) else "ChildRejected"
@@ -340,13 +350,12 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
     outcome = ReconcileResult()
     old_status: Mapping[str, Any] = body.get("status") or {}
     generation = body["metadata"].get("generation")
-    dep_name = names.deployment_name(name)
 
     try:
         pipeline, extras = validate(body)
     except ConfigError as exc:
         # Leave the children alone: the workers keep running the last good spec.
-        current = await ctx.api.get(DEPLOYMENTS, namespace, dep_name)
+        current = await _own_deployment(ctx, body)
         running = int(((current or {}).get("spec") or {}).get("replicas") or 0)
         seen = Observed(name, generation, running, deployment=current, invalid=str(exc))
         return await _finish(ctx, body, old_status, seen, outcome)
@@ -355,7 +364,7 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
         secret = await read_kafka_secret(ctx.api, namespace, pipeline)
     except KafkaSecretError as exc:
         # Like an invalid spec: the workers keep what they have until the Secret is usable.
-        current = await ctx.api.get(DEPLOYMENTS, namespace, dep_name)
+        current = await _own_deployment(ctx, body)
         running = int(((current or {}).get("spec") or {}).get("replicas") or 0)
         seen = Observed(name, generation, running, deployment=current, invalid=str(exc))
         return await _finish(ctx, body, old_status, seen, outcome)
@@ -402,9 +411,7 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
     except (ChildRejectedError, NotOursError) as exc:
         failed = str(exc)
         failed_reason = _failed_reason(exc)
-        deployment = await ctx.api.get(DEPLOYMENTS, namespace, dep_name)
-        if deployment is not None and not carries_uid(deployment, body["metadata"]["uid"]):
-            deployment = None  # someone else's Deployment: its pods are not our workers
+        deployment = await _own_deployment(ctx, body)
     old_replicas = ((before or {}).get("spec") or {}).get("replicas")
     if before is not None and old_replicas != replicas and failed is None:
         why = scaling_reason(outcome.status.get("autoscaler"), extras, old_status)

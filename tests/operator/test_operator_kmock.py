@@ -592,15 +592,23 @@ async def test_another_teams_hpa_and_job_under_a_childs_name_are_neither_changed
             degraded if degraded["reason"] == "NameTaken" and what in degraded["message"] else None
         )
 
-    await eventually(lambda: taken(f"HorizontalPodAutoscaler {ns}/orders"), what="HPA named")
+    hpa_named = f"HorizontalPodAutoscaler {ns}/orders"
+    await eventually(lambda: taken(hpa_named), timeout=30, what="HPA named")
     assert cluster.condition(ns, "orders", "Ready")["reason"] == "NameTaken"
-    warnings = [e for e in cluster.events(ns) if e["reason"] == "NameTaken"]
-    assert warnings and f"HorizontalPodAutoscaler {ns}/orders" in warnings[0]["message"]
+    # Posted just after the status is written: waited for too.
+    await eventually(
+        lambda: [
+            e
+            for e in cluster.events(ns)
+            if e["reason"] == "NameTaken" and hpa_named in e["message"]
+        ],
+        what="a NameTaken Warning naming the HPA",
+    )
     # The team removes its HPA: the pipeline makes its own; then the Job's name is in the way.
     await cluster.request(
         "DELETE", f"/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers/orders"
     )
-    await eventually(lambda: taken(f"Job {ns}/orders-redrive"), what="Job named")
+    await eventually(lambda: taken(f"Job {ns}/orders-redrive"), timeout=30, what="Job named")
     own = cluster.obj(HPAS, ns, "orders")
     assert own["metadata"]["ownerReferences"][0]["kind"] == "ConsumerPipeline"
     await asyncio.sleep(1.5)  # resyncs (every 0.5 s) go by: the Job is still untouched
