@@ -215,9 +215,10 @@ def sa_kubeconfig(
 
 
 class OperatorProcess:
-    def __init__(self, kubeconfig: Path, priority: int, log: Path) -> None:
+    def __init__(self, kubeconfig: Path, priority: int, log: Path, *, namespaces: str = "") -> None:
         env = {
             **os.environ,
+            "OFFTAKE_NAMESPACES": namespaces,
             "KUBECONFIG": str(kubeconfig),
             "OFFTAKE_PEERING": "offtake",
             "OFFTAKE_PEERING_PRIORITY": str(priority),
@@ -360,6 +361,69 @@ def test_two_peered_operators_with_the_charts_rbac(
     finally:
         high.stop()
         low.stop()
+
+
+def test_an_operator_serving_one_namespace_runs_on_the_charts_roles_alone(
+    control_plane: ControlPlane, helm: Helm, kubectl: Kubectl, kube_namespace: str, tmp_path: Path
+) -> None:
+    """operator.namespaces on the real API server: the Role in the served namespace is all the
+    operator needs (reconcile, status, Events, its KopfPeering), and it reaches nothing
+    namespaced anywhere else."""
+    home = f"offtake-{uuid.uuid4().hex[:6]}"
+    sets = [f"operator.namespaces={{{kube_namespace}}}", "operator.replicas=2"]
+    sets += ["injection.enabled=false"]  # no webhook configuration left for other tests
+    args = [arg for value in sets for arg in ("--set", value)]
+    helm("install", "scoped", str(CHART), "-n", home, "--create-namespace", *args, "--wait=false")
+    proc = None
+    try:
+        sa = "scoped-offtake-operator"
+        who = f"system:serviceaccount:{home}:{sa}"
+        for verb, what, where, allowed in [
+            ("create", "deployments.apps", kube_namespace, "yes"),
+            ("patch", "consumerpipelines.offtake.dev/status", kube_namespace, "yes"),
+            ("get", "secrets", kube_namespace, "yes"),
+            ("list", "secrets", kube_namespace, "no"),
+            ("delete", "configmaps", kube_namespace, "no"),
+            ("create", "deployments.apps", home, "no"),
+            ("get", "secrets", "default", "no"),
+            ("patch", "consumerpipelines.offtake.dev", "default", "no"),
+            ("patch", "kopfpeerings.kopf.dev", "default", "no"),
+        ]:
+            answer = kubectl(
+                "auth", "can-i", verb, what, "--as", who, "-n", where, check=False
+            ).stdout.strip()
+            assert answer == allowed, f"{verb} {what} in {where}: {answer}"
+        kubeconfig = sa_kubeconfig(control_plane, kubectl, home, sa, tmp_path / "kubeconfig")
+        proc = OperatorProcess(kubeconfig, 10, tmp_path / "op.log", namespaces=kube_namespace)
+        manifest = {
+            "apiVersion": "offtake.dev/v1alpha1",
+            "kind": "ConsumerPipeline",
+            "metadata": {"name": "scoped"},
+            "spec": {
+                "kafka": {"bootstrapServers": "kafka:9092"},
+                "source": {"topics": ["t"]},
+                "sink": {"log": {}},
+            },
+        }
+        kubectl("apply", "-n", kube_namespace, "-f", "-", input=yaml.safe_dump(manifest))
+        wait_for(
+            lambda: exists(kubectl, "deployment", "scoped", "-n", kube_namespace),
+            what="the Deployment",
+        )
+        wait_for(
+            lambda: (get(kubectl, "cpl", "scoped", "-n", kube_namespace).get("status") or {}).get(
+                "phase"
+            ),
+            what="status written with the Role alone",
+        )
+        kubectl("delete", "cpl", "scoped", "-n", kube_namespace, "--timeout=60s")
+        denied = [line for line in proc.text().splitlines() if f'User "{who}" cannot' in line]
+        assert not denied, denied[:3]
+    finally:
+        if proc is not None:
+            proc.stop()
+        helm("uninstall", "scoped", "-n", home, check=False)
+        kubectl("delete", "namespace", home, "--wait=false", check=False)
 
 
 BAD_VALUES = [
