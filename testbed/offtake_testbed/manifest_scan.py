@@ -66,6 +66,8 @@ FOREIGN_KINDS = (
 )
 
 JSON = dict[str, Any]
+#: The chart is installed in a namespace of its own (checkov refuses the default namespace).
+NAMESPACE = ("--namespace", "offtake-system")
 
 
 def _dump(docs: Iterable[Mapping[str, Any]]) -> str:
@@ -83,7 +85,7 @@ def render_chart(out: Path, *, helm: Path | None = None) -> list[Path]:
     paths = []
     for name, extra in variants.items():
         result = subprocess.run(
-            [str(binary), "template", "offtake", str(CHART), "--include-crds", *extra],
+            [str(binary), "template", "offtake", str(CHART), "--include-crds", *NAMESPACE, *extra],
             capture_output=True,
             text=True,
             check=False,

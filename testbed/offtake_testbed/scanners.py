@@ -51,7 +51,7 @@ KUBECONFORM_VERSION = "v0.8.0"
 CHECKOV_VERSION = "3.3.30"
 
 # Bump when a recipe below changes, so that cached installs are redone.
-_RECIPE = 1
+_RECIPE = 2
 _MARKER = ".installed.json"
 
 
@@ -179,18 +179,27 @@ _INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
 _QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
 
 
-def _strict(node: Any) -> Any:
+def _strict(schema: Any) -> Any:
     """A copy of an OpenAPI v2 schema as a strict JSON schema: unknown fields refused.
 
     The same changes kubernetes-json-schema's "-strict" schemas have: an object with listed
-    properties allows no others, and the ``$ref`` paths stay as they are (the definitions travel
-    with each schema).
+    properties allows no others; OpenAPI's ``x-kubernetes-*`` extensions are dropped from the
+    schemas (not from ``properties``: the CRD's own schema type has fields of those names).
     """
-    if isinstance(node, list):
-        return [_strict(item) for item in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: _strict(v) for k, v in node.items() if not k.startswith("x-kubernetes-")}
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key.startswith("x-kubernetes-"):
+            continue
+        if key in ("properties", "definitions") and isinstance(value, dict):
+            out[key] = {name: _strict(sub) for name, sub in value.items()}
+        elif key in ("items", "additionalProperties", "not"):
+            out[key] = _strict(value)
+        elif key in ("allOf", "anyOf", "oneOf") and isinstance(value, list):
+            out[key] = [_strict(sub) for sub in value]
+        else:
+            out[key] = value
     if "properties" in out and "additionalProperties" not in out:
         out["additionalProperties"] = False
     return out
