@@ -179,58 +179,53 @@ def kube_score_ignores(path: Path = KUBE_SCORE_IGNORES) -> list[str]:
     return args
 
 
+SCANNERS = ("kubeconform", "kube-score", "checkov")
+
+
+def _commands(
+    paths: Sequence[str], tools: scanners.ScannerPaths, checkov_config: Path
+) -> dict[str, list[str]]:
+    schema = f"{tools.schemas}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json"
+    return {
+        # -strict: unknown fields and keys given twice are errors.
+        "kubeconform": [
+            str(tools.kubeconform),
+            *("-strict", "-summary", "-output", "text", "-schema-location", schema),
+            *("-skip", ",".join(FOREIGN_KINDS)),
+            *paths,
+        ],
+        # Warnings fail too: kube-score's "warning" is a real finding here.
+        "kube-score": [
+            str(tools.kube_score),
+            *("score", "--output-format", "ci", "--exit-one-on-warning"),
+            *kube_score_ignores(),
+            *paths,
+        ],
+        "checkov": [
+            str(tools.checkov),
+            *("--config-file", str(checkov_config), "--framework", "kubernetes"),
+            *("--quiet", "--compact", "--skip-download"),
+            *(arg for p in paths for arg in ("--file", p)),
+        ],
+    }
+
+
 def scan_folder(
     files: Sequence[Path],
     tools: scanners.ScannerPaths,
     *,
+    only: Sequence[str] = SCANNERS,
     checkov_config: Path = CHECKOV_CONFIG,
 ) -> ScanResult:
-    """Run the three scanners on ``files`` (YAML manifests); nothing is skipped silently."""
-    paths = [str(f) for f in files]
+    """Run the scanners (all three unless ``only``) on ``files``, YAML manifests."""
+    commands = _commands([str(f) for f in files], tools, checkov_config)
     runs = []
-    code, text = _run(
-        [
-            str(tools.kubeconform),
-            "-strict",
-            "-summary",
-            "-output",
-            "text",
-            "-schema-location",
-            f"{tools.schemas}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json",
-            "-skip",
-            ",".join(FOREIGN_KINDS),
-            *paths,
-        ]
-    )
-    runs.append(("kubeconform", code, text))
-    code, text = _run(
-        [
-            str(tools.kube_score),
-            "score",
-            "--output-format",
-            "ci",
-            "--exit-one-on-warning",
-            *kube_score_ignores(),
-            *paths,
-        ]
-    )
-    # The ci format prints every check, [OK] ones too: the report keeps the others.
-    text = "\n".join(line for line in text.splitlines() if not line.startswith("[OK]"))
-    runs.append(("kube-score", code, text))
-    code, text = _run(
-        [
-            str(tools.checkov),
-            "--config-file",
-            str(checkov_config),
-            "--framework",
-            "kubernetes",
-            "--quiet",
-            "--compact",
-            "--skip-download",
-            *(arg for p in paths for arg in ("--file", p)),
-        ]
-    )
-    runs.append(("checkov", code, text))
+    for name in only:
+        code, text = _run(commands[name])
+        if name == "kube-score":
+            # The ci format prints every check, [OK] ones too: the report keeps the others.
+            text = "\n".join(line for line in text.splitlines() if not line.startswith("[OK]"))
+        runs.append((name, code, text))
     return ScanResult(tuple(runs))
 
 
