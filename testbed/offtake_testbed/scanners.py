@@ -45,8 +45,8 @@ __all__ = [
 
 #: github.com/zegl/kube-score: the newest release the Go module proxy serves.
 KUBE_SCORE_VERSION = "v1.20.0"
-#: github.com/yannh/kubeconform (its go.mod names Go 1.26, the machines' Go).
-KUBECONFORM_VERSION = "v0.8.0"
+#: github.com/yannh/kubeconform: v0.7.0 needs Go 1.24, the project's floor (v0.8.0 needs 1.26).
+KUBECONFORM_VERSION = "v0.7.0"
 #: checkov on PyPI.
 CHECKOV_VERSION = "3.3.30"
 
