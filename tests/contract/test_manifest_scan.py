@@ -7,6 +7,9 @@ scripts/lint.sh runs the scan itself on the chart and the children; these tests 
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ import pytest
 import yaml
 
 from offtake_testbed import manifest_scan, scanners
+from offtake_testbed.kube import install_helm
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -151,3 +155,28 @@ def test_every_deliberate_exception_has_its_reason() -> None:
     assert ["--ignore-test", "container-resources"] not in [
         args[i : i + 2] for i in range(len(args))
     ]
+
+
+def test_checkovs_own_helm_scan_checks_the_chart_with_the_test_beds_helm() -> None:
+    """checkov's helm framework renders the chart with the helm on PATH: with a helm built
+    without version flags that render failed on the chart's kubeVersion floor and checkov
+    reported nothing at all. Its only findings are the default namespace it renders into
+    (lint renders into offtake-system)."""
+    tools = scanners.install_scanners()
+    env = {**os.environ, "PATH": f"{install_helm().parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(
+        [
+            str(tools.checkov),
+            *("-d", str(manifest_scan.CHART), "--framework", "helm"),
+            *("--config-file", str(manifest_scan.CHECKOV_CONFIG)),
+            *("--compact", "--skip-download", "--quiet"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    counts = re.search(r"Passed checks: (\d+), Failed checks: (\d+)", result.stdout)
+    assert counts is not None, result.stdout + result.stderr
+    assert int(counts.group(1)) > 50, result.stdout
+    assert set(re.findall(r"Check: (CKV\w+)", result.stdout)) <= {"CKV_K8S_21"}, result.stdout
