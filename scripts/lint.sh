@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Static checks: ruff, mypy --strict, the import layering (import-linter) and the Dockerfiles
-# (hadolint), with the tools of the project's environment .venv (scripts/setup.sh makes it).
+# Static checks: ruff, mypy --strict, the import layering (import-linter), the Dockerfiles
+# (hadolint) and the manifests Offtake puts in a cluster (kubeconform, kube-score, checkov on the
+# chart and the operator's children of examples/), with the tools of the project's environment
+# .venv (scripts/setup.sh makes it) and the scanners scripts/setup.sh --all puts in the cache.
 # Without a .venv it falls back to the tools on PATH, saying so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,3 +21,9 @@ lint-imports --config pyproject.toml
 # Every Dockerfile in the repository (the images' and the examples' sidecars); an ignored rule
 # is justified on the line above its `# hadolint ignore=` comment.
 git ls-files -z -- Dockerfile '*/Dockerfile' | xargs -0 hadolint
+# The chart (helm template) and every child the operator renders for examples/: kubeconform
+# against the Kubernetes release's own schemas, kube-score and checkov, whose deliberate
+# exceptions are listed with their reasons in scripts/scan/. The scanners and helm come from
+# `scripts/setup.sh --all` (built once from the Go module proxy and PyPI into the cache).
+PYTHONPATH="$PWD/worker:$PWD/operator:$PWD/testbed${PYTHONPATH:+:$PYTHONPATH}" \
+  "$PY" -m offtake_testbed.manifest_scan

@@ -7,7 +7,9 @@
 #   scripts/setup.sh          Python packages + Kafka (enough for the demo)
 #   scripts/setup.sh --all    also Prometheus and PostgreSQL (Debian), the schema registry
 #                             (Apicurio, built from Maven Central), and the Kubernetes
-#                             control plane and helm built from the Go module proxy
+#                             control plane and helm built from the Go module proxy, and
+#                             the manifest scanners scripts/lint.sh runs (kube-score,
+#                             kubeconform, checkov)
 #   scripts/setup.sh --node   --all, and the real node's parts for tests/node (kubelet,
 #                             containerd, runc, CNI plugins, prometheus-adapter from the Go
 #                             module proxy; gcc, pkg-config, libseccomp-dev from Debian)
@@ -103,6 +105,8 @@ if [[ $MODE == --all || $MODE == --node ]]; then
   "$PY" -m offtake_testbed.apicurio install
   step "kube-apiserver, etcd, kube-controller-manager, kubectl, helm (Go module proxy)"
   "$PY" -m offtake_testbed.kube install
+  step "kube-score, kubeconform (Go module proxy) and checkov (PyPI), for scripts/lint.sh"
+  "$PY" -m offtake_testbed.scanners install
 fi
 if [[ $MODE == --node ]]; then
   step "kubelet, containerd, runc, CNI plugins, prometheus-adapter (Go module proxy)"

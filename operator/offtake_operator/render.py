@@ -220,9 +220,23 @@ def _worker_container(
     }
     if config.worker_image_pull_policy:
         container["imagePullPolicy"] = config.worker_image_pull_policy
-    if spec.get("resources"):
-        container["resources"] = copy.deepcopy(spec["resources"])
+    resources = worker_resources(spec, pipeline, config)
+    if resources:
+        container["resources"] = resources
     return container
+
+
+def worker_resources(
+    spec: Mapping[str, Any], pipeline: PipelineSpec, config: OperatorConfig
+) -> JSON:
+    """The worker container's resources: spec.resources when the pipeline sets it (whole, not
+    merged: a request of its own above a default limit would make an invalid pod), else the
+    operator's default (the chart's workerDefaults), the Spark one for a Spark sink. The same
+    for the Deployment's worker, the injected worker and the redrive Job."""
+    if spec.get("resources"):
+        return copy.deepcopy(dict(spec["resources"]))
+    spark = pipeline.sink.spark is not None
+    return copy.deepcopy(config.worker_spark_resources if spark else config.worker_resources)
 
 
 def _processor_container(body: Mapping[str, Any]) -> JSON:
@@ -360,6 +374,8 @@ def render_deployment(
         "terminationGracePeriodSeconds": grace_period_seconds(pipeline),
         # Service links add an env var per Service in the namespace: noise, and slow in big ones.
         "enableServiceLinks": False,
+        # The worker never calls the Kubernetes API: no token for whoever takes over the pod.
+        "automountServiceAccountToken": False,
         "topologySpreadConstraints": [
             {
                 "maxSkew": 1,
@@ -459,6 +475,8 @@ def render_redrive_job(
         # A failed attempt's pod stays for its logs; the Job starts another (which resumes).
         "restartPolicy": "Never",
         "enableServiceLinks": False,
+        # `offtake redrive` talks to Kafka only, never to the Kubernetes API.
+        "automountServiceAccountToken": False,
         "securityContext": security_contexts(body)[0],
     }
     _copy_pod_settings(template_spec, pod_spec)

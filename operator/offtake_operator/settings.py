@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Mapping
@@ -12,6 +13,23 @@ from typing import Any
 DEFAULT_WORKER_IMAGE = "ghcr.io/offtake/offtake-worker:0.1.0"
 DEFAULT_WORKER_SPARK_IMAGE = "ghcr.io/offtake/offtake-worker-spark:0.1.0"
 LAG_SOURCES = ("kafka", "off")
+
+# Resources of a worker container whose pipeline sets no spec.resources (the chart's
+# workerDefaults; these are its defaults too). A shared cluster expects requests (the scheduler
+# places pods by them, quotas count them) and a memory limit (a leaking worker is OOM-killed
+# alone instead of starving its node). No cpu limit: throttling a consumer raises its lag
+# without protecting anyone that the cpu request does not already protect.
+DEFAULT_WORKER_RESOURCES: dict[str, Any] = {
+    "requests": {"cpu": "100m", "memory": "256Mi"},
+    "limits": {"memory": "1Gi"},
+}
+# A pipeline with a Spark sink runs the worker-spark image; in local mode Spark's JVM sits in
+# the worker's container, with spark.driver.memory's default heap of 1g on top of Python.
+DEFAULT_WORKER_SPARK_RESOURCES: dict[str, Any] = {
+    "requests": {"cpu": "500m", "memory": "1536Mi"},
+    "limits": {"memory": "3Gi"},
+}
+_RESOURCE_SECTIONS = ("requests", "limits")
 
 
 class SettingsError(ValueError):
@@ -58,6 +76,16 @@ class OperatorConfig:
     #: OFFTAKE_WEBHOOK_KEY_FILE): the API server only calls webhooks over HTTPS.
     webhook_cert_file: str = ""
     webhook_key_file: str = ""
+    #: Resources of the worker containers (the Deployment's, the injected worker, the redrive
+    #: Job's) of pipelines without spec.resources (OFFTAKE_WORKER_RESOURCES, a JSON
+    #: ResourceRequirements; {} sets none).
+    worker_resources: dict[str, Any] = field(
+        default_factory=lambda: copy.deepcopy(DEFAULT_WORKER_RESOURCES)
+    )
+    #: The same for pipelines with a Spark sink (OFFTAKE_WORKER_SPARK_RESOURCES).
+    worker_spark_resources: dict[str, Any] = field(
+        default_factory=lambda: copy.deepcopy(DEFAULT_WORKER_SPARK_RESOURCES)
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -102,6 +130,10 @@ class OperatorConfig:
             ),
             service_monitor_labels=_labels(env, "OFFTAKE_SERVICE_MONITOR_LABELS"),
             metrics_port=_port(env, "OFFTAKE_METRICS_PORT"),
+            worker_resources=_resources(env, "OFFTAKE_WORKER_RESOURCES", DEFAULT_WORKER_RESOURCES),
+            worker_spark_resources=_resources(
+                env, "OFFTAKE_WORKER_SPARK_RESOURCES", DEFAULT_WORKER_SPARK_RESOURCES
+            ),
             **_webhook(env),
         )
 
@@ -156,3 +188,34 @@ def _port(env: Mapping[str, str], key: str) -> int:
     if not raw.isdigit() or int(raw) > 65535:
         raise SettingsError(f"{key}: expected a port number (0 for none), got {raw!r}")
     return int(raw)
+
+
+def _resources(env: Mapping[str, str], key: str, default: Mapping[str, Any]) -> dict[str, Any]:
+    """A container's ResourceRequirements as JSON: {"requests": {...}, "limits": {...}}."""
+    raw = env.get(key, "").strip()
+    if not raw:
+        return copy.deepcopy(dict(default))
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise SettingsError(
+            f"{key}: expected a JSON object like "
+            f'{{"requests": {{"cpu": "100m"}}, "limits": {{"memory": "1Gi"}}}}, got {raw!r}'
+        ) from None
+    if not isinstance(value, dict):
+        raise SettingsError(f"{key}: expected a JSON object of requests and limits, got {raw!r}")
+    for section, amounts in value.items():
+        if section not in _RESOURCE_SECTIONS:
+            raise SettingsError(
+                f"{key}: unknown key {section!r} (expected {' or '.join(_RESOURCE_SECTIONS)})"
+            )
+        if not isinstance(amounts, dict) or not all(
+            isinstance(name, str) and isinstance(amount, str | int) and not isinstance(amount, bool)
+            for name, amount in amounts.items()
+        ):
+            raise SettingsError(
+                f"{key}: {section} must map resource names to quantities "
+                f'(e.g. {{"memory": "1Gi"}}), got {json.dumps(amounts)}'
+            )
+    # Empty sections say nothing: leave them out, so that {} renders no resources at all.
+    return {section: amounts for section, amounts in value.items() if amounts}

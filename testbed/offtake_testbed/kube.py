@@ -408,19 +408,55 @@ def install_control_plane(
         return _paths(version, etcd_version, bin_dir)
 
 
+# Bump when helm's build recipe changes, so that a cached helm built the old way is rebuilt.
+# 2: the version ldflags of helm's Makefile (a released helm's); before them helm took every
+# cluster for v1.20 and refused charts with a higher ``kubeVersion`` floor without
+# ``--kube-version``, and checkov's helm scan, run with that helm, silently checked nothing.
+_HELM_RECIPE = 2
+
+
+def _helm_ldflags(version: str, helm_go_mod: str) -> list[str]:
+    """The ``-X`` flags helm's Makefile sets for a release build of ``version``.
+
+    ``internal/version.version`` is what ``helm version`` prints; the ``k8sVersionMajor/Minor``
+    pair of ``pkg/chartutil`` (and of ``pkg/lint/rules``) is the Kubernetes version helm assumes
+    without a cluster (``helm template``): the Makefile derives it from the client-go helm is
+    built with (v0.34.x -> 1.34). Left unset, both default to 1.20.
+    """
+    client_go = _required_version(helm_go_mod, "k8s.io/client-go")
+    if client_go is None:
+        raise KubeBuildError(f"helm {version}'s go.mod does not require k8s.io/client-go")
+    major = str(int(client_go.removeprefix("v").split(".")[0]) + 1)
+    minor = client_go.split(".")[1]
+    flags = [
+        f"-X helm.sh/helm/v3/internal/version.version={version}",
+        "-X helm.sh/helm/v3/internal/version.gitTreeState=clean",
+    ]
+    for package in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+        flags += [f"-X {package}.k8sVersionMajor={major}", f"-X {package}.k8sVersionMinor={minor}"]
+    return flags
+
+
 def install_helm(version: str = HELM_VERSION, *, progress: IO[str] | None = None) -> Path:
-    """Build (once) helm with ``go install`` into the cache and return the binary's path."""
+    """Build (once) helm with ``go install`` into the cache and return the binary's path.
+
+    Built with the ldflags of helm's Makefile (:func:`_helm_ldflags`), so it reports its
+    version and the Kubernetes version of its client libraries as a released helm does.
+    """
     bin_dir = cache_dir("helm", version, "bin")
     helm = bin_dir / "helm"
     marker = bin_dir / _MARKER
 
     def done() -> bool:
         try:
-            return json.loads(marker.read_text()).get("helm") == version and os.access(
-                helm, os.X_OK
-            )
+            found = json.loads(marker.read_text())
         except (FileNotFoundError, ValueError):
             return False
+        return (
+            found.get("helm") == version
+            and found.get("recipe") == _HELM_RECIPE
+            and os.access(helm, os.X_OK)
+        )
 
     if done():
         if progress is not None:
@@ -434,15 +470,27 @@ def install_helm(version: str = HELM_VERSION, *, progress: IO[str] | None = None
         if progress is not None:
             print(f"[offtake kube] building helm {version} (log: {log})", file=progress, flush=True)
         started = time.monotonic()
+        info = json.loads(
+            _run_go(
+                ["mod", "download", "-json", f"helm.sh/helm/v3@{version}"],
+                cwd=bin_dir,
+                log=log,
+                what=f"downloading helm.sh/helm/v3@{version}",
+                extra_env={"GOFLAGS": "-trimpath -buildvcs=false"},
+            )
+        )
+        ldflags = " ".join(["-s", "-w", *_helm_ldflags(version, Path(info["GoMod"]).read_text())])
         _run_go(
-            ["install", "-ldflags=-s -w", f"helm.sh/helm/v3/cmd/helm@{version}"],
+            ["install", f"-ldflags={ldflags}", f"helm.sh/helm/v3/cmd/helm@{version}"],
             cwd=bin_dir,
             log=log,
             what=f"go install helm {version}",
             extra_env={"GOBIN": str(bin_dir), "GOFLAGS": "-trimpath -buildvcs=false"},
         )
         seconds = round(time.monotonic() - started, 1)
-        marker.write_text(json.dumps({"helm": version, "build_seconds": seconds}) + "\n")
+        marker.write_text(
+            json.dumps({"helm": version, "recipe": _HELM_RECIPE, "build_seconds": seconds}) + "\n"
+        )
         if progress is not None:
             print(f"[offtake kube] built helm in {seconds} s", file=progress, flush=True)
         return helm

@@ -500,6 +500,13 @@ def test_chart_installs_upgrades_and_uninstalls_with_non_default_values(
     assert env["OFFTAKE_NAMESPACES"] == ns
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert exists(kubectl, "role", "ot-operator", "-n", ns)
+    # One replica: no PodDisruptionBudget (it would block every drain of the node).
+    assert not exists(kubectl, "poddisruptionbudget", "ot-operator", "-n", ns)
+    assert container["readinessProbe"]["httpGet"] == {
+        "path": "/healthz",
+        "port": "health",
+        "scheme": "HTTP",
+    }
     tls = get(kubectl, "secret", "ot-operator-webhook-tls", "-n", ns)["data"]
     helm(
         "upgrade", "prod", str(CHART), "-n", ns, "--reuse-values",
@@ -509,6 +516,21 @@ def test_chart_installs_upgrades_and_uninstalls_with_non_default_values(
         lambda: get(kubectl, "deployment", "ot-operator", "-n", ns)["spec"]["replicas"] == 2,
         what="2 replicas after the upgrade",
     )
+    # Two replicas: the API server took the PDB and the anti-affinity, and the disruption
+    # controller finds the operator's two pods with the PDB's selector.
+    wait_for(
+        lambda: (
+            get(kubectl, "poddisruptionbudget", "ot-operator", "-n", ns)
+            .get("status", {})
+            .get("expectedPods")
+            == 2
+        ),
+        what="the operator PDB counting both operator pods",
+    )
+    affinity = get(kubectl, "deployment", "ot-operator", "-n", ns)["spec"]["template"]["spec"][
+        "affinity"
+    ]
+    assert "preferredDuringSchedulingIgnoredDuringExecution" in affinity["podAntiAffinity"]
     # The webhook's certificate survives the upgrade (read back with lookup), and the
     # configuration keeps trusting it.
     assert get(kubectl, "secret", "ot-operator-webhook-tls", "-n", ns)["data"] == tls
@@ -518,6 +540,7 @@ def test_chart_installs_upgrades_and_uninstalls_with_non_default_values(
     assert "kind: ConsumerPipeline" in notes and "kubectl apply --server-side" in notes
     helm("uninstall", "prod", "-n", ns)
     wait_for(lambda: not exists(kubectl, "deployment", "ot-operator", "-n", ns), what="gone")
+    assert not exists(kubectl, "poddisruptionbudget", "ot-operator", "-n", ns)
     assert not exists(kubectl, "mutatingwebhookconfiguration", "ot-inject")
     # Helm keeps what it installed from crds/: the pipelines survive an uninstall.
     assert exists(kubectl, "crd", "consumerpipelines.offtake.dev")

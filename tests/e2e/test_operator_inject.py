@@ -34,7 +34,7 @@ os.environ.setdefault("OFFTAKE_TICK_SECONDS", "1")
 
 from offtake_operator import names
 from offtake_operator.context import OperatorContext
-from offtake_operator.settings import OperatorConfig
+from offtake_operator.settings import DEFAULT_WORKER_RESOURCES, OperatorConfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -161,6 +161,8 @@ def test_annotated_deployment_pods_get_the_worker_as_a_native_sidecar(
         assert sc["runAsNonRoot"] and sc["allowPrivilegeEscalation"] is False
         assert sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"]
         assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+        # The operator's default worker resources, as the API server stored them in the pod.
+        assert worker["resources"] == DEFAULT_WORKER_RESOURCES
         volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
         assert volumes["offtake-pipeline"]["configMap"]["name"] == "orders-pipeline"
         assert volumes["offtake-kafka-secret"]["secret"]["secretName"] == "kafka-credentials"
