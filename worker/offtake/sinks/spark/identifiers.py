@@ -1,0 +1,198 @@
+"""Column names that come from records: checked before they reach Spark or SQL.
+
+A JSON record's field names become the table's column names, so anyone who can produce to
+the source topic chooses them. They reach text that something interprets:
+
+- Spark's JDBC writer puts them in its ``CREATE TABLE`` of the staging table between the
+  dialect's quotes *without escaping* (``"name"`` for PostgreSQL), and the PostgreSQL driver
+  runs several statements sent as one; a field named ``a" int); DROP TABLE t; --`` would run;
+- the JDBC sink's own swap ``INSERT INTO t (cols) SELECT cols FROM stage`` (writers.py);
+- Spark column expressions (a backtick ends a quoted name, a dot reaches into a struct) and
+  Delta, which refuses `` ,;{}()\\n\\t=`` in names (one such field would fail its whole batch).
+
+So a name is written only if it passes an allowlist, the same for every format: letters and
+digits of any script (with their combining marks), ``_`` and ``-``; not empty; within the
+target's length limit (PostgreSQL silently truncates past 63 bytes, which could merge two
+fields into one column). Within one record, names that differ only in case (or meet after
+the sink's ``value_`` renaming of metadata names) are refused too: Spark treats them as one
+column and would fail the batch. A record with a name that fails is refused by the sink
+before it joins a batch (:class:`UnsafeName`, a :class:`SinkError` naming the field), so
+``errors.policy`` handles that record alone and the rest of the batch lands.
+
+On top of the allowlist, SQL the sink writes itself quotes every name by the dialect's rules
+(:func:`quote`: the quote character doubled); the allowlist alone already keeps quotes out.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from offtake.sinks.base import SinkError
+
+# A field name is quoted into an error message and a dead letter's header: at most this much.
+SHOWN_CHARS = 80
+
+
+class UnsafeName(SinkError):
+    """A record's field cannot be written as a column name; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How a target quotes names and how long they may be."""
+
+    name: str
+    quote: str
+    max_bytes: int  # of the name's UTF-8 encoding
+    nested: bool  # struct fields are columns too (not flattened to JSON text)
+
+
+# PostgreSQL: NAMEDATALEN - 1 = 63 bytes; longer names are truncated, not refused.
+POSTGRES = Dialect("postgresql", '"', 63, nested=False)
+# MySQL and MariaDB: 64 characters; counted in bytes here, the stricter reading.
+MYSQL = Dialect("mysql", "`", 64, nested=False)
+# Any other JDBC database: ANSI double quotes; 128, SQL Server's limit and the SQL standard's
+# usual one (Oracle 12.2+ allows 128 bytes too).
+ANSI = Dialect("ansi", '"', 128, nested=False)
+# Spark's own formats (parquet, json, delta, iceberg): backticks, and nested fields are
+# columns of structs. 255: what the Hive metastore and Glue take for a column.
+SPARK = Dialect("spark", "`", 255, nested=True)
+
+
+def dialect_of(fmt: str, jdbc_url: str | None) -> Dialect:
+    """The dialect of a sink's target: its JDBC URL's database, or Spark's own formats."""
+    if fmt != "jdbc" or jdbc_url is None:
+        return SPARK
+    if jdbc_url.startswith("jdbc:postgresql:"):
+        return POSTGRES
+    if jdbc_url.startswith(("jdbc:mysql:", "jdbc:mariadb:")):
+        return MYSQL
+    return ANSI
+
+
+def _allowed(ch: str) -> bool:
+    if ch in "_-" or ch.isalnum():
+        return True
+    # Combining marks: part of letters in many scripts (Devanagari vowel signs).
+    return unicodedata.category(ch) in ("Mn", "Mc")
+
+
+def shown(name: str) -> str:
+    """``name`` as an error message shows it: repr (control characters escaped), clipped."""
+    text = repr(name)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 4] + "...'"
+
+
+def problem(name: str, dialect: Dialect) -> str | None:
+    """Why ``name`` cannot be a column name of ``dialect``'s target; None if it can."""
+    if not name:
+        return "is empty"
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > dialect.max_bytes:
+        return f"is {size} bytes long; {dialect.name} names take at most {dialect.max_bytes}"
+    bad = next((ch for ch in name if not _allowed(ch)), None)
+    if bad is not None:
+        return (
+            f"contains {bad!r}; column names may hold only letters, digits, '_' and '-' "
+            "(docs/spark-sink.md, identifiers)"
+        )
+    return None
+
+
+def quote(name: str, dialect: Dialect) -> str:
+    """``name`` quoted for ``dialect``'s SQL (the quote character doubled inside); refuses a
+    name :func:`problem` refuses, so nothing unchecked reaches a statement."""
+    why = problem(name, dialect)
+    if why is not None:
+        raise UnsafeName(f"column {shown(name)} {why}")
+    q = dialect.quote
+    return q + name.replace(q, q + q) + q
+
+
+# sink.spark.jdbc.table as Spark's JDBC writer uses it: pasted unquoted into its statements, so
+# only plain identifiers, [catalog.][schema.]table.
+_TABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*(?:\.[A-Za-z_][A-Za-z0-9_$]*){0,2}")
+
+
+def table_problem(table: str, dialect: Dialect, suffix_chars: int = 0) -> str | None:
+    """Why ``table`` (the spec's ``sink.spark.jdbc.table``) cannot be used; None if it can.
+
+    ``suffix_chars``: what the sink appends for its staging tables; a name the database
+    would truncate could make two partitions' staging tables one.
+    """
+    if not _TABLE.fullmatch(table):
+        return (
+            f"{table!r} is not [schema.]table of plain names (letters, digits, '_', '$'; "
+            "not starting with a digit): Spark pastes it into its statements unquoted"
+        )
+    name = table.rpartition(".")[2]
+    if len(name) + suffix_chars > dialect.max_bytes:
+        return (
+            f"{table!r}: its staging tables' names ({len(name)} + {suffix_chars} characters) "
+            f"would exceed {dialect.name}'s {dialect.max_bytes}; use a name of at most "
+            f"{dialect.max_bytes - suffix_chars} characters"
+        )
+    return None
+
+
+def _fields(value: Mapping[Any, Any], nested: bool, path: str = "") -> Iterator[tuple[str, str]]:
+    """(path for the message, name) of each field, nested ones too when ``nested``."""
+    for key, child in value.items():
+        name = str(key)
+        where = f"{path}.{name}" if path else name
+        yield where, name
+        if not nested:
+            continue
+        if isinstance(child, Mapping):
+            yield from _fields(child, nested, where)
+        elif isinstance(child, list):
+            for element in child:
+                if isinstance(element, Mapping):
+                    yield from _fields(element, nested, f"{where}[]")
+
+
+class NameCheck:
+    """Checks the field names of a sink's values; one per sink (the engine's processing
+    thread is its only caller). Names already found good are remembered, so a steady stream
+    of records with the same fields costs a set lookup per field."""
+
+    MAX_REMEMBERED = 10_000  # a stream of ever new names must not grow memory without bound
+
+    def __init__(self, dialect: Dialect, column_name: Any = None) -> None:
+        """``column_name``: the sink's renaming of a top-level field (rows.column_name)."""
+        self.dialect = dialect
+        self._rename = column_name or (lambda name: name)
+        self._good: set[str] = set()
+
+    def check(self, value: Any, where: str) -> None:
+        """Raise :class:`UnsafeName` naming the field (and ``where``: the record) if a field
+        name of ``value`` cannot be written; values that are not records have no names."""
+        if not isinstance(value, Mapping):
+            return
+        for path, name in _fields(value, self.dialect.nested):
+            column = self._rename(name) if path == name else name  # top level: renamed
+            if column in self._good:
+                continue
+            why = problem(column, self.dialect)
+            if why is not None:
+                raise UnsafeName(f"record {where}: field {shown(path)}: column name {why}")
+            if len(self._good) < self.MAX_REMEMBERED:
+                self._good.add(column)
+        self._check_clashes(value, where)
+
+    def _check_clashes(self, value: Mapping[Any, Any], where: str) -> None:
+        seen: dict[str, str] = {}
+        for key in value:
+            column = self._rename(str(key))
+            folded = column.casefold()
+            other = seen.get(folded)
+            if other is not None:
+                raise UnsafeName(
+                    f"record {where}: fields {shown(other)} and {shown(str(key))} would be the "
+                    f"same column ({shown(column)}): Spark compares column names ignoring case"
+                )
+            seen[folded] = str(key)
