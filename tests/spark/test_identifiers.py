@@ -211,3 +211,11 @@ def test_let_through_names_are_exactly_the_real_postgresql_columns(
         ]
         conn.rollback()
     assert got == names
+
+
+def test_a_nul_in_a_text_value_fails_its_record_for_postgres_only() -> None:
+    value = {"id": 1, "note": "a\x00b"}
+    with pytest.raises(UnsafeName, match="field 'note': the value holds a NUL"):
+        NameCheck(POSTGRES, column_name).check(value, "orders[0]@1")
+    NameCheck(SPARK, column_name).check(value, "orders[0]@1")
+    NameCheck(MYSQL, column_name).check(value, "orders[0]@1")

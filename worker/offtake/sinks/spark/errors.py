@@ -65,8 +65,10 @@ _JAVA_UNREACHABLE = {
     "java.io.EOFException",
 }
 # SQLSTATE classes of a database that is down rather than a statement that is wrong:
-# 08 connection exceptions, 57P01-57P03 server shutting down / starting up (PostgreSQL).
-_SQLSTATE_DOWN = re.compile(r"^(08|57P0[123])")
+# 08 connection exceptions, 57P01-57P03 server shutting down / starting up (PostgreSQL);
+# not 08P01, a protocol violation: what a statement the server cannot parse (a NUL byte in a
+# name) answers, which waiting out would retry forever.
+_SQLSTATE_DOWN = re.compile(r"^(08(?!P01)|57P0[123])")
 # The same in the text of errors that arrive as strings (a Spark task's failure, a Connect
 # server's gRPC status): the JDBC driver's and gRPC's own words for an unreachable peer.
 _TEXT_DOWN = re.compile(

@@ -3,10 +3,14 @@
 A JSON record's field names become the table's column names, so anyone who can produce to
 the source topic chooses them. They reach text that something interprets:
 
-- Spark's JDBC writer puts them in its ``CREATE TABLE`` of the staging table between the
-  dialect's quotes *without escaping* (``"name"`` for PostgreSQL), and the PostgreSQL driver
-  runs several statements sent as one; a field named ``a" int); DROP TABLE t; --`` would run;
-- the JDBC sink's own swap ``INSERT INTO t (cols) SELECT cols FROM stage`` (writers.py);
+- the JDBC sink's own swap ``INSERT INTO t (cols) SELECT cols FROM stage`` (writers.py), which
+  pasted them between double quotes unescaped: a record with the field
+  ``z") SELECT NULL,... WHERE false;DROP TABLE victims;--`` (and a field ``z``) dropped a table
+  through the PostgreSQL driver, which runs several statements sent as one (reproduced before
+  this check, tests/spark/test_jdbc_attacks_on_kafka.py);
+- Spark's JDBC writer's ``CREATE TABLE`` and ``INSERT`` of the staging table, quoted by
+  Spark's dialect for the database (how well depends on the dialect and Spark's version);
+  a NUL byte there is a protocol error that stalled the sink as if the database were down;
 - Spark column expressions (a backtick ends a quoted name, a dot reaches into a struct) and
   Delta, which refuses `` ,;{}()\\n\\t=`` in names (one such field would fail its whole batch).
 
@@ -15,9 +19,11 @@ digits of any script (with their combining marks), ``_`` and ``-``; not empty; w
 target's length limit (PostgreSQL silently truncates past 63 bytes, which could merge two
 fields into one column). Within one record, names that differ only in case (or meet after
 the sink's ``value_`` renaming of metadata names) are refused too: Spark treats them as one
-column and would fail the batch. A record with a name that fails is refused by the sink
-before it joins a batch (:class:`UnsafeName`, a :class:`SinkError` naming the field), so
-``errors.policy`` handles that record alone and the rest of the batch lands.
+column and would fail the batch. For PostgreSQL, a string value holding U+0000 is refused
+the same way (its text type cannot store it; the driver would fail the whole batch). A
+record with a name that fails is refused by the sink before it joins a batch
+(:class:`UnsafeName`, a :class:`SinkError` naming the field), so ``errors.policy`` handles
+that record alone and the rest of the batch lands.
 
 On top of the allowlist, SQL the sink writes itself quotes every name by the dialect's rules
 (:func:`quote`: the quote character doubled); the allowlist alone already keeps quotes out.
@@ -49,10 +55,12 @@ class Dialect:
     quote: str
     max_bytes: int  # of the name's UTF-8 encoding
     nested: bool  # struct fields are columns too (not flattened to JSON text)
+    nul_in_text: bool = True  # a string value may hold U+0000
 
 
 # PostgreSQL: NAMEDATALEN - 1 = 63 bytes; longer names are truncated, not refused.
-POSTGRES = Dialect("postgresql", '"', 63, nested=False)
+# Its text type cannot hold U+0000: the driver refuses such a value, failing the whole batch.
+POSTGRES = Dialect("postgresql", '"', 63, nested=False, nul_in_text=False)
 # MySQL and MariaDB: 64 characters; counted in bytes here, the stricter reading.
 MYSQL = Dialect("mysql", "`", 64, nested=False)
 # Any other JDBC database: ANSI double quotes; 128, SQL Server's limit and the SQL standard's
@@ -183,6 +191,13 @@ class NameCheck:
             if len(self._good) < self.MAX_REMEMBERED:
                 self._good.add(column)
         self._check_clashes(value, where)
+        if not self.dialect.nul_in_text:
+            for key, cell in value.items():
+                if isinstance(cell, str) and "\x00" in cell:
+                    raise UnsafeName(
+                        f"record {where}: field {shown(str(key))}: the value holds a NUL "
+                        f"character, which {self.dialect.name} text cannot store"
+                    )
 
     def _check_clashes(self, value: Mapping[Any, Any], where: str) -> None:
         seen: dict[str, str] = {}
