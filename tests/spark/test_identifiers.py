@@ -6,6 +6,7 @@ PostgreSQL columns."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psycopg
@@ -32,7 +33,7 @@ from offtake.sinks.spark.identifiers import (
 from offtake.sinks.spark.rows import column_name
 from offtake.sinks.spark.writers import STAGING_SUFFIX_CHARS
 
-from .support import item, pipeline
+from .support import Collector, item, pipeline
 
 DIALECTS = (POSTGRES, MYSQL, ANSI, SPARK)
 
@@ -219,3 +220,37 @@ def test_a_nul_in_a_text_value_fails_its_record_for_postgres_only() -> None:
         NameCheck(POSTGRES, column_name).check(value, "orders[0]@1")
     NameCheck(SPARK, column_name).check(value, "orders[0]@1")
     NameCheck(MYSQL, column_name).check(value, "orders[0]@1")
+
+
+def test_a_parquet_sink_refuses_what_spark_would_interpret_and_writes_the_rest(
+    spark: Any, tmp_path: Any
+) -> None:
+    """Spark's own formats: names with a backtick or a dot, nested ones too, and names Spark
+    would take for one column. Each such record is given back naming its field (the engine
+    applies errors.policy to it); its neighbours land in the same job."""
+    import pyarrow.dataset as pads
+
+    spec = pipeline({"format": "parquet", "path": str(tmp_path / "t")})
+    sink = SparkSink(spec, Metrics("test"), session=spark)
+    done = Collector()
+    sink.start(done)
+    hostile = {
+        1: ({"id": 1, "a`b": 1}, "'a`b'"),
+        3: ({"id": 3, "a.b": 1}, "'a.b'"),
+        5: ({"id": 5, "addr": {"ci ty": "x"}}, "'addr.ci ty'"),
+        7: ({"id": 7, "lines": [{"qty\n": 1}]}, "'lines[].qty\\n'"),
+        9: ({"id": 9, "Note": "x", "note": "y"}, "'Note' and 'note'"),
+    }
+    batch = [item(o, hostile[o][0]) if o in hostile else item(o) for o in range(12)]
+    refused = sink.submit_batch(batch)
+    assert sorted(it.record.offset for it, _ in refused) == sorted(hostile)
+    for it, error in refused:
+        assert isinstance(error, UnsafeName)
+        assert hostile[it.record.offset][1] in str(error), error
+    deadline = time.monotonic() + 240
+    while done.count < len(batch) - len(hostile) and time.monotonic() < deadline:
+        sink.drain(None, 1.0)
+    sink.close()
+    assert not done.failed
+    rows = pads.dataset(str(tmp_path / "t"), format="parquet").to_table().to_pylist()
+    assert sorted(r["offset"] for r in rows) == [o for o in range(12) if o not in hostile]
