@@ -254,3 +254,30 @@ def test_a_parquet_sink_refuses_what_spark_would_interpret_and_writes_the_rest(
     assert not done.failed
     rows = pads.dataset(str(tmp_path / "t"), format="parquet").to_table().to_pylist()
     assert sorted(r["offset"] for r in rows) == [o for o in range(12) if o not in hostile]
+
+
+_SINKS = {
+    "jdbc": pipeline({"format": "jdbc", "jdbc": {"url": "jdbc:postgresql://db/x", "table": "t"}}),
+    "delta": pipeline({"format": "delta", "path": "/tmp/unused-delta"}),
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.one_of(st.text(max_size=70), hostile_names()), fmt=st.sampled_from(sorted(_SINKS)))
+def test_any_name_through_the_sinks_submit_is_batched_only_if_it_is_safe(
+    name: str, fmt: str
+) -> None:
+    """Through SparkSink.submit (the engine's call): a record is batched only if every name
+    passes the allowlist; otherwise it is given back with an error naming the field."""
+    sink = SparkSink(_SINKS[fmt], Metrics("test"))
+    value = {"id": 1, name: "v"}
+    try:
+        sink.submit(item(0, value))
+    except UnsafeName as exc:
+        assert shown(name) in str(exc) or "would be the same column" in str(exc)
+        assert not sink._batcher.close(None)
+        return
+    column = column_name(name)
+    assert problem(column, sink.names.dialect) is None
+    assert not set(column) & set("\"'`;.\x00\n ?%")
+    assert column.casefold() != "id"
