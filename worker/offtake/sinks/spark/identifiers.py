@@ -12,7 +12,8 @@ the source topic chooses them. They reach text that something interprets:
   Spark's dialect for the database (how well depends on the dialect and Spark's version);
   a NUL byte there is a protocol error that stalled the sink as if the database were down;
 - Spark column expressions (a backtick ends a quoted name, a dot reaches into a struct) and
-  Delta, which refuses `` ,;{}()\\n\\t=`` in names (one such field would fail its whole batch).
+  Delta, which refuses `` ,;{}()\\n\\t=`` in names, nested ones too (one such field would
+  fail its whole batch).
 
 So a name is written only if it passes an allowlist, the same for every format: letters and
 digits of any script (with their combining marks), ``_`` and ``-``; not empty; within the
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +54,11 @@ class Dialect:
     name: str
     quote: str
     max_bytes: int  # of the name's UTF-8 encoding
-    nested: bool  # struct fields are columns too (not flattened to JSON text)
+    # Names inside nested objects are checked too: where the target refuses struct field
+    # names that Spark writes elsewhere (Delta). Elsewhere they are data or plain struct
+    # fields nothing interprets (jdbc: JSON text), and walking every nested value of every
+    # record would cost more than it guards.
+    nested: bool
     nul_in_text: bool = True  # a string value may hold U+0000
 
 
@@ -66,13 +70,17 @@ MYSQL = Dialect("mysql", "`", 64, nested=False)
 # Any other JDBC database: ANSI double quotes; 128, SQL Server's limit and the SQL standard's
 # usual one (Oracle 12.2+ allows 128 bytes too).
 ANSI = Dialect("ansi", '"', 128, nested=False)
-# Spark's own formats (parquet, json, delta, iceberg): backticks, and nested fields are
-# columns of structs. 255: what the Hive metastore and Glue take for a column.
-SPARK = Dialect("spark", "`", 255, nested=True)
+# Spark's own formats (parquet, json, iceberg): backticks for Spark expressions; 255: what
+# the Hive metastore and Glue take for a column.
+SPARK = Dialect("spark", "`", 255, nested=False)
+# Delta (without column mapping) refuses " ,;{}()\n\t=" in any field name, nested ones too.
+DELTA = Dialect("delta", "`", 255, nested=True)
 
 
 def dialect_of(fmt: str, jdbc_url: str | None) -> Dialect:
     """The dialect of a sink's target: its JDBC URL's database, or Spark's own formats."""
+    if fmt == "delta":
+        return DELTA
     if fmt != "jdbc" or jdbc_url is None:
         return SPARK
     if jdbc_url.startswith("jdbc:postgresql:"):
@@ -147,26 +155,14 @@ def table_problem(table: str, dialect: Dialect, suffix_chars: int = 0) -> str | 
     return None
 
 
-def _fields(value: Mapping[Any, Any], nested: bool, path: str = "") -> Iterator[tuple[str, str]]:
-    """(path for the message, name) of each field, nested ones too when ``nested``."""
-    for key, child in value.items():
-        name = str(key)
-        where = f"{path}.{name}" if path else name
-        yield where, name
-        if not nested:
-            continue
-        if isinstance(child, Mapping):
-            yield from _fields(child, nested, where)
-        elif isinstance(child, list):
-            for element in child:
-                if isinstance(element, Mapping):
-                    yield from _fields(element, nested, f"{where}[]")
-
-
 class NameCheck:
     """Checks the field names of a sink's values; one per sink (the engine's processing
-    thread is its only caller). Names already found good are remembered, so a steady stream
-    of records with the same fields costs a set lookup per field."""
+    thread is its only caller).
+
+    It runs for every record, so what it found good is remembered: a record whose top-level
+    fields are those of one seen before (the usual case: a topic's records share a shape)
+    costs one tuple lookup, plus a walk of its nested values where those are columns too.
+    """
 
     MAX_REMEMBERED = 10_000  # a stream of ever new names must not grow memory without bound
 
@@ -174,23 +170,24 @@ class NameCheck:
         """``column_name``: the sink's renaming of a top-level field (rows.column_name)."""
         self.dialect = dialect
         self._rename = column_name or (lambda name: name)
-        self._good: set[str] = set()
+        self._good: set[str] = set()  # names (nested) found good
+        self._shapes: set[tuple[Any, ...]] = set()  # top-level field tuples found good
 
     def check(self, value: Any, where: str) -> None:
         """Raise :class:`UnsafeName` naming the field (and ``where``: the record) if a field
         name of ``value`` cannot be written; values that are not records have no names."""
-        if not isinstance(value, Mapping):
+        # dict, not Mapping: only dicts become columns (rows.py), and this runs per record.
+        if not isinstance(value, dict):
             return
-        for path, name in _fields(value, self.dialect.nested):
-            column = self._rename(name) if path == name else name  # top level: renamed
-            if column in self._good:
-                continue
-            why = problem(column, self.dialect)
-            if why is not None:
-                raise UnsafeName(f"record {where}: field {shown(path)}: column name {why}")
-            if len(self._good) < self.MAX_REMEMBERED:
-                self._good.add(column)
-        self._check_clashes(value, where)
+        shape = tuple(value)
+        if shape not in self._shapes:
+            self._check_top(value, where)
+            if len(self._shapes) < self.MAX_REMEMBERED:
+                self._shapes.add(shape)
+        if self.dialect.nested:
+            for key, child in value.items():
+                if isinstance(child, dict | list):
+                    self._check_nested(child, str(key), where)
         if not self.dialect.nul_in_text:
             for key, cell in value.items():
                 if isinstance(cell, str) and "\x00" in cell:
@@ -199,15 +196,44 @@ class NameCheck:
                         f"character, which {self.dialect.name} text cannot store"
                     )
 
-    def _check_clashes(self, value: Mapping[Any, Any], where: str) -> None:
+    def _check_nested(self, top: dict[Any, Any] | list[Any], path: str, where: str) -> None:
+        """The names inside a struct or list column, at any depth; a path is only made for
+        what is walked into, or checked for the first time."""
+        stack: list[tuple[Any, str]] = [(top, path)]
+        while stack:
+            node, at = stack.pop()
+            if isinstance(node, dict):
+                for key, child in node.items():
+                    if key not in self._good:
+                        self._check_name(str(key), f"{at}.{key}", where)
+                    if isinstance(child, dict | list):
+                        stack.append((child, f"{at}.{key}"))
+            else:
+                for element in node:
+                    if isinstance(element, dict | list):
+                        stack.append((element, f"{at}[]"))
+
+    def _check_name(self, column: str, path: str, where: str) -> None:
+        if column in self._good:
+            return
+        why = problem(column, self.dialect)
+        if why is not None:
+            raise UnsafeName(f"record {where}: field {shown(path)}: column name {why}")
+        if len(self._good) < self.MAX_REMEMBERED:
+            self._good.add(column)
+
+    def _check_top(self, value: dict[Any, Any], where: str) -> None:
+        """The top-level names (as the sink renames them), and no two of them one column."""
         seen: dict[str, str] = {}
         for key in value:
-            column = self._rename(str(key))
+            name = str(key)
+            column = self._rename(name)
+            self._check_name(column, name, where)
             folded = column.casefold()
             other = seen.get(folded)
             if other is not None:
                 raise UnsafeName(
-                    f"record {where}: fields {shown(other)} and {shown(str(key))} would be the "
+                    f"record {where}: fields {shown(other)} and {shown(name)} would be the "
                     f"same column ({shown(column)}): Spark compares column names ignoring case"
                 )
-            seen[folded] = str(key)
+            seen[folded] = name
