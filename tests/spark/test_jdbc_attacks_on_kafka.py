@@ -30,8 +30,9 @@ from offtake.engine.worker import Worker
 from offtake.logs import JsonFormatter
 from offtake.metrics import Metrics
 from offtake.sinks.spark import make_spark_sink
+from offtake.sinks.spark.errors import describe
 from offtake.sinks.spark.identifiers import shown
-from offtake.sinks.spark.jdbc import JdbcError, JvmStatements
+from offtake.sinks.spark.jdbc import JdbcError, JvmStatements, PsycopgStatements
 from offtake_testbed.kafka import KafkaBroker
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -254,3 +255,17 @@ def test_a_driver_error_that_quotes_the_url_is_redacted(spark: Any) -> None:
     message = str(refused.value)
     assert "No suitable driver" in message and "password=***" in message, message
     assert PASSWORD not in message
+
+
+def test_without_a_jvm_the_swap_error_is_postgresqls_own_message_too(
+    postgres: Any, victims: str
+) -> None:
+    """Spark Connect mode: the swap runs through psycopg; its error reads the same way."""
+    url = f"{postgres.jdbc_url}?user={postgres.user}&password={PASSWORD}"
+    statements = PsycopgStatements(JdbcSpec(url=url, table=victims))
+    statements.execute(f"CREATE TABLE {victims} (amount double precision)")
+    with pytest.raises(psycopg.Error) as refused:
+        statements.transaction([(f"INSERT INTO {victims} (amount) SELECT 'lots'::text", [])])
+    why = describe(refused.value)
+    assert 'column "amount" is of type double precision' in why, why
+    assert PASSWORD not in why
