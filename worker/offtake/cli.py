@@ -18,6 +18,7 @@ from types import FrameType
 from typing import Any
 
 from offtake.config import ConfigError, PipelineSpec, load_pipeline, parse_pipeline, read_manifest
+from offtake.redact import redact
 
 EXIT_CONFIG = 2
 
@@ -401,7 +402,7 @@ def _reach_kafka(
     from offtake.kafka.real import reach_brokers
 
     servers, timeout = spec.kafka.bootstrap_servers, spec.kafka.connect_timeout_seconds
-    log.info("connecting to Kafka at %s (for up to %.0f s)", servers, timeout)
+    log.info("connecting to Kafka at %s (for up to %.0f s)", redact(servers), timeout)
     failure = reach_brokers(consumer_config(spec, instance_id), timeout, stopping)
     if failure is None:
         return not stopping.is_set()

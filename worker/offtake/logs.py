@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 from offtake.records import Record
+from offtake.redact import redact
 
 __all__ = [
     "ENV_LEVEL",
@@ -67,14 +68,16 @@ class JsonFormatter(logging.Formatter):
             ),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            # Every line through redact(): a message may quote a URL or a driver's error
+            # with a credential in it, whichever module logged it.
+            "message": redact(record.getMessage()),
             "pipeline": self.pipeline,
         }
         for key, value in vars(record).items():
             if key not in _STANDARD and key not in out:
                 out[key] = value
         if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
+            out["exception"] = redact(self.formatException(record.exc_info))
         if record.stack_info:
             out["stack"] = self.formatStack(record.stack_info)
         # default=str: a stray non-JSON value in extra= must not lose the whole line.

@@ -52,6 +52,7 @@ from offtake.config.spec import (
     StartFrom,
     is_topic_pattern,
 )
+from offtake.redact import redact
 
 API_VERSION = "offtake.dev/v1alpha1"
 KIND = "ConsumerPipeline"
@@ -264,7 +265,7 @@ def _schema_registry(f: Fields | None) -> SchemaRegistrySpec | None:
         return None
     url = f.text("url", required=True)
     if not url.startswith(("http://", "https://")):
-        raise ConfigError(f.at("url"), f"expected an http:// or https:// URL, got {url!r}")
+        raise ConfigError(f.at("url"), f"expected an http:// or https:// URL, got {redact(url)!r}")
     return f.finish(SchemaRegistrySpec(url=url, secret_ref=_secret_ref(f.sub("secretRef"))))
 
 

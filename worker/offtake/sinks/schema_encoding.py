@@ -25,6 +25,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from offtake.config.spec import KafkaSinkSpec
+from offtake.redact import redact
 from offtake.schema_registry import load_message_class, make_client
 
 _SCHEMA_TYPES = {"avro": "AVRO", "jsonschema": "JSON", "protobuf": "PROTOBUF"}
@@ -154,7 +155,7 @@ def _protobuf(
 
 
 def client_url(spec: KafkaSinkSpec) -> str:
-    return spec.schema_registry.url if spec.schema_registry is not None else "(none)"
+    return redact(spec.schema_registry.url) if spec.schema_registry is not None else "(none)"
 
 
 def _none_or_bytes(data: bytes | None) -> bytes | None:

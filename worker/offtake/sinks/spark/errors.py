@@ -1,7 +1,10 @@
 """What failed inside Spark: short, readable descriptions, and whether the sink was down.
 
 A Py4J error's text is the whole Java stack trace, which makes logs and the DLQ's error
-header unreadable; the exception chain's messages say what went wrong.
+header unreadable, and its first line only says which call failed ("An error occurred while
+calling o213.executeUpdate."); the Java exception chain's messages say what went wrong (the
+database's own message, from its JDBC driver). Descriptions go through ``offtake.redact``: a
+driver's message may quote its connection string.
 
 ``unavailable`` tells a sink that could not be reached (the database stopped, the Spark
 Connect server gone) from a batch that failed for what it holds: the first is an outage the
@@ -13,21 +16,28 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from offtake.redact import redact
+
 MAX_CHARS = 600
 
 
 def describe(exc: BaseException) -> str:
-    """``Type: message`` of the error and of up to two Java causes, on one line."""
+    """``Type: message`` of the error and of up to two Java causes, on one line, without
+    credentials."""
+    return _clip(redact(_describe(exc)))
+
+
+def _describe(exc: BaseException) -> str:
     java = getattr(exc, "java_exception", None)
     if java is not None:
         try:
-            return _clip(_java_chain(java))
+            return _java_chain(java)
         except Exception:  # the JVM may be gone; fall back to the Python text
             pass
     text = str(exc).strip()
     first = text.splitlines()[0] if text else ""
     name = type(exc).__name__
-    return _clip(f"{name}: {first}" if first else name)
+    return f"{name}: {first}" if first else name
 
 
 def _java_chain(java: Any) -> str:
@@ -55,8 +65,10 @@ _JAVA_UNREACHABLE = {
     "java.io.EOFException",
 }
 # SQLSTATE classes of a database that is down rather than a statement that is wrong:
-# 08 connection exceptions, 57P01-57P03 server shutting down / starting up (PostgreSQL).
-_SQLSTATE_DOWN = re.compile(r"^(08|57P0[123])")
+# 08 connection exceptions, 57P01-57P03 server shutting down / starting up (PostgreSQL);
+# not 08P01, a protocol violation: what a statement the server cannot parse (a NUL byte in a
+# name) answers, which waiting out would retry forever.
+_SQLSTATE_DOWN = re.compile(r"^(08(?!P01)|57P0[123])")
 # The same in the text of errors that arrive as strings (a Spark task's failure, a Connect
 # server's gRPC status): the JDBC driver's and gRPC's own words for an unreachable peer.
 _TEXT_DOWN = re.compile(

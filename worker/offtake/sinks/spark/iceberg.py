@@ -30,6 +30,7 @@ from typing import Any
 
 from offtake.config.spec import IcebergSpec
 from offtake.records import TopicPartition
+from offtake.redact import redact
 from offtake.sinks.spark.batching import BatchId
 from offtake.sinks.spark.fileops import join
 
@@ -92,7 +93,8 @@ class IcebergTable:
                 )
             except Exception as exc:
                 raise IcebergError(
-                    f"sink.spark.iceberg.catalogUri: cannot open the catalog: {exc}"
+                    f"sink.spark.iceberg.catalogUri: cannot open the catalog "
+                    f"{redact(self.spec.catalog_uri)}: {redact(str(exc))}"
                 ) from exc
         return self._catalog
 

@@ -16,6 +16,8 @@ from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 from offtake.config.spec import JdbcSpec
+from offtake.redact import redact
+from offtake.sinks.spark.errors import describe
 
 # libpq understands these URI parameters; JDBC-only ones (currentSchema, ssl=true...) it rejects.
 _LIBPQ_PARAMS = {"sslmode", "connect_timeout", "application_name", "options", "sslrootcert"}
@@ -134,7 +136,7 @@ class JvmStatements:
             return conn
         except Exception as exc:
             raise JdbcError(
-                f"sink.spark.jdbc.url: cannot connect to {_redact(self._url)}: {exc}"
+                f"sink.spark.jdbc.url: cannot connect to {redact(self._url)}: {describe(exc)}"
             ) from exc
 
     def transaction(self, statements: Sequence[tuple[str, Sequence[Param]]]) -> list[int]:
@@ -193,7 +195,7 @@ class PsycopgStatements:
     def __init__(self, spec: JdbcSpec) -> None:
         if not spec.url.startswith("jdbc:postgresql://"):
             raise JdbcError(
-                f"sink.spark.jdbc.url: {_redact(spec.url)}: with Spark Connect only "
+                f"sink.spark.jdbc.url: {redact(spec.url)}: with Spark Connect only "
                 "jdbc:postgresql:// URLs are supported (the swap needs a connection from the "
                 "worker)"
             )
@@ -237,14 +239,3 @@ class PsycopgStatements:
                 (schema,),
             ).fetchall()
         return [str(r[0]) for r in rows if str(r[0]).lower().startswith(prefix.lower())]
-
-
-def _redact(url: str) -> str:
-    """A JDBC URL for error messages, without a password parameter's value."""
-    head, sep, query = url.partition("?")
-    if not sep:
-        return url
-    kept = [
-        p if not p.lower().startswith("password=") else "password=***" for p in query.split("&")
-    ]
-    return head + "?" + "&".join(kept)

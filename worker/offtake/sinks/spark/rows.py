@@ -65,7 +65,7 @@ def batch_table(batch: Batch, fmt: Format, typed: TypedColumns | None = None) ->
     names = list(META_COLUMNS)
     typed_columns = typed.columns(values, raws) if typed is not None and values else None
     for name, array in typed_columns or _value_columns(values, fmt):
-        names.append(_column_name(name) if typed_columns else name)
+        names.append(column_name(name) if typed_columns else name)
         columns.append(array)
     return pa.Table.from_arrays(columns, names=names)
 
@@ -91,14 +91,14 @@ def _json_columns(values: Sequence[Any]) -> Iterable[tuple[str, pa.Array]]:
             others = True
     for name in fields:
         column = [v.get(name) if isinstance(v, dict) else None for v in values]
-        yield _column_name(name), _infer(column, name)
+        yield column_name(name), _infer(column, name)
     if others or not fields:
         text = [None if isinstance(v, dict) or v is None else _as_json(v) for v in values]
         name = VALUE_COLUMN if VALUE_COLUMN not in fields else f"{VALUE_COLUMN}_json"
         yield name, pa.array(text, pa.string())
 
 
-def _column_name(field: str) -> str:
+def column_name(field: str) -> str:
     # A JSON field must not shadow the Kafka metadata the sink's idempotence and users rely on.
     return f"value_{field}" if field in META_COLUMNS or field.startswith("_offtake_") else field
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from offtake.config.spec import SparkSinkSpec
+from offtake.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -113,13 +114,13 @@ def session_config(
         raise SparkSessionError("sink.spark.submit.connectUrl: required when mode is connect")
     if submit.connect_url is not None and not submit.connect_url.startswith("sc://"):
         raise SparkSessionError(
-            f"sink.spark.submit.connectUrl: {submit.connect_url!r} must start with sc://"
+            f"sink.spark.submit.connectUrl: {redact(submit.connect_url)!r} must start with sc://"
         )
     url = submit.connect_url
     if submit.mode == "kubernetes":
         url = os.environ.get(CONNECT_URL_ENV) or kubernetes_connect_url(pipeline, namespace)
         if not url.startswith("sc://"):
-            raise SparkSessionError(f"${CONNECT_URL_ENV}: {url!r} must start with sc://")
+            raise SparkSessionError(f"${CONNECT_URL_ENV}: {redact(url)!r} must start with sc://")
     packages = (*spec.packages, *default_packages(spec))
     conf = base_conf()
     if spec.format == "delta":
@@ -194,7 +195,8 @@ def _connect_session(cfg: SessionConfig) -> Any:
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     assert cfg.connect_url is not None
-    log.info("connecting to Spark Connect at %s", cfg.connect_url)
+    # redact: a connectUrl may carry ``;token=`` (the server's credential).
+    log.info("connecting to Spark Connect at %s", redact(cfg.connect_url))
     # What SparkSession.builder.remote() sets and this builder does not: without it
     # pyspark.sql.functions (F.lit, F.col, used by the writers and users' transforms) take the
     # classic path and fail with an empty AssertionError (no SparkContext in this process).

@@ -11,6 +11,11 @@ A job that fails is retried with exponential backoff up to ``errors.maxRetries``
 every item of the batch completes with a :class:`SinkError` naming the batch, and the engine
 applies ``errors.policy``. Nothing of a batch completes successfully unless its job succeeded.
 
+A record whose field names cannot be column names (identifiers.py: anyone who produces to the
+source topic chooses them, and they reach SQL and Spark expressions) is refused by ``submit``
+with an :class:`UnsafeName` naming the field, before it joins a batch: the engine applies
+``errors.policy`` to that record alone, and its batch lands without it.
+
 A job that failed because the sink could not be reached (the database stopped, the Spark
 Connect server gone: ``errors.unavailable``) is an outage, not a bad batch: it is retried
 without counting an attempt, backing off up to ``UNAVAILABLE_BACKOFF_CAP`` seconds, for as
@@ -37,11 +42,18 @@ from offtake.records import TopicPartition
 from offtake.sinks.base import OnCompleteBatch, Sink, SinkError, SinkHalt, SinkItem
 from offtake.sinks.spark.batching import Batch, Batcher, BatchId
 from offtake.sinks.spark.errors import describe, unavailable
-from offtake.sinks.spark.rows import batch_table
+from offtake.sinks.spark.identifiers import NameCheck, dialect_of
+from offtake.sinks.spark.rows import batch_table, column_name
 from offtake.sinks.spark.schema_columns import TypedColumns, existing_value_types
 from offtake.sinks.spark.session import create_session, session_config
 from offtake.sinks.spark.transform import make_transform
-from offtake.sinks.spark.writers import BATCH_COLUMN, BatchAbandoned, Writer, make_writer
+from offtake.sinks.spark.writers import (
+    BATCH_COLUMN,
+    BatchAbandoned,
+    Writer,
+    check_jdbc_table,
+    make_writer,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +93,10 @@ class SparkSink(Sink):
         # Load the transform now: a wrong module:callable is a configuration error at start,
         # not a failure of every batch.
         self.transform = make_transform(self.spec.transform, self.spec.sql)
+        check_jdbc_table(self.spec)  # pasted into statements: refused now, not per batch
         self.typed = _typed_columns(spec, schema_registry)
+        jdbc_url = self.spec.jdbc.url if self.spec.jdbc is not None else None
+        self.names = NameCheck(dialect_of(self.spec.format, jdbc_url), column_name)
         self._halted: SinkHalt | None = None
         self._seeded = False  # typed: the table's existing columns read (once, first batch)
         self._session = session
@@ -109,6 +124,9 @@ class SparkSink(Sink):
         self._thread.start()
 
     def submit(self, item: SinkItem) -> None:
+        # Raises UnsafeName: the item is given back, and the engine applies errors.policy.
+        for value in item.values:
+            self.names.check(value, item.record.where())
         with self._cond:
             closed = self._batcher.add(item)
             if closed:

@@ -17,7 +17,9 @@ come back), and the records they held that this batch lacks come back in the nex
 - iceberg: Spark writes the batch's Parquet files into the table's data folder, then one
   Iceberg commit adds them, its snapshot summary naming the batch; see iceberg.py.
 - jdbc: Spark writes the batch to a staging table; then, in one database transaction, rows
-  of superseded batches are deleted and the staged rows inserted.
+  of superseded batches are deleted and the staged rows inserted. Column names in those
+  statements are quoted by the database's rules (identifiers.quote), and records with names
+  that cannot be written never get this far (identifiers.NameCheck, in the sink's submit).
 
 Table formats (delta, jdbc) get lineage columns, added after the transform so a transform
 cannot lose them: ``_offtake_topic``, ``_offtake_partition``, ``_offtake_start``,
@@ -36,8 +38,17 @@ from typing import Any
 from offtake.config.spec import IcebergSpec, SparkSinkSpec
 from offtake.records import TopicPartition
 from offtake.sinks.spark.batching import BatchId
+from offtake.sinks.spark.errors import describe
 from offtake.sinks.spark.fileops import ArrowFileOps, FileOps, HadoopFileOps, join, split_parent
 from offtake.sinks.spark.iceberg import STAGING_PREFIX, IcebergTable, batch_properties, schema_of
+from offtake.sinks.spark.identifiers import (
+    SPARK,
+    Dialect,
+    UnsafeName,
+    dialect_of,
+    quote,
+    table_problem,
+)
 from offtake.sinks.spark.jdbc import (
     JdbcError,
     JvmStatements,
@@ -240,12 +251,15 @@ def _batch_of_staging(name: str) -> BatchId | None:
         return None
 
 
-def superseded_predicate(batch: BatchId, quote: str = "`") -> tuple[str, list[str | int]]:
+def superseded_predicate(batch: BatchId, dialect: Dialect = SPARK) -> tuple[str, list[str | int]]:
     """SQL condition matching rows of the batches ``batch`` supersedes (params as '?')."""
-    q = quote
+
+    def q(name: str) -> str:
+        return quote(name, dialect)
+
     sql = (
-        f"{q}_offtake_topic{q} = ? AND {q}_offtake_partition{q} = ? "
-        f"AND {q}_offtake_start{q} >= ? AND {q}_offtake_start{q} <= ?"
+        f"{q('_offtake_topic')} = ? AND {q('_offtake_partition')} = ? "
+        f"AND {q('_offtake_start')} >= ? AND {q('_offtake_start')} <= ?"
     )
     return sql, [batch.topic, batch.partition, batch.start, batch.end]
 
@@ -285,15 +299,29 @@ class DeltaWriter(Writer):
         writer.save(self.path)
 
 
+# What staging_table() appends to the table's name: "__offtake_" + 6 + "_" + 10 characters.
+STAGING_SUFFIX_CHARS = len("__offtake_") + 6 + 1 + 10
+
+
+def check_jdbc_table(spec: SparkSinkSpec) -> None:
+    """ValueError naming ``sink.spark.jdbc.table`` if the sink cannot use it safely."""
+    if spec.jdbc is None:
+        return
+    why = table_problem(spec.jdbc.table, dialect_of("jdbc", spec.jdbc.url), STAGING_SUFFIX_CHARS)
+    if why is not None:
+        raise ValueError(f"sink.spark.jdbc.table: {why}")
+
+
 class JdbcWriter(Writer):
     """A database table: staging table, then delete superseded + insert in one transaction."""
 
     def __init__(self, spec: SparkSinkSpec, statements: Statements) -> None:
         assert spec.jdbc is not None
+        check_jdbc_table(spec)
         self.jdbc = spec.jdbc
         self.table = spec.jdbc.table
         self.statements = statements
-        self.quote = "`" if spec.jdbc.url.startswith(("jdbc:mysql:", "jdbc:mariadb:")) else '"'
+        self.dialect = dialect_of("jdbc", spec.jdbc.url)
         self._target_ready = False
         self._swept: set[TopicPartition] = set()
 
@@ -329,7 +357,14 @@ class JdbcWriter(Writer):
             return
         # The batch's own staging table is gone already (or its drop failed: then try again).
         for table in leftovers:
-            qualified = f"{schema}.{table}" if schema else table
+            # The name as the database listed it, so quoted (exact case); one that is not a
+            # plain name is nobody's staging table of ours, whoever made it.
+            try:
+                quoted = quote(table, self.dialect)
+            except UnsafeName:
+                log.warning("batch %s: not dropping table %s: not a name of ours", batch, table)
+                continue
+            qualified = f"{schema}.{quoted}" if schema else quoted
             try:
                 self.statements.execute(f"DROP TABLE {qualified}")
                 log.info("batch %s: dropped staging table %s of an earlier attempt", batch, table)
@@ -351,9 +386,11 @@ class JdbcWriter(Writer):
         if not still_owned():
             self.statements.execute(f"DROP TABLE {stage}")
             raise BatchAbandoned(f"batch {batch}: partition revoked before the swap")
-        q = self.quote
-        cols = ", ".join(f"{q}{c}{q}" for c in df.columns)
-        cond, params = superseded_predicate(batch, q)
+        # Quoted by the database's rules; a name that cannot be (a transform's column, a
+        # schema's field that no record of this batch carried) fails the batch here, before
+        # any statement runs: UnsafeName names the column.
+        cols = ", ".join(quote(c, self.dialect) for c in df.columns)
+        cond, params = superseded_predicate(batch, self.dialect)
         try:
             deleted, _ = self.statements.transaction(
                 [
@@ -362,7 +399,11 @@ class JdbcWriter(Writer):
                 ]
             )
         except Exception as exc:
-            raise JdbcError(f"batch {batch}: swap into {self.table} failed: {exc}") from exc
+            # describe(): the database's own message (the JDBC driver's exception under py4j's
+            # "An error occurred while calling ..."), without credentials.
+            raise JdbcError(
+                f"batch {batch}: swap into {self.table} failed: {describe(exc)}"
+            ) from exc
         if deleted:
             log.info("batch %s replaced %d row(s) of earlier uncommitted batches", batch, deleted)
         try:
@@ -444,7 +485,8 @@ def _flatten_for_jdbc(df: Any) -> Any:
 
     for f in df.schema.fields:
         if isinstance(f.dataType, StructType | ArrayType | MapType):
-            df = df.withColumn(f.name, F.to_json(F.col(f"`{f.name}`")))
+            # A backtick inside a quoted Spark name is written twice.
+            df = df.withColumn(f.name, F.to_json(F.col("`" + f.name.replace("`", "``") + "`")))
     return df
 
 
