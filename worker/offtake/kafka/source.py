@@ -81,6 +81,9 @@ class KafkaSource:
         self._consumer: ConsumerLike | None = None
         self._listener: SourceListener | None = None
         self._probe = OldestRecordProbe(make_probe_consumer, clients.topic_partition)
+        # KIP-345: a static member keeps its partitions while it restarts (see close()).
+        self.static = bool(self._config.get("group.instance.id"))
+        self._let_go_done = False  # a static member revoked before close(): see _on_revoke
         self.cooperative = "cooperative" in str(
             self._config.get("partition.assignment.strategy", "")
         ) or (str(self._config.get("group.protocol", "")).lower() == "consumer")
@@ -111,16 +114,38 @@ class KafkaSource:
         drains and commits what was delivered, as on any revoke), bounded by
         ``leave_timeout``; then close() has nothing left to revoke. Records consume() returns
         meanwhile are nobody's: they are past the committed offsets, the next owner reads them.
+
+        A static member (``group.instance.id``) does not leave: unsubscribe() would send the
+        LeaveGroup that static membership exists to avoid (seen on Kafka 4.3: the other members
+        took its partitions at once, and would rebalance again when the pod is back). It
+        revokes locally instead, outside close() and any callback: the listener drains and
+        commits, then the partitions are unassigned. close() still calls the revoke callback
+        with the group's view of the assignment (librdkafka does, static or not), which then
+        only unassigns; so for a static member the hang stays possible, but only after the
+        commit, and the watchdog bounds it.
+
         The caller bounds the whole under :mod:`offtake.engine.watchdog`.
         """
         try:
             if self._consumer is not None:
-                self._leave(self._consumer, leave_timeout)
+                if self.static:
+                    self._let_go(self._consumer)
+                else:
+                    self._leave(self._consumer, leave_timeout)
                 self._consumer.close()
         except:  # noqa: E722 -- confluent-kafka can raise a bare KafkaError (no BaseException)
             log.warning("closing the consumer failed: %s", sys.exc_info()[1])
         finally:
             self._probe.close()
+
+    def _let_go(self, consumer: ConsumerLike) -> None:
+        try:
+            assigned = consumer.assignment()
+            if assigned:
+                self._on_revoke(consumer, assigned)
+            self._let_go_done = True
+        except:  # noqa: E722 -- as in close(): close() must still run
+            log.warning("revoking before close failed (%s); closing", sys.exc_info()[1])
 
     @staticmethod
     def _leave(consumer: ConsumerLike, timeout: float) -> None:
@@ -276,7 +301,8 @@ class KafkaSource:
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         assert self._listener is not None
-        self._listener.revoking({TopicPartition(p.topic, p.partition) for p in partitions})
+        if not self._let_go_done:  # else: close()'s revoke of what _let_go revoked already
+            self._listener.revoking({TopicPartition(p.topic, p.partition) for p in partitions})
         self._give_back(consumer, partitions)
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
