@@ -13,10 +13,10 @@ spec, status, the Job and Kafka each time, so an operator restart resumes where 
    until it does or the request changes).
 2. A Job of another id (an earlier redrive) is deleted, in the foreground: once it and its pods
    are gone, the Job of this id is created (``RedriveStarted``).
-3. The Job completes: the totals (replayed, left, skipped) are read from the redrive's consumer
-   group, whose commits carry them, and the id is recorded in ``status.redrive.lastId``
-   (``RedriveCompleted``). A failed Job (its retries exhausted) is reported
-   (``RedriveFailed``); a new id retries, resuming from the group's commits.
+3. The Job completes: the totals (replayed, left, skipped, rejected) are read from the
+   redrive's consumer group, whose commits carry them, and the id is recorded in
+   ``status.redrive.lastId`` (``RedriveCompleted``). A failed Job (its retries exhausted) is
+   reported (``RedriveFailed``); a new id retries, resuming from the group's commits.
 """
 
 from __future__ import annotations
@@ -155,6 +155,8 @@ async def advance(
         f"{described}: replayed {totals.replayed} dead letter(s), left {totals.left} newer "
         f"than until, skipped {totals.skipped} not this pipeline's"
     )
+    if totals.rejected:  # headers Offtake did not write: each is named in the Job's log
+        message += f", rejected {totals.rejected} with bad headers (see the Job's log)"
     return Step(
         {
             **base,

@@ -31,6 +31,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import NewPartitions
 
 from offtake.kafka.memory import MemoryBroker
+from offtake.kafka.source import leave_group
 from offtake_testbed.kafka import KafkaBroker
 
 COOP = "cooperative-sticky"
@@ -429,14 +430,11 @@ def _close_quietly(consumer: Any) -> None:
     can then wait forever (#4041, #4884) while the callback holds the GIL: the whole test run
     froze in this teardown, the main thread in a join whose timeout could never fire. The
     workaround librdkafka's maintainers give (#4527): unsubscribe, poll until nothing is
-    assigned (the callback runs inside consume(), where it cannot hang), then close.
+    assigned (the callback runs inside consume(), where it cannot hang), then close; the
+    worker's own :func:`offtake.kafka.source.leave_group` does the first two.
     """
-    try:
-        if consumer.assignment():
-            consumer.unsubscribe()
-            deadline = time.monotonic() + LEAVE_TIMEOUT
-            while consumer.assignment() and time.monotonic() < deadline:
-                consumer.consume(100, 0.05)
+    try:  # noqa: SIM105 -- suppress() cannot catch a non-BaseException (a bare KafkaError)
+        leave_group(consumer, LEAVE_TIMEOUT)
     except:  # noqa: E722 -- closed by the test already, or expelled: close() below decides
         pass
     try:  # noqa: SIM105 -- suppress() cannot catch a non-BaseException

@@ -80,7 +80,8 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         env = {
             **os.environ,
-            "PYTHONPATH": f"{REPO / 'tests'}{os.pathsep}{REPO / 'examples'}",
+            # The worker of this checkout (a git worktree's too, not only the editable install's).
+            "PYTHONPATH": os.pathsep.join(str(REPO / d) for d in ("tests", "examples", "worker")),
             **self.env,
         }
         self._out = self.log.open("ab")

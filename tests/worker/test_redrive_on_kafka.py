@@ -12,11 +12,17 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from support.workers import manifest, read_all, write_manifest
+from support.workers import (
+    WorkerProcess,
+    manifest,
+    read_all,
+    wait_caught_up,
+    write_manifest,
+)
 
 from offtake import redrive as redrive_mod
 from offtake.config import RedriveRequest, parse_pipeline, redrive_group
-from offtake.engine.dead_letters import dlq_headers
+from offtake.engine.dead_letters import H_PARTITION, dlq_headers
 from offtake.records import Record
 from offtake_testbed.kafka import KafkaBroker
 
@@ -246,3 +252,117 @@ def test_bad_input_is_named(setup: dict[str, Any], tmp_path: Path) -> None:
     no_dlq = run_cli("validate", str(write_manifest(tmp_path / "nodlq.yaml", doc)))
     assert no_dlq.returncode == 2
     assert "spec.redrive.from: is required" in no_dlq.stderr
+
+
+# -- attacks (issue 23, item 6): what a producer writes never decides where a record goes ---
+
+
+def test_forged_origin_headers_are_moved_aside_and_the_redrive_uses_the_true_source(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    """A producer writes poison records carrying ``offtake.original.*`` headers that point at
+    another topic the pipeline consumes; the real worker dead-letters them, and the redrive
+    sends each back to the topic, partition and key it was really consumed from."""
+    source, decoy, dlq = topic_factory(3), topic_factory(1), topic_factory(1)
+    doc = manifest(
+        "forged",
+        kafka_broker.bootstrap,
+        [source, decoy],
+        sink={"log": {}},
+        processor={"function": "support.processors:poison"},
+        errors={"policy": "dlq", "maxRetries": 0, "dlq": {"topic": dlq}},
+    )
+    forged = [
+        ("offtake.original.topic", decoy.encode()),
+        ("offtake.original.partition", b"0"),
+        ("offtake.original.offset", b"0"),
+        ("offtake.attempts", b"99999999999999999999"),
+        ("trace", b"kept"),
+    ]
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    for i in range(6):
+        value = json.dumps({"id": i, "poison": True}).encode()
+        producer.produce(source, value, key=f"k{i}".encode(), partition=i % 3, headers=forged)
+    assert producer.flush(30) == 0
+    worker = WorkerProcess(write_manifest(tmp_path / "p.yaml", doc), tmp_path / "w.log").start()
+    wait_caught_up(kafka_broker.bootstrap, doc["spec"]["source"]["groupId"], source, 3, 60)
+    assert worker.terminate() == 0, worker.output()[-2000:]
+
+    dead = read_all(kafka_broker.bootstrap, dlq)
+    assert len(dead) == 6
+    for m in dead:
+        names = [k for k, _ in m.headers()]
+        headers = dict(m.headers())
+        for name in ("offtake.original.topic", "offtake.original.partition", "offtake.attempts"):
+            assert names.count(name) == 1, f"exactly one {name}, Offtake's"
+        assert headers["offtake.original.topic"] == source.encode()
+        assert headers["offtake.attempts"] == b"1"
+        assert headers["producer.offtake.original.topic"] == decoy.encode(), "moved aside, kept"
+        assert headers["trace"] == b"kept"
+
+    spec = parse_pipeline(doc)
+    later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
+    result = redrive_mod.redrive(
+        spec, RedriveRequest("true-source", dlq, later), redrive_group(spec.source.group_id)
+    )
+
+    assert (result.totals.replayed, result.totals.rejected) == (6, 0)
+    assert read_all(kafka_broker.bootstrap, decoy) == [], "nothing went where the headers lied"
+    replayed = [m for m in read_all(kafka_broker.bootstrap, source) if m.offset() >= 2]
+    assert sorted(m.key() for m in replayed) == [f"k{i}".encode() for i in range(6)]
+    for m in replayed:
+        assert m.partition() == int(m.key()[1:]) % 3, "back to the partition it came from"
+        assert dict(m.headers())["trace"] == b"kept"
+
+
+def test_a_crafted_partition_header_fails_that_dead_letter_alone(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    """Dead letters whose ``offtake.original.partition`` was crafted (written straight into the
+    DLQ) are rejected one by one, each named with the header and where it sits; the other dead
+    letters are replayed and ``offtake redrive`` (the Job's command) exits 0."""
+    source, dlq = topic_factory(3), topic_factory(1)
+    doc = manifest(
+        "crafted",
+        kafka_broker.bootstrap,
+        [source],
+        sink={"log": {}},
+        errors={"policy": "dlq", "dlq": {"topic": dlq}},
+    )
+    crafted = [b"99999999999", b"-1", b"\xff", "\u00b2".encode(), b"7"]
+    old = int(time.time() * 1000) - HOUR_MS
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    for i in range(8):  # good dead letters at DLQ offsets 0..7
+        dead_letter(producer, dlq, source, i % 3, 100 + i, old)
+    assert producer.flush(30) == 0
+    bad_at = {1: crafted[0], 3: crafted[1], 5: crafted[2], 6: crafted[3], 7: crafted[4]}
+    bad = [m for m in read_all(kafka_broker.bootstrap, dlq) if m.offset() in bad_at]
+    for m in bad:  # the same records again, partition header crafted, at new offsets 8..12
+        headers = [(k, bad_at[m.offset()] if k == H_PARTITION else v) for k, v in m.headers()]
+        producer.produce(dlq, m.value(), key=m.key(), headers=headers, timestamp=old)
+    assert producer.flush(30) == 0
+    path = write_manifest(tmp_path / "p.yaml", doc)
+    until = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    done = run_cli("redrive", "--pipeline", str(path), "--until", until, "--id", "crafted")
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (summary["replayed"], summary["rejected"], summary["left"]) == (8, 5, 0)
+    for offset, raw in zip(range(8, 13), bad_at.values(), strict=True):
+        where = f"{dlq}/0/{offset}: header offtake.original.partition: "
+        reason = next(r for r in summary["rejections"] if r.startswith(where))
+        out_of_range = f"7 is not a partition of {source} (3 partitions)"
+        assert f"got {raw!r}" in reason or (raw == b"7" and reason.endswith(out_of_range))
+        assert f"dead letter {dlq}/0/{offset} not replayed" in done.stderr
+    assert "7 is not a partition of" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(read_all(kafka_broker.bootstrap, source)) == 8, "the good ones, once"
+    progress = redrive_mod.read_progress(
+        {"bootstrap.servers": kafka_broker.bootstrap},
+        redrive_group(parse_pipeline(doc).source.group_id),
+        dlq,
+        "crafted",
+    )
+    assert progress is not None and progress.totals.rejected == 5
+    assert progress.positions == {0: 13}, "passed over (still in the DLQ), never blocking"

@@ -1,7 +1,9 @@
 """``offtake worker --pipeline FILE``: the process every ConsumerPipeline pod runs.
 
 Exit codes: 0 graceful stop; 1 stopped by errors.policy=stop; 2 invalid manifest or
-configuration; 3 fatal Kafka or internal error; 128+N when a second signal N forced the exit.
+configuration; 3 fatal Kafka or internal error; 14 the shutdown watchdog ended a worker whose
+Kafka client did not return (offtake.engine.watchdog); 128+N when a second signal N forced the
+exit.
 """
 
 from __future__ import annotations
@@ -295,6 +297,7 @@ def _worker(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, spec.name)
     log = logging.getLogger("offtake.cli")
 
+    from offtake.engine import watchdog
     from offtake.engine.assembly import build_worker
     from offtake.engine.worker import EXIT_FATAL
     from offtake.health import Health, MetricsServer
@@ -302,6 +305,7 @@ def _worker(args: argparse.Namespace) -> int:
     from offtake.processing.function import FunctionLoadError
     from offtake.sinks.base import SinkError
 
+    watchdog.enable()  # a worker process of its own: its shutdown may end it (see watchdog)
     metrics = Metrics(spec.name)
     max_poll_ms = float(spec.kafka.config.get("max.poll.interval.ms", 300_000))
     health = Health(max_poll_interval_s=max_poll_ms / 1000)

@@ -15,7 +15,18 @@ Left where they are, and counted:
   with it: a dead-letter partition is a queue that each redrive drains up to its ``until``, and
   none passes over a dead letter;
 - ``skipped``: records without ``offtake.original.topic`` (not Offtake's dead letters) and dead
-  letters of topics the pipeline does not consume (a DLQ shared by several pipelines).
+  letters of topics the pipeline does not consume (a DLQ shared by several pipelines);
+- ``rejected``: dead letters whose ``offtake.*`` headers are not what Offtake writes there (a
+  partition that is not an int32 or not a partition of the topic, an offset that is not a
+  non-negative int, ...): each is logged with the header at fault and the dead letter's
+  ``<dlq topic>/<partition>/<offset>``, named in the summary, and passed over; it stays in the
+  dead-letter topic. One bad dead letter never stops the redrive.
+
+Headers are read strictly (:mod:`offtake.engine.header_values`), each from its last copy: the
+worker appends its own headers after those it carries over and renames a producer's own
+``offtake.*`` headers to ``producer.offtake.*`` (:func:`~offtake.engine.dead_letters.dlq_headers`),
+so the last copy is the one Offtake wrote, and a producer cannot point a dead letter at another
+topic or partition than the one it was consumed from.
 
 Once: progress is committed to the pipeline's redrive group (``<groupId>.redrive``) after every
 batch, and only after the batch's records are acknowledged by the brokers (idempotent
@@ -52,7 +63,8 @@ from confluent_kafka import (
 
 from offtake.config import PipelineSpec, RedriveRequest
 from offtake.config.spec import matching_topics
-from offtake.engine.dead_letters import H_PARTITION, H_TOPIC
+from offtake.engine.dead_letters import H_TOPIC, read_origin
+from offtake.engine.header_values import HeaderError, last
 from offtake.kafka.config import consumer_config, producer_config
 
 log = logging.getLogger("offtake.redrive")
@@ -63,6 +75,7 @@ H_REDRIVE_SOURCE = "offtake.redrive.source"
 OFFTAKE_HEADER_PREFIX = "offtake."
 
 BATCH = 500
+MAX_REJECTIONS_SHOWN = 10  # reasons kept for the summary; the log has every one
 
 
 class RedriveError(Exception):
@@ -74,11 +87,13 @@ class Counts:
     replayed: int = 0
     left: int = 0
     skipped: int = 0
+    rejected: int = 0
 
     def add(self, other: Counts) -> None:
         self.replayed += other.replayed
         self.left += other.left
         self.skipped += other.skipped
+        self.rejected += other.rejected
 
     def metadata(self, request_id: str) -> str:
         return json.dumps(
@@ -87,6 +102,7 @@ class Counts:
                 "replayed": self.replayed,
                 "left": self.left,
                 "skipped": self.skipped,
+                "rejected": self.rejected,
             }
         )
 
@@ -99,7 +115,12 @@ class Counts:
             raw = {}
         if not isinstance(raw, dict) or raw.get("id") != request_id:
             return cls()
-        return cls(*(int(raw.get(k) or 0) for k in ("replayed", "left", "skipped")))
+        return cls(*(_count(raw.get(k)) for k in ("replayed", "left", "skipped", "rejected")))
+
+
+def _count(value: Any) -> int:
+    """A count from a commit's metadata (which anyone in the group can write): 0 unless an int."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 @dataclass
@@ -109,6 +130,8 @@ class RedriveResult:
     totals: Counts
     #: partition -> the offset committed (the next dead letter to look at).
     positions: dict[int, int] = field(default_factory=dict)
+    #: Why dead letters were rejected (the first few, this run): header, value, where.
+    rejections: list[str] = field(default_factory=list)
 
     def summary(self, request: RedriveRequest) -> dict[str, Any]:
         return {
@@ -119,6 +142,8 @@ class RedriveResult:
             "replayed": self.totals.replayed,
             "left": self.totals.left,
             "skipped": self.totals.skipped,
+            "rejected": self.totals.rejected,
+            **({"rejections": self.rejections} if self.rejections else {}),
         }
 
 
@@ -185,13 +210,6 @@ def _headers(msg: Message) -> Headers:
     return list(cast(Headers, msg.headers() or []))
 
 
-def _header(headers: Headers, name: str) -> str | None:
-    for key, value in headers:
-        if key == name and value is not None:
-            return value if isinstance(value, str) else value.decode("utf-8", "replace")
-    return None
-
-
 class _Replayer:
     def __init__(self, spec: PipelineSpec, request: RedriveRequest, producer: Producer) -> None:
         self.spec = spec
@@ -201,28 +219,48 @@ class _Replayer:
         self.topics = set(spec.source.topics)
         self.target_partitions: dict[str, int] = {}
         self.failures: list[str] = []
+        #: Why dead letters were rejected (the first MAX_REJECTIONS_SHOWN of this run).
+        self.rejections: list[str] = []
+
+    def reject(self, msg: Message, why: str) -> str:
+        where = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
+        log.warning("redrive %s: dead letter %s not replayed: %s", self.request.id, where, why)
+        if len(self.rejections) < MAX_REJECTIONS_SHOWN:
+            self.rejections.append(f"{where}: {why}")
+        return "rejected"
 
     def classify(self, msg: Message) -> str:
-        """``replay``, ``left`` or ``skipped``; replays it in the first case."""
+        """``replay``, ``left``, ``skipped`` or ``rejected``; replays it in the first case."""
         headers = _headers(msg)
-        topic = _header(headers, H_TOPIC)
-        if topic is None or topic not in self.topics:
+        raw_topic = last(headers, H_TOPIC)
+        if raw_topic is None or raw_topic.decode("utf-8", "replace") not in self.topics:
             return "skipped"
         _kind, stamp = msg.timestamp()
-        if stamp > self.request.until_ms or _header(headers, H_REDRIVE_ID) == self.request.id:
+        if stamp > self.request.until_ms or last(headers, H_REDRIVE_ID) == self.request.id.encode():
             # Newer than until, or replayed by this very redrive and failed again (replaying it
             # again now could loop forever): left for the next redrive.
             return "left"
+        try:
+            origin = read_origin(headers)
+        except HeaderError as exc:
+            return self.reject(msg, str(exc))
+        assert origin is not None  # its topic header is there (above)
+        topic = origin.topic
         kept = [(k, v) for k, v in headers if not k.startswith(OFFTAKE_HEADER_PREFIX)]
         kept += [
             (H_REDRIVE_ID, self.request.id.encode()),
             (H_REDRIVE_SOURCE, f"{msg.topic()}/{msg.partition()}/{msg.offset()}".encode()),
         ]
         kwargs: dict[str, Any] = {}
-        partition = _header(headers, H_PARTITION)
         count = self.target_partitions.get(topic, 0)
-        if partition is not None and partition.isdigit() and int(partition) < count:
-            kwargs["partition"] = int(partition)  # the same partition: per-key order holds
+        if origin.partition is not None and count:
+            if origin.partition >= count:
+                return self.reject(
+                    msg,
+                    f"header offtake.original.partition: {origin.partition} is not a partition "
+                    f"of {topic} ({count} partitions)",
+                )
+            kwargs["partition"] = origin.partition  # the same partition: per-key order holds
 
         def delivered(err: KafkaError | None, _msg: Message) -> None:
             if err is not None:
@@ -289,9 +327,11 @@ def _run(
     committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout)
     for tp in committed:
         previous = Counts.from_metadata(tp.metadata if tp.offset >= 0 else None, request.id)
-        # Resuming this redrive: its replayed and skipped dead letters are behind the position;
-        # what is left beyond it is counted afresh.
-        counts[tp.partition] = Counts(replayed=previous.replayed, skipped=previous.skipped)
+        # Resuming this redrive: its replayed, skipped and rejected dead letters are behind the
+        # position; what is left beyond it is counted afresh.
+        counts[tp.partition] = Counts(
+            replayed=previous.replayed, skipped=previous.skipped, rejected=previous.rejected
+        )
         start[tp.partition] = tp.offset
     pending: set[int] = set()
     ends: dict[int, int] = {}
@@ -359,6 +399,8 @@ def _run(
                     counts[p].left += 1
                 elif verdict == "replay":
                     counts[p].replayed += 1
+                elif verdict == "rejected":
+                    counts[p].rejected += 1
                 else:
                     counts[p].skipped += 1
                 if p not in held:
@@ -375,6 +417,7 @@ def _run(
                 + "; ".join(replayer.failures[:3])
             )
         commit(touched)
+        result.rejections = replayer.rejections
         if on_batch is not None:
             result.totals = _sum(counts)
             on_batch(result)
@@ -382,6 +425,7 @@ def _run(
     # read: the group then tells the whole story of this id.
     commit(partitions)
     result.totals = _sum(counts)
+    result.rejections = replayer.rejections
     return result
 
 

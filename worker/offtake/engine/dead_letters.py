@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from offtake.engine.header_values import (
+    HeaderError,
+    HeaderList,
+    last,
+    read_int,
+    read_partition,
+    read_topic,
+)
 from offtake.kafka.produce import produce_waiting
 from offtake.kafka.protocols import ProducerLike
 from offtake.records import Record
@@ -49,6 +58,70 @@ _OURS = frozenset(
         H_REASON,
     }
 )
+#: Offtake's own headers all start with this.
+OFFTAKE_PREFIX = "offtake."
+#: Set by ``offtake redrive`` on the records it replays into a source topic; a replayed record
+#: that fails again keeps them (the redrive recognises its own records by them).
+REDRIVE_PREFIX = "offtake.redrive."
+#: A producer's own ``offtake.*`` headers, moved aside on a dead letter or retry record:
+#: ``offtake.original.topic`` becomes ``producer.offtake.original.topic``. Kept, never read.
+PRODUCER_PREFIX = "producer."
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a dead letter first came from, read strictly from its ``offtake.original.*``."""
+
+    topic: str
+    partition: int | None
+    offset: int | None
+    timestamp: int | None
+
+
+def read_origin(headers: HeaderList | None) -> Origin | None:
+    """The record's origin (None without ``offtake.original.topic``).
+
+    Raises :class:`~offtake.engine.header_values.HeaderError` naming the header when a value is
+    not what Offtake writes there. Each value is the header's last copy: Offtake's (see
+    :func:`dlq_headers`, which appends its own after what it carries over).
+    """
+    topic = read_topic(headers, H_TOPIC)
+    if topic is None:
+        return None
+    return Origin(
+        topic,
+        read_partition(headers, H_PARTITION),
+        read_int(headers, H_OFFSET),
+        read_int(headers, H_TIMESTAMP),
+    )
+
+
+def _carried(record: Record, retried: bool) -> tuple[list[tuple[str, bytes | None]], Origin]:
+    """The record's headers to keep (a producer's ``offtake.*`` moved aside) and its origin.
+
+    On a source topic every ``offtake.*`` header is the producer's, except the last copy of each
+    ``offtake.redrive.*`` (a replayed record's). On a retry topic Offtake's headers are from the
+    earlier hop: the origin is carried forward if it reads strictly, else (a record someone
+    wrote to the retry topic by hand) the record's own coordinates stand; the rest of Offtake's
+    are replaced below.
+    """
+    here = Origin(record.topic, record.partition, record.offset, record.timestamp)
+    origin = here
+    if retried:
+        try:
+            origin = read_origin(record.headers) or here
+        except HeaderError:
+            origin = here
+    last_redrive = {
+        k: i for i, (k, _v) in enumerate(record.headers) if k.startswith(REDRIVE_PREFIX)
+    }
+    kept: list[tuple[str, bytes | None]] = []
+    for i, (k, v) in enumerate(record.headers):
+        if not k.startswith(OFFTAKE_PREFIX) or last_redrive.get(k) == i:
+            kept.append((k, v))
+        elif not (retried and k in _OURS):
+            kept.append((PRODUCER_PREFIX + k, v))
+    return kept, origin
 
 
 def dlq_headers(
@@ -60,25 +133,20 @@ def dlq_headers(
     retried: bool = False,
     extra: dict[str, str] | None = None,
 ) -> list[tuple[str, bytes | None]]:
-    """The original headers followed by Offtake's, so nothing the producer set is lost.
+    """The original headers followed by Offtake's, so nothing the producer set is lost, and
+    exactly one copy of each of Offtake's: a producer's own ``offtake.*`` headers are renamed
+    ``producer.offtake.*`` (kept, never read), so no reader can take them for Offtake's.
 
     ``retried``: the record was consumed from one of the pipeline's retry topics, so Offtake's
     headers on it are from an earlier attempt. They are replaced, except where it first came
-    from (``offtake.original.*``), which is carried forward unchanged.
+    from (``offtake.original.*``), which is carried forward when it reads strictly.
     """
-    origin = {
-        H_TOPIC: record.topic,
-        H_PARTITION: str(record.partition),
-        H_OFFSET: str(record.offset),
-        H_TIMESTAMP: "" if record.timestamp is None else str(record.timestamp),
-    }
-    headers = list(record.headers)
-    if retried:
-        earlier = {k: v for k, v in headers if k in _ORIGIN and v is not None}
-        origin.update({k: v.decode("utf-8", "replace") for k, v in earlier.items()})
-        headers = [(k, v) for k, v in headers if k not in _OURS]
+    headers, origin = _carried(record, retried)
     ours = {
-        **origin,
+        H_TOPIC: origin.topic,
+        H_PARTITION: "" if origin.partition is None else str(origin.partition),
+        H_OFFSET: "" if origin.offset is None else str(origin.offset),
+        H_TIMESTAMP: "" if origin.timestamp is None else str(origin.timestamp),
         H_ERROR_CLASS: f"{type(error).__module__}.{type(error).__qualname__}",
         H_ERROR_MESSAGE: describe_error(error)[:4096],
         H_ATTEMPTS: str(attempts),
@@ -92,10 +160,7 @@ def dlq_headers(
 
 def header(headers: Sequence[tuple[str, bytes | None]] | None, name: str) -> str | None:
     """The last value of header ``name`` as text, or None."""
-    found = None
-    for k, v in headers or ():
-        if k == name and v is not None:
-            found = v
+    found = last(headers, name)
     return None if found is None else found.decode("utf-8", "replace")
 
 

@@ -21,22 +21,30 @@ Two halves, on the two threads:
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from offtake.config.spec import ErrorsSpec, retry_topic_name
-from offtake.engine.dead_letters import H_ATTEMPTS, H_RETRY_DUE, H_RETRY_TOPIC, dlq_headers, header
+from offtake.engine.dead_letters import H_ATTEMPTS, H_RETRY_DUE, H_RETRY_TOPIC, dlq_headers
+from offtake.engine.header_values import HeaderError, HeaderList, read_int
 from offtake.kafka.produce import produce_waiting
 from offtake.kafka.protocols import ProducerLike
 from offtake.records import Record
+
+log = logging.getLogger("offtake.retry")
 
 
 class RetryRoute:
     """The retry topics of a pipeline's source topics, in order; immutable once built."""
 
-    def __init__(self, source_topics: Sequence[str], delays: Sequence[int]) -> None:
+    def __init__(
+        self, source_topics: Sequence[str], delays: Sequence[int], max_retries: int | None = None
+    ) -> None:
         self.delays = tuple(delays)
+        #: Tries per topic (errors.maxRetries + 1): bounds the attempts a header may claim.
+        self._tries = None if max_retries is None else max_retries + 1
         # retry topic -> (its source topic, its index in delays)
         self._hops: dict[str, tuple[str, int]] = {
             retry_topic_name(t, d): (t, i) for t in source_topics for i, d in enumerate(delays)
@@ -47,7 +55,9 @@ class RetryRoute:
     def of(cls, errors: ErrorsSpec, source_topics: Sequence[str]) -> RetryRoute | None:
         if not errors.retry_topics:
             return None
-        return cls(source_topics, [r.delay_seconds for r in errors.retry_topics])
+        return cls(
+            source_topics, [r.delay_seconds for r in errors.retry_topics], errors.max_retries
+        )
 
     def is_retry(self, topic: str) -> bool:
         return topic in self._hops
@@ -61,27 +71,45 @@ class RetryRoute:
         return retry_topic_name(source, self.delays[index]), self.delays[index]
 
     def prior_attempts(self, record: Record) -> int:
-        """Attempts made before this one reached its retry topic (0 on a source topic)."""
-        if record.topic not in self._hops:
-            return 0
-        text = header(record.headers, H_ATTEMPTS)
-        return int(text) if text is not None and text.isdigit() else 0
+        """Attempts made before this one reached its retry topic (0 on a source topic).
 
-    def due_ms(
-        self, topic: str, headers: Sequence[tuple[str, bytes | None]] | None, timestamp: int | None
-    ) -> int | None:
+        Read strictly from ``offtake.attempts`` and bounded by what the hops allow (each topic
+        before this one had at most ``maxRetries + 1`` tries): anyone who can write to a retry
+        topic can set that header. It only ever labels the dead letter (which hop comes next is
+        decided by the topic, never by a count), so a bad one counts as 0 and is logged.
+        """
+        hop = self._hops.get(record.topic)
+        if hop is None:
+            return 0
+        try:
+            claimed = read_int(record.headers, H_ATTEMPTS) or 0
+        except HeaderError as exc:
+            log.warning("%s@%d: %s; counting 0 earlier attempts", record.tp, record.offset, exc)
+            return 0
+        if self._tries is None:
+            return claimed
+        return min(claimed, (hop[1] + 1) * self._tries)
+
+    def due_ms(self, topic: str, headers: HeaderList | None, timestamp: int | None) -> int | None:
         """When a record of retry topic ``topic`` may be processed (ms since the epoch).
 
-        The ``offtake.retry.due`` header says; a record without it (produced by hand) is due
-        its timestamp plus the topic's delay; None (at once) if neither is known.
+        Offtake stamps a retry record with its send time and writes ``offtake.retry.due`` = that
+        time plus the topic's delay; a record without a readable header (produced by hand) is
+        due its timestamp plus the delay; None (at once) if neither is known. A header later
+        than timestamp plus delay is not Offtake's and is capped: no header can hold a
+        partition longer than its topic's delay.
         """
-        text = header(headers, H_RETRY_DUE)
-        if text is not None and text.isdigit():
-            return int(text)
-        if timestamp is None or timestamp < 0:
-            return None
         _, index = self._hops[topic]
-        return timestamp + self.delays[index] * 1000
+        limit = None
+        if timestamp is not None and timestamp >= 0:
+            limit = timestamp + self.delays[index] * 1000
+        try:
+            due = read_int(headers, H_RETRY_DUE)
+        except HeaderError:
+            due = None  # the poll loop must not stop on it: the record's timestamp decides
+        if due is None:
+            return limit
+        return due if limit is None else min(due, limit)
 
 
 class RetrySender:

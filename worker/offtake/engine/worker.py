@@ -29,6 +29,7 @@ from offtake.engine.offsets import OffsetTracker
 from offtake.engine.processing_stage import ProcessingStage, Work
 from offtake.engine.retry_topics import RetryRoute
 from offtake.engine.transactions import TransactionCommitter
+from offtake.engine.watchdog import armed as watchdog_armed
 from offtake.health import Health
 from offtake.kafka.protocols import MessageLike
 from offtake.kafka.source import KafkaSource, SourceFatal, StartPosition
@@ -50,6 +51,12 @@ BOUND_COMMIT_SPACING = 0.02  # at the bound: synchronous commits at most this of
 STAGE_QUEUE_TARGET = 2 * MAX_BATCH  # records queued for the processing thread: two polls
 DRAIN_STEP = 0.005
 EXIT_OK, EXIT_STOPPED_ON_ERROR, EXIT_FATAL = 0, 1, 3
+# Leaving the group at shutdown: the revoke it triggers may drain for up to the drain budget
+# again, so it gets the budget plus LEAVE_MARGIN before close(), and the watchdog ends the
+# process (offtake.engine.watchdog.EXIT_WATCHDOG) if the Kafka client has not returned by the
+# budget plus WATCHDOG_MARGIN (docs/worker.md, shutdown).
+LEAVE_MARGIN = 5.0
+WATCHDOG_MARGIN = 10.0
 
 
 @dataclass
@@ -490,7 +497,10 @@ class Worker:
                 self._exit_code = EXIT_FATAL
         finally:
             self._revoking = frozenset(self.tracker.partitions())
-            self.source.close()
+            with watchdog_armed(
+                budget + WATCHDOG_MARGIN, "leaving the group (unsubscribe, revoke, close)"
+            ):
+                self.source.close(leave_timeout=budget + LEAVE_MARGIN)
             # The processing thread has stopped (or gave up its join): the sink is ours now.
             self.sink.close()
             self.processor.close()

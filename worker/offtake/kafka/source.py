@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -34,6 +35,8 @@ _PARTITION_EOF = -191  # confluent_kafka.KafkaError._PARTITION_EOF: not an error
 # say). The event's own fatal() is False on real Kafka; its code is what says fatal.
 _FATAL = -150
 COMMITTED_TIMEOUT = 5.0
+LEAVE_TIMEOUT = 10.0  # default bound on leaving the group before close() (see close)
+_LEAVE_POLL = 0.1
 
 
 class SourceFatal(Exception):
@@ -78,6 +81,9 @@ class KafkaSource:
         self._consumer: ConsumerLike | None = None
         self._listener: SourceListener | None = None
         self._probe = OldestRecordProbe(make_probe_consumer, clients.topic_partition)
+        # KIP-345: a static member keeps its partitions while it restarts (see close()).
+        self.static = bool(self._config.get("group.instance.id"))
+        self._let_go_done = False  # a static member revoked before close(): see _on_revoke
         self.cooperative = "cooperative" in str(
             self._config.get("partition.assignment.strategy", "")
         ) or (str(self._config.get("group.protocol", "")).lower() == "consumer")
@@ -97,15 +103,58 @@ class KafkaSource:
             on_lost=self._on_lost,
         )
 
-    def close(self) -> None:
-        """Leave the group now (so the others rebalance at once) and stop the probe."""
+    def close(self, leave_timeout: float = LEAVE_TIMEOUT) -> None:
+        """Leave the group now (so the others rebalance at once), close, stop the probe.
+
+        The way librdkafka's maintainers advise (#4527), because close() can hang (#4041,
+        #4884): when the rebalance callback that close() itself triggers (un)assigns, librdkafka
+        can wait forever inside close() while the callback's thread holds the GIL. So the group
+        is left first, outside close(): unsubscribe, then consume until nothing is assigned
+        (the revoke callback runs inside consume(), where it cannot hang, and the listener
+        drains and commits what was delivered, as on any revoke), bounded by
+        ``leave_timeout``; then close() has nothing left to revoke. Records consume() returns
+        meanwhile are nobody's: they are past the committed offsets, the next owner reads them.
+
+        A static member (``group.instance.id``) does not leave: unsubscribe() would send the
+        LeaveGroup that static membership exists to avoid (seen on Kafka 4.3: the other members
+        took its partitions at once, and would rebalance again when the pod is back). It
+        revokes locally instead, outside close() and any callback: the listener drains and
+        commits, then the partitions are unassigned. close() still calls the revoke callback
+        with the group's view of the assignment (librdkafka does, static or not), which then
+        only unassigns; so for a static member the hang stays possible, but only after the
+        commit, and the watchdog bounds it.
+
+        The caller bounds the whole under :mod:`offtake.engine.watchdog`.
+        """
         try:
             if self._consumer is not None:
+                if self.static:
+                    self._let_go(self._consumer)
+                else:
+                    self._leave(self._consumer, leave_timeout)
                 self._consumer.close()
         except:  # noqa: E722 -- confluent-kafka can raise a bare KafkaError (no BaseException)
             log.warning("closing the consumer failed: %s", sys.exc_info()[1])
         finally:
             self._probe.close()
+
+    def _let_go(self, consumer: ConsumerLike) -> None:
+        try:
+            assigned = consumer.assignment()
+            if assigned:
+                self._on_revoke(consumer, assigned)
+            self._let_go_done = True
+        except:  # noqa: E722 -- as in close(): close() must still run
+            log.warning("revoking before close failed (%s); closing", sys.exc_info()[1])
+
+    @staticmethod
+    def _leave(consumer: ConsumerLike, timeout: float) -> None:
+        try:
+            if leave_group(consumer, timeout):
+                return
+            log.warning("partitions still assigned %gs after unsubscribing; closing", timeout)
+        except:  # noqa: E722 -- as in close(); a callback's error too: close() must still run
+            log.warning("leaving the group failed (%s); closing", sys.exc_info()[1])
 
     def group_metadata(self) -> Any:
         """The consumer's group metadata, for a transaction's offsets (KIP-447 fencing)."""
@@ -252,7 +301,8 @@ class KafkaSource:
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         assert self._listener is not None
-        self._listener.revoking({TopicPartition(p.topic, p.partition) for p in partitions})
+        if not self._let_go_done:  # else: close()'s revoke of what _let_go revoked already
+            self._listener.revoking({TopicPartition(p.topic, p.partition) for p in partitions})
         self._give_back(consumer, partitions)
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
@@ -298,3 +348,18 @@ class KafkaSource:
 
     def _native(self, partitions: Collection[TopicPartition]) -> list[Any]:
         return [self._clients.topic_partition(tp.topic, tp.partition) for tp in partitions]
+
+
+def leave_group(consumer: ConsumerLike, timeout: float) -> bool:
+    """Unsubscribe and consume until nothing is assigned, for at most ``timeout`` seconds;
+    True once nothing is. What :meth:`KafkaSource.close` does before close() (#4041/#4884),
+    for any consumer: the test bed's teardown uses it too. Raises what the client raises."""
+    if not consumer.assignment():
+        return True
+    consumer.unsubscribe()
+    deadline = time.monotonic() + timeout
+    while consumer.assignment():
+        if time.monotonic() >= deadline:
+            return False
+        consumer.consume(num_messages=100, timeout=_LEAVE_POLL)
+    return True
