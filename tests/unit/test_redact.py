@@ -126,3 +126,12 @@ def test_any_password_in_any_style_is_masked(pw: str, style: str) -> None:
     out = redact(style.format(pw=marked))
     assert marked not in out, out
     assert MASK in out
+
+
+def test_a_dead_letters_error_message_never_carries_a_urls_password() -> None:
+    from offtake.engine.dead_letters import describe_error
+
+    error = ConnectionError("cannot reach postgresql://app:hunter2@db:5432/orders")
+    described = describe_error(error)
+    assert "hunter2" not in described
+    assert described.startswith("ConnectionError: cannot reach postgresql://")

@@ -17,6 +17,7 @@ from offtake.engine.header_values import (
 from offtake.kafka.produce import produce_waiting
 from offtake.kafka.protocols import ProducerLike
 from offtake.records import Record
+from offtake.redact import redact
 
 # Header names are part of the contract with users' DLQ tooling (docs/worker.md, dead letters).
 H_TOPIC = "offtake.original.topic"
@@ -33,10 +34,13 @@ def describe_error(error: BaseException) -> str:
     """The error as users need it: ``KeyError: 'amount'``, not ``'amount'``.
 
     Offtake's own errors already say what they are (and name the record), so they stay as is.
+    Either way credentials are masked: a client's error may quote the URL it was given
+    (``user:pass@``, ``;password=``), and this text goes into a dead letter's headers, which
+    whoever may read the DLQ topic reads.
     """
     if type(error).__module__.startswith("offtake."):
-        return str(error)
-    return f"{type(error).__name__}: {error}"
+        return redact(str(error))
+    return redact(f"{type(error).__name__}: {error}")
 
 
 H_RETRY_DUE = "offtake.retry.due"  # on retry topics: when to process it, ms since the epoch
