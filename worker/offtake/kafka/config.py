@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from offtake.config import ConfigError
+from offtake.config.client_properties import map_key, refused_reason
 from offtake.config.spec import PipelineSpec
 from offtake.logs import librdkafka_logger
 
@@ -61,6 +63,13 @@ def client_config(
     librdkafka's log lines instead of its raw syslog-style lines on stderr.
     """
     conf: dict[str, Any] = {"bootstrap.servers": spec.kafka.bootstrap_servers, "logger": logger}
+    # The loader refused these in kafka.config already; the Secret's keys are checked here, so
+    # that neither a hand-made Secret nor a mounted directory loads code or runs a command.
+    for key, value in (*spec.kafka.config.items(), *secret.items()):
+        reason = refused_reason(key, value)
+        if reason is not None:
+            where = "spec.kafka.config" if key in spec.kafka.config else "spec.kafka.secretRef"
+            raise ConfigError(map_key(where, key), f"refused: {reason}")
     conf.update(spec.kafka.config)
     conf.update(secret)
     return conf

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
+from offtake.config.secret_env import JDBC_PASSWORD_ENV, read_secret_env
 from offtake.config.spec import JdbcSpec
 
 # libpq understands these URI parameters; JDBC-only ones (currentSchema, ssl=true...) it rejects.
@@ -100,7 +101,9 @@ def credentials(spec: JdbcSpec, secret_dir: str | None = None) -> dict[str, str]
         out["driver"] = driver
     mounted = secret_credentials(secret_dir) if spec.secret_ref is not None else {}
     user = spec.user or mounted.get("user")
-    password = spec.password or mounted.get("password")
+    password = mounted.get("password")
+    if spec.password_secret_ref is not None:
+        password = read_secret_env(JDBC_PASSWORD_ENV, "sink.spark.jdbc.passwordSecretRef")
     if user:
         out["user"] = user
     if password:
