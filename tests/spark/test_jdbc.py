@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -154,6 +155,50 @@ def test_credentials_from_the_mounted_jdbc_secret_reach_the_database(
         assert row == ("secret_writer",)
     finally:
         statements.execute("DROP TABLE owned_sink")
+
+
+def test_a_password_secret_ref_reaches_a_database_that_checks_passwords(
+    postgres: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sink.spark.jdbc.passwordSecretRef: the operator sets $OFFTAKE_JDBC_PASSWORD from the
+    Secret's key (valueFrom.secretKeyRef); the worker connects with it. The test bed's server
+    trusts local connections, so one scram-sha-256 line for one role makes the password
+    count: a wrong one is refused, the right one (a trailing newline included) gets in."""
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        row = conn.execute("SHOW hba_file").fetchone()
+        conn.execute("DROP ROLE IF EXISTS env_writer")
+        conn.execute("SET password_encryption = 'scram-sha-256'")
+        conn.execute("CREATE ROLE env_writer LOGIN PASSWORD 'from-the-env'")
+        conn.execute("GRANT CREATE ON SCHEMA public TO env_writer")
+    assert row is not None
+    hba = Path(row[0])
+    original = hba.read_text()
+
+    def reload(text: str) -> None:
+        hba.write_text(text)
+        with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_reload_conf()")
+
+    reload("host all env_writer 127.0.0.1/32 scram-sha-256\n" + original)
+    try:
+        ref = {"name": "db", "key": "password"}
+        jdbc = {"url": postgres.jdbc_url, "table": "env_sink", "user": "env_writer"}
+        spec = pipeline({"format": "jdbc", "jdbc": {**jdbc, "passwordSecretRef": ref}})
+        assert spec.sink.spark is not None and spec.sink.spark.jdbc is not None
+        monkeypatch.setenv("OFFTAKE_JDBC_PASSWORD", "not-the-password")
+        with pytest.raises(Exception, match="password authentication failed"):
+            PsycopgStatements(spec.sink.spark.jdbc).execute("SELECT 1")
+        monkeypatch.setenv("OFFTAKE_JDBC_PASSWORD", "from-the-env\n")
+        statements = PsycopgStatements(spec.sink.spark.jdbc)
+        statements.execute("CREATE TABLE env_sink (x int)")
+        with psycopg.connect(postgres.dsn) as conn:
+            owner = conn.execute(
+                "SELECT tableowner FROM pg_tables WHERE tablename = 'env_sink'"
+            ).fetchone()
+        statements.execute("DROP TABLE env_sink")
+        assert owner == ("env_writer",)
+    finally:
+        reload(original)
 
 
 def test_a_stopped_database_is_an_outage_waited_out_not_a_failed_batch(spark: Any) -> None:
