@@ -220,7 +220,7 @@ def client_config_map(f: Fields, key: str, secret_field: str) -> dict[str, str]:
         where = map_key(f.at(key), name)
         reason = refused_reason(name, value)
         if reason is not None:
-            raise ConfigError(where, f"refused: {reason} (docs/security.md, client properties)")
+            raise ConfigError(where, f"refused: {reason} (docs/worker.md, Client properties)")
         if is_secret_property(name):
             raise ConfigError(
                 where,
