@@ -7,9 +7,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import subprocess
+import sys
 from typing import Any
 
 import pytest
+import yaml
 from support.manifest_corpus import minimal
 
 from offtake.config import ConfigError, parse_pipeline
@@ -262,3 +265,19 @@ def test_the_operator_refuses_plugin_library_paths_even_past_the_loader() -> Non
     spec = _bypassing_the_loader({"plugin.library.paths": "/tmp/evil.so"})
     with pytest.raises(KafkaAccessError, match=r'spec\.kafka\.config\["plugin\.library\.paths"\]'):
         admin_config(spec, {}, timeout=5)
+
+
+def test_a_hand_written_manifest_is_refused_by_the_worker_itself(tmp_path: Any) -> None:
+    """No API server in the way: `offtake worker --pipeline` refuses before any client exists."""
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(with_map("spec.sink.kafka.config", {"ssl.providers": "x"})))
+    done = subprocess.run(
+        [sys.executable, "-m", "offtake.cli", "worker", "--pipeline", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert 'spec.sink.kafka.config["ssl.providers"]: refused' in done.stderr
+    assert "Traceback" not in done.stderr
