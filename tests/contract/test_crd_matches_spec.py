@@ -156,8 +156,8 @@ CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     "'sasl.kerberos.kinit.cmd', 'opaque', 'default_topic_conf', 'msg_order_cmp', "
     "'ssl_key', 'ssl_certificate', 'ssl_ca', 'logger', 'on_delivery', 'on_commit'] || "
     "k.lowerAscii().endsWith('_cb')))": (lambda s: not any(refused_reason(k) for k in s)),
-    "self.all(k, !(k.lowerAscii() in ['sasl.kerberos.principal', 'sasl.kerberos.keytab'] "
-    "&& !string(self[k]).matches('^[A-Za-z0-9._/@:+=-]+$')))": (
+    "['sasl.kerberos.principal', 'sasl.kerberos.keytab'].all(k, !(k in self) || "
+    "string(self[k]).matches('^[A-Za-z0-9._/@:+=-]+$'))": (
         lambda s: not any(refused_reason(k, v) for k, v in s.items())
     ),
     "self.all(k, !(k.lowerAscii().endsWith('password') || "

@@ -142,3 +142,13 @@ GOOD = {case for case, _ in corpus() if case.startswith("example-")} | {
     "strict-ordering",
     "jdbc-password-secret-ref",
 }
+
+#: What the API server's refusal must name (a rule's messageExpression: the refused key).
+NAMED = {
+    "kafka-config-plugin": '"plugin.library.paths" is refused',
+    "kafka-config-kinit": '"sasl.kerberos.kinit.cmd" is refused',
+    "sink-config-engine": '"ssl.engine.location" is refused',
+    "sink-config-secret": '"sasl.password" is a secret',
+    "spark-conf-secret": '"spark.hadoop.fs.s3a.secret.key" looks like a secret',
+    "jdbc-inline-password": "jdbc.passwordSecretRef",
+}

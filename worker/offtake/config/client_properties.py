@@ -73,7 +73,10 @@ def refused_reason(key: str, value: object = "") -> str | None:
         return REFUSED_PROPERTIES[low]
     if low.endswith(CALLBACK_SUFFIX):
         return "is a callback (code), not a setting"
-    if low in SHELL_SUBSTITUTED and not re.fullmatch(SHELL_SAFE_VALUE, str(value)):
+    # Exact names here: librdkafka's names are case-sensitive (another spelling is "No such
+    # configuration property"), and the CRD's rule looks these two up rather than walking
+    # every value, which would exceed the API server's CEL cost budget.
+    if key in SHELL_SUBSTITUTED and not re.fullmatch(SHELL_SAFE_VALUE, str(value)):
         return (
             "is put into librdkafka's kinit shell command: only letters, digits and "
             ". _ / @ : + = - are allowed"
