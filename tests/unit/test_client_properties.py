@@ -18,7 +18,7 @@ from support.manifest_corpus import minimal
 from offtake.config import ConfigError, parse_pipeline
 from offtake.config.client_properties import OPERATOR_PROPERTIES
 from offtake.config.crd_check import crd_problems
-from offtake.kafka.config import client_config, consumer_config
+from offtake.kafka.config import client_config, consumer_config, producer_config
 from offtake_operator.kafka_secret import KafkaSecretError, map_secret
 from offtake_operator.lag import KafkaAccessError, admin_config
 
@@ -281,3 +281,9 @@ def test_a_hand_written_manifest_is_refused_by_the_worker_itself(tmp_path: Any) 
     assert done.returncode == 2, done.stderr
     assert 'spec.sink.kafka.config["ssl.providers"]: refused' in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_sinks_producer_refuses_them_from_a_spec_built_in_code() -> None:
+    spec = parse_pipeline(minimal())
+    with pytest.raises(ConfigError, match=r'spec\.sink\.kafka\.config\["plugin\.library\.paths"\]'):
+        producer_config(spec, {"plugin.library.paths": "/tmp/evil.so"})

@@ -153,6 +153,12 @@ def consumer_config(spec: PipelineSpec, instance_id: str | None = None) -> dict[
 def producer_config(spec: PipelineSpec, overrides: dict[str, str] | None = None) -> dict[str, Any]:
     conf = {"linger.ms": "5", "client.id": f"offtake-{spec.name}"}
     conf.update({k: v for k, v in _common(spec).items() if k not in _CONSUMER_ONLY})
+    # The loader refused these in sink.kafka.config already; a spec built in code must not slip
+    # past it either.
+    for key, value in (overrides or {}).items():
+        reason = refused_reason(key, value)
+        if reason is not None:
+            raise ConfigError(map_key("spec.sink.kafka.config", key), f"refused: {reason}")
     conf.update(overrides or {})
     # Idempotence with acks=all: a delivery report means the record is durably in the log,
     # once, even when the producer retried; that is what "done" has to mean for commits.
