@@ -92,9 +92,10 @@ def secret_credentials(directory: str | None = None) -> dict[str, str]:
 
 
 def credentials(spec: JdbcSpec, secret_dir: str | None = None) -> dict[str, str]:
-    """Connection properties: user and password from the spec, else from the Secret the
-    operator mounts for ``jdbc.secretRef``, and the driver class when the URL names a known
-    database."""
+    """Connection properties: the user from the spec, else from the Secret the operator
+    mounts for ``jdbc.secretRef``; the password from that Secret or from
+    ``$OFFTAKE_JDBC_PASSWORD`` (``jdbc.passwordSecretRef``, never inline); and the driver
+    class when the URL names a known database."""
     out: dict[str, str] = {}
     driver = driver_class(spec.url)
     if driver:
