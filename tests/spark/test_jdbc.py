@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -15,7 +14,7 @@ from offtake.sinks.spark.errors import unavailable
 from offtake.sinks.spark.jdbc import PsycopgStatements
 from offtake.sinks.spark.writers import JdbcWriter
 
-from .support import items, metric, pipeline, run_sink
+from .support import items, metric, password_checked_role, pipeline, run_sink
 
 pytestmark = pytest.mark.spark
 
@@ -161,26 +160,9 @@ def test_a_password_secret_ref_reaches_a_database_that_checks_passwords(
     postgres: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """sink.spark.jdbc.passwordSecretRef: the operator sets $OFFTAKE_JDBC_PASSWORD from the
-    Secret's key (valueFrom.secretKeyRef); the worker connects with it. The test bed's server
-    trusts local connections, so one scram-sha-256 line for one role makes the password
-    count: a wrong one is refused, the right one (a trailing newline included) gets in."""
-    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
-        row = conn.execute("SHOW hba_file").fetchone()
-        conn.execute("DROP ROLE IF EXISTS env_writer")
-        conn.execute("SET password_encryption = 'scram-sha-256'")
-        conn.execute("CREATE ROLE env_writer LOGIN PASSWORD 'from-the-env'")
-        conn.execute("GRANT CREATE ON SCHEMA public TO env_writer")
-    assert row is not None
-    hba = Path(row[0])
-    original = hba.read_text()
-
-    def reload(text: str) -> None:
-        hba.write_text(text)
-        with psycopg.connect(postgres.dsn, autocommit=True) as conn:
-            conn.execute("SELECT pg_reload_conf()")
-
-    reload("host all env_writer 127.0.0.1/32 scram-sha-256\n" + original)
-    try:
+    Secret's key (valueFrom.secretKeyRef); the worker connects with it: a wrong one is
+    refused, the right one (a trailing newline included) gets in."""
+    with password_checked_role(postgres, "env_writer", "from-the-env"):
         ref = {"name": "db", "key": "password"}
         jdbc = {"url": postgres.jdbc_url, "table": "env_sink", "user": "env_writer"}
         spec = pipeline({"format": "jdbc", "jdbc": {**jdbc, "passwordSecretRef": ref}})
@@ -197,8 +179,6 @@ def test_a_password_secret_ref_reaches_a_database_that_checks_passwords(
             ).fetchone()
         statements.execute("DROP TABLE env_sink")
         assert owner == ("env_writer",)
-    finally:
-        reload(original)
 
 
 def test_a_stopped_database_is_an_outage_waited_out_not_a_failed_batch(spark: Any) -> None:
