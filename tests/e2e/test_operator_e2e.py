@@ -249,7 +249,12 @@ BAD_MANIFESTS = [
     (
         "inline password",
         {"kafka": {"bootstrapServers": "k:9092", "config": {"sasl.password": "hunter2"}}},
-        "kafka.config must not hold secrets",
+        'spec.kafka.config: Invalid value: "object": key "sasl.password" is a secret',
+    ),
+    (
+        "code-loading sink property",
+        {"sink": {"kafka": {"topic": "t", "config": {"plugin.library.paths": "/tmp/evil.so"}}}},
+        'spec.sink.kafka.config: Invalid value: "object": key "plugin.library.paths" is refused',
     ),
 ]
 
