@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from offtake.config import PipelineSpec
+from offtake.config.client_properties import refused_reason
 
 from .kubeapi import SECRETS, KubeApi
 from .lag import KafkaAccessError
@@ -87,6 +88,12 @@ def map_secret(namespace: str, name: str, data: Mapping[str, str]) -> KafkaSecre
             files[key] = STRIMZI_KEYS[key]
         elif key in STRIMZI_UNUSED:
             continue
+        elif refused_reason(key, data[key]) is not None:
+            # ssl.engine.location, sasl.kerberos.kinit.cmd, ...: the operator's own clients
+            # and the workers would load code or run a command from a tenant's Secret.
+            raise KafkaSecretError(
+                f"{where} key {key!r} is refused: {refused_reason(key, data[key])}"
+            )
         elif key.startswith(PROPERTY_PREFIXES) or key in PROPERTY_NAMES:
             files[key] = key
         else:

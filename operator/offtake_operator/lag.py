@@ -23,7 +23,8 @@ from typing import Any, cast
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-from offtake.config import PipelineSpec
+from offtake.config import ConfigError, PipelineSpec
+from offtake.config.client_properties import operator_client_properties
 from offtake.config.spec import is_topic_pattern, matching_topics
 from offtake.kafka.config import client_config
 from offtake.kafka.oldest_record import read_timestamps
@@ -85,22 +86,16 @@ LIBRDKAFKA_LOG.setLevel(logging.CRITICAL)
 def admin_config(
     pipeline: PipelineSpec, secret: Mapping[str, str], timeout: float
 ) -> dict[str, Any]:
-    conf = client_config(pipeline, secret, LIBRDKAFKA_LOG)  # the worker's clients start here too
+    """The operator's clients: connection and security properties only (an allowlist,
+    offtake.config.client_properties), whatever else the tenant's kafka.config sets. The
+    operator is shared and privileged; the tenant's tuning is for the tenant's workers."""
+    try:
+        conf = client_config(pipeline, secret, LIBRDKAFKA_LOG)  # refuses code-loading properties
+    except ConfigError as exc:
+        raise KafkaAccessError(str(exc)) from None
+    conf = operator_client_properties(conf)
     conf["socket.timeout.ms"] = int(timeout * 1000)
     conf.setdefault("client.id", "offtake-operator")
-    # Consumer-only and producer-only properties make the admin client log warnings; drop them.
-    for key in (
-        "auto.offset.reset",
-        "enable.auto.commit",
-        "group.id",
-        "group.instance.id",
-        "partition.assignment.strategy",
-        "linger.ms",
-        "acks",
-        "compression.type",
-        "enable.idempotence",
-    ):
-        conf.pop(key, None)
     return conf
 
 

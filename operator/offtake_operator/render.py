@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from offtake.config import OPERATOR_ONLY_FIELDS, PipelineSpec, RedriveRequest
+from offtake.config.secret_env import secret_envs
 from offtake.sinks.spark import kubernetes as spark_k8s
 
 from . import names
@@ -165,6 +166,7 @@ def _worker_container(
                 "value": spark_k8s.kubernetes_connect_url(pipeline.name, pipeline.namespace),
             }
         )
+    env += secret_key_env(pipeline)
     env += copy.deepcopy(template_spec.get("env") or [])
     mounts: list[JSON] = [
         # subPath: a single file, so the Secret mounts below do not nest inside a read-only volume.
@@ -264,6 +266,17 @@ def _processor_container(body: Mapping[str, Any]) -> JSON:
         if raw.get(key):
             container[key] = copy.deepcopy(raw[key])
     return container
+
+
+def secret_key_env(pipeline: PipelineSpec) -> list[JSON]:
+    """The ``*SecretRef: {name, key}`` fields (jdbc and iceberg passwords, the Spark Connect
+    token) as environment variables from their Secrets: the value is in neither the
+    ConfigMap nor the pod spec, and the worker reads it from its environment
+    (offtake.config.secret_env)."""
+    return [
+        {"name": variable, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+        for variable, ref in secret_envs(pipeline)
+    ]
 
 
 def _jdbc_secret(pipeline: PipelineSpec) -> str | None:

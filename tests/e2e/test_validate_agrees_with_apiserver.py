@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support.manifest_corpus import corpus
+from support.manifest_corpus import NAMED, corpus
 
 from offtake.config.crd_check import crd_problems
 from offtake_testbed.kube import ControlPlane
@@ -45,3 +45,6 @@ def test_validate_and_the_api_server_agree(
         f"{case}: server {'accepted' if server.returncode == 0 else 'rejected'} "
         f"({server.stderr.strip()}); validate found {problems}"
     )
+    if case in NAMED:
+        assert NAMED[case] in server.stderr, server.stderr
+        assert any(NAMED[case] in p for p in problems), problems

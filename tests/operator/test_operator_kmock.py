@@ -615,3 +615,27 @@ async def test_another_teams_hpa_and_job_under_a_childs_name_are_neither_changed
     assert cluster.exists(JOBS, ns, "orders-redrive")
     assert len(cluster.history(JOBS, ns, "orders-redrive")) == 1
     assert "ownerReferences" not in cluster.obj(JOBS, ns, "orders-redrive")["metadata"]
+
+
+async def test_a_kafka_secret_key_that_runs_a_command_degrades_the_pipeline_naming_it(
+    cluster: Cluster, ns: str
+) -> None:
+    """A tenant's Secret may carry sasl.* and ssl.* properties, but not the kinit command: the
+    operator's own clients would run it. Degraded, naming the key; no workers, no value shown."""
+    data = {"sasl.username": "u", "sasl.kerberos.kinit.cmd": "touch /tmp/pwned-by-tenant"}
+    await cluster.request(
+        "POST",
+        f"/api/v1/namespaces/{ns}/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "kerberos", "namespace": ns},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+        },
+    )
+    spec = {"kafka": {"bootstrapServers": "k:9093", "secretRef": {"name": "kerberos"}}}
+    await cluster.create(pipeline_body("orders", namespace=ns, **spec))
+    await eventually(lambda: cluster.status(ns, "orders").get("phase") == "Degraded")
+    message = cluster.condition(ns, "orders", "Degraded")["message"]
+    assert "'sasl.kerberos.kinit.cmd' is refused" in message and "pwned" not in message
+    assert not cluster.exists(DEPLOYMENTS, ns, "orders")

@@ -144,7 +144,7 @@ def test_inline_secrets_in_kafka_config_are_refused_naming_the_field() -> None:
         body = pipeline_body(kafka={"bootstrapServers": "k:9092", "config": {key: "hunter2"}})
         with pytest.raises(ConfigError) as err:
             validate(body)
-        assert f"spec.kafka.config.{key}" in str(err.value)
+        assert f'spec.kafka.config["{key}"]' in str(err.value)
         assert "secretRef" in str(err.value) and "hunter2" not in str(err.value)
     # Settings that merely mention a mechanism are fine.
     validate(

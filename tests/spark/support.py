@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from offtake.config.loader import parse_pipeline
@@ -118,3 +120,32 @@ def run_sink(
 def metric(metrics: Metrics, name: str, **labels: str) -> float:
     value = metrics.registry.get_sample_value(name, labels)
     return 0.0 if value is None else value
+
+
+@contextlib.contextmanager
+def password_checked_role(postgres: Any, role: str, password: str) -> Iterator[None]:
+    """A role of the test bed's PostgreSQL whose password is checked (scram-sha-256): the
+    server trusts local connections, so a pg_hba line for this one role, first, makes the
+    password count; removed again afterwards. The role may create tables in ``public``."""
+    import psycopg
+
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        row = conn.execute("SHOW hba_file").fetchone()
+        conn.execute(f"DROP ROLE IF EXISTS {role}")
+        conn.execute("SET password_encryption = 'scram-sha-256'")
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        conn.execute(f"GRANT CREATE ON SCHEMA public TO {role}")
+    assert row is not None
+    hba = Path(row[0])
+    original = hba.read_text()
+
+    def reload(text: str) -> None:
+        hba.write_text(text)
+        with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_reload_conf()")
+
+    reload(f"host all {role} 127.0.0.1/32 scram-sha-256\n" + original)
+    try:
+        yield
+    finally:
+        reload(original)

@@ -13,10 +13,10 @@ import pytest
 from offtake.config import ConfigError
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
-from offtake.sinks.spark.iceberg import written_through
+from offtake.sinks.spark.iceberg import IcebergError, IcebergTable, written_through
 
 from .iceberg_readers import batch_summaries, ids_by_reader, load_table
-from .support import item, items, metric, pipeline, run_sink
+from .support import item, items, metric, password_checked_role, pipeline, run_sink
 
 
 def test_written_through_is_the_newest_snapshot_of_the_partition() -> None:
@@ -53,6 +53,29 @@ ICEBERG = {"table": "lake.orders", "catalogUri": "sqlite://"}
 def test_iceberg_fields_are_checked_with_their_names(fields: dict[str, Any], named: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(named)):
         pipeline(fields)
+
+
+def test_the_catalog_password_comes_from_its_secret_ref(
+    postgres: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """iceberg.passwordSecretRef: catalogUri holds no password; the worker puts
+    $OFFTAKE_ICEBERG_CATALOG_PASSWORD into it when it opens the catalog, in a PostgreSQL that
+    checks passwords (a wrong one fails naming the field, the right one creates the catalog)."""
+    uri = f"postgresql+psycopg://ice_writer@127.0.0.1:{postgres.port}/{postgres.database}"
+    iceberg = {**ICEBERG, "catalogUri": uri, "passwordSecretRef": {"name": "c", "key": "pw"}}
+    spec = pipeline({"format": "iceberg", "path": str(tmp_path), "iceberg": iceberg})
+    assert spec.sink.spark is not None and spec.sink.spark.iceberg is not None
+    with password_checked_role(postgres, "ice_writer", "p@ss/w0rd"):
+        monkeypatch.setenv("OFFTAKE_ICEBERG_CATALOG_PASSWORD", "wrong")
+        with pytest.raises(IcebergError, match=re.escape("sink.spark.iceberg.catalogUri")) as err:
+            IcebergTable(spec.sink.spark.iceberg, str(tmp_path)).catalog()
+        assert "wrong" not in str(err.value)
+        monkeypatch.setenv("OFFTAKE_ICEBERG_CATALOG_PASSWORD", "p@ss/w0rd")
+        catalog = IcebergTable(spec.sink.spark.iceberg, str(tmp_path)).catalog()
+        catalog.create_namespace_if_not_exists("secretref")
+        assert ("secretref",) in catalog.list_namespaces()
+        catalog.drop_namespace("secretref")
+        catalog.engine.dispose()
 
 
 def _iceberg_sink(tmp_path: Path, max_records: int) -> tuple[str, str, dict[str, Any]]:

@@ -14,7 +14,7 @@ from offtake.sinks.spark.errors import unavailable
 from offtake.sinks.spark.jdbc import PsycopgStatements
 from offtake.sinks.spark.writers import JdbcWriter
 
-from .support import items, metric, pipeline, run_sink
+from .support import items, metric, password_checked_role, pipeline, run_sink
 
 pytestmark = pytest.mark.spark
 
@@ -154,6 +154,31 @@ def test_credentials_from_the_mounted_jdbc_secret_reach_the_database(
         assert row == ("secret_writer",)
     finally:
         statements.execute("DROP TABLE owned_sink")
+
+
+def test_a_password_secret_ref_reaches_a_database_that_checks_passwords(
+    postgres: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sink.spark.jdbc.passwordSecretRef: the operator sets $OFFTAKE_JDBC_PASSWORD from the
+    Secret's key (valueFrom.secretKeyRef); the worker connects with it: a wrong one is
+    refused, the right one (a trailing newline included) gets in."""
+    with password_checked_role(postgres, "env_writer", "from-the-env"):
+        ref = {"name": "db", "key": "password"}
+        jdbc = {"url": postgres.jdbc_url, "table": "env_sink", "user": "env_writer"}
+        spec = pipeline({"format": "jdbc", "jdbc": {**jdbc, "passwordSecretRef": ref}})
+        assert spec.sink.spark is not None and spec.sink.spark.jdbc is not None
+        monkeypatch.setenv("OFFTAKE_JDBC_PASSWORD", "not-the-password")
+        with pytest.raises(Exception, match="password authentication failed"):
+            PsycopgStatements(spec.sink.spark.jdbc).execute("SELECT 1")
+        monkeypatch.setenv("OFFTAKE_JDBC_PASSWORD", "from-the-env\n")
+        statements = PsycopgStatements(spec.sink.spark.jdbc)
+        statements.execute("CREATE TABLE env_sink (x int)")
+        with psycopg.connect(postgres.dsn) as conn:
+            owner = conn.execute(
+                "SELECT tableowner FROM pg_tables WHERE tablename = 'env_sink'"
+            ).fetchone()
+        statements.execute("DROP TABLE env_sink")
+        assert owner == ("env_writer",)
 
 
 def test_a_stopped_database_is_an_outage_waited_out_not_a_failed_batch(spark: Any) -> None:

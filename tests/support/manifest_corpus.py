@@ -53,6 +53,18 @@ def corpus() -> list[tuple[str, dict[str, Any]]]:
         )
     )
     good.append(("strict-ordering", _with({"errors": {"ordering": "strict"}})))
+    good.append(("jdbc-password-secret-ref", _with({"sink": {"spark": _JDBC_FROM_SECRET}})))
+    bad_client = [
+        ("kafka-config-plugin", _kafka_config({"plugin.library.paths": "/tmp/evil.so"})),
+        ("kafka-config-kinit", _kafka_config({"sasl.kerberos.kinit.cmd": "touch /tmp/x"})),
+        ("kafka-config-principal-shell", _kafka_config({"sasl.kerberos.principal": "a;id"})),
+        ("sink-config-engine", _sink_config({"ssl.engine.location": "/tmp/evil.so"})),
+        ("sink-config-secret", _sink_config({"sasl.password": "hunter2"})),
+        ("jdbc-inline-password", _with({"sink": {"spark": _JDBC_INLINE}})),
+        ("iceberg-uri-password", _with({"sink": {"spark": _ICEBERG_INLINE}})),
+        ("connect-url-token", _with({"sink": {"spark": _CONNECT_INLINE}})),
+        ("spark-conf-secret", _with({"sink": {"spark": _SPARK_CONF_SECRET}})),
+    ]
     bad = [
         ("name-too-long", minimal("p" * 56)),
         ("name-not-a-dns-label", minimal("9lives")),
@@ -82,7 +94,45 @@ def corpus() -> list[tuple[str, dict[str, Any]]]:
         ("spark-jdbc-without-jdbc", _with({"sink": {"spark": {"format": "jdbc"}}})),
         ("spark-file-without-path", _with({"sink": {"spark": {"format": "parquet"}}})),
     ]
-    return [*good, *bad]
+    return [*good, *bad, *bad_client]
+
+
+_JDBC_FROM_SECRET = {
+    "format": "jdbc",
+    "jdbc": {
+        "url": "jdbc:postgresql://db:5432/shop",
+        "table": "orders",
+        "user": "writer",
+        "passwordSecretRef": {"name": "shop-db", "key": "password"},
+    },
+}
+_JDBC_INLINE = {
+    "format": "jdbc",
+    "jdbc": {"url": "jdbc:postgresql://db/shop", "table": "orders", "password": "hunter2"},
+}
+_ICEBERG_INLINE = {
+    "format": "iceberg",
+    "path": "/lake",
+    "iceberg": {"table": "lake.orders", "catalogUri": "postgresql://ice:hunter2@db/catalog"},
+}
+_CONNECT_INLINE = {
+    "format": "json",
+    "path": "/out",
+    "submit": {"mode": "connect", "connectUrl": "sc://spark:15002/;token=hunter2"},
+}
+_SPARK_CONF_SECRET = {
+    "format": "json",
+    "path": "/out",
+    "submit": {"conf": {"spark.hadoop.fs.s3a.secret.key": "hunter2"}},
+}
+
+
+def _kafka_config(config: dict[str, Any]) -> dict[str, Any]:
+    return _with({"kafka": {"bootstrapServers": "kafka:9092", "config": config}})
+
+
+def _sink_config(config: dict[str, Any]) -> dict[str, Any]:
+    return _with({"sink": {"kafka": {"topic": "out", "config": config}}})
 
 
 GOOD = {case for case, _ in corpus() if case.startswith("example-")} | {
@@ -90,4 +140,15 @@ GOOD = {case for case, _ in corpus() if case.startswith("example-")} | {
     "dlq-with-topic",
     "retry-topics",
     "strict-ordering",
+    "jdbc-password-secret-ref",
+}
+
+#: What the API server's refusal must name (a rule's messageExpression: the refused key).
+NAMED = {
+    "kafka-config-plugin": '"plugin.library.paths" is refused',
+    "kafka-config-kinit": '"sasl.kerberos.kinit.cmd" is refused',
+    "sink-config-engine": '"ssl.engine.location" is refused',
+    "sink-config-secret": '"sasl.password" is a secret',
+    "spark-conf-secret": '"spark.hadoop.fs.s3a.secret.key" looks like a secret',
+    "jdbc-inline-password": "jdbc.passwordSecretRef",
 }

@@ -34,7 +34,10 @@ from support.workers import (
     wait_caught_up,
 )
 
+from offtake.config import load_pipeline
+from offtake.kafka.config import secret_properties
 from offtake_operator.kafka_secret import KafkaSecret, map_secret, with_cluster_ca
+from offtake_operator.lag import measure_lag
 from offtake_operator.render import pipeline_document
 from offtake_testbed._pki import CertificateAuthority
 from offtake_testbed.kafka import (
@@ -333,3 +336,24 @@ def test_the_password_appears_in_no_log_metric_or_probe_of_the_worker(
     # The manifest a pod reads (its ConfigMap) does not hold it either: only the mounted files.
     assert password not in deployed.manifest.read_text()
     assert (deployed.secret_dir / "sasl.password").read_text() == password
+
+
+@pytest.mark.parametrize("way", ["scram-sha-512-over-tls", "tls-client-certificate"])
+def test_the_operators_allowlisted_clients_reach_each_secured_listener(
+    way: str, secured_kafka_broker: KafkaBroker, topics: Callable[[], str], tmp_path: Path
+) -> None:
+    """The operator's lag reading keeps only connection and security properties: enough for
+    SASL over TLS and for client certificates, while a tenant's file path (which, kept, would
+    clash with the Secret's ssl.ca.pem and fail the client) and tuning are dropped."""
+    broker = secured_kafka_broker
+    source = topics()
+    secured = ways_in(broker)[way]
+    tenant = {"ssl.ca.location": "/nonexistent/ca.pem", "statistics.interval.ms": "1000"}
+    secured = Secured(
+        secured.listener, secured.user_secret, secured.cluster_ca, {**secured.config, **tenant}
+    )
+    deployed = deploy(broker, tmp_path, secured, source, topics())
+    produce(broker.bootstrap, source, ({"id": i} for i in range(RECORDS)))
+    pipeline = load_pipeline(deployed.manifest)
+    report = measure_lag(pipeline, secret_properties(str(deployed.secret_dir)), timeout=20)
+    assert (report.lag, report.partitions) == (RECORDS, PARTITIONS)

@@ -59,6 +59,22 @@ def crd_problems(manifest: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def _message(rule: Mapping[str, Any], value: Any) -> str:
+    """A rule's messageExpression evaluated on ``value`` (e.g. naming the refused key), as the
+    API server does; its static message when there is none or it cannot be evaluated."""
+    static = str(rule.get("message", ""))
+    expression = rule.get("messageExpression")
+    if not expression:
+        return static
+    from celpy.adapter import json_to_cel
+
+    try:
+        text = _program(expression).evaluate({"self": json_to_cel(value)})
+    except Exception:
+        return static  # the server, too, falls back to message
+    return str(text) if isinstance(text, str) else static
+
+
 _INT64 = range(-(2**63), 2**63)
 
 
@@ -147,7 +163,7 @@ def _cel_targets(
 ) -> Iterator[tuple[tuple[Any, ...], str, str, Any]]:
     """(path, rule, message, value) for each CEL rule of a node that has a value."""
     for rule in node.get("x-kubernetes-validations", []):
-        yield path, rule["rule"], rule.get("message", ""), value
+        yield path, rule["rule"], _message(rule, value), value
     if isinstance(value, Mapping):
         for key, sub in node.get("properties", {}).items():
             if key in value:

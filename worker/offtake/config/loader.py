@@ -13,7 +13,14 @@ from typing import Any, cast
 
 import yaml
 
-from offtake.config._fields import ConfigError, Fields, field_name
+from offtake.config._fields import ConfigError, Fields
+from offtake.config.client_properties import (
+    has_url_credentials,
+    is_secret_property,
+    is_secret_spark_property,
+    map_key,
+    refused_reason,
+)
 from offtake.config.redrive import dlq_topic_of, parse_redrive
 from offtake.config.spec import (
     SCHEMA_FORMATS,
@@ -36,6 +43,7 @@ from offtake.config.spec import (
     ProcessorSpec,
     RetryTopicSpec,
     SchemaRegistrySpec,
+    SecretKeyRef,
     SecretRef,
     ShutdownSpec,
     SinkFormat,
@@ -161,31 +169,11 @@ OPERATOR_ONLY_FIELDS = (
     "slo",
 )
 
-# librdkafka properties that hold a secret: never inline in kafka.config, where they would be
-# stored in plain text in the pipeline, its ConfigMap and every copy of the manifest.
-_SECRET_SUFFIXES = ("password", "secret")
-_SECRET_PROPERTIES = {"sasl.jaas.config", "ssl.key.pem", "ssl_key.pem", "sasl.oauthbearer.config"}
-
-
-def is_secret_property(key: str) -> bool:
-    """Whether a librdkafka property holds a secret (``sasl.password``, ``ssl.key.password``,
-    ``sasl.oauthbearer.client.secret``, a private key, ...)."""
-    low = key.lower()
-    return low.endswith(_SECRET_SUFFIXES) or low in _SECRET_PROPERTIES
-
 
 def _kafka(f: Fields | None) -> KafkaSpec:
     assert f is not None
     secret = f.sub("secretRef")
-    config = f.str_map("config")
-    for key in config:
-        if is_secret_property(key):
-            raise ConfigError(
-                f"{f.at('config')}.{field_name(key)}",
-                "is a secret and must not be inline (it would be stored in plain text in the "
-                "pipeline and its ConfigMap): put it in a Secret and name that in "
-                "spec.kafka.secretRef",
-            )
+    config = client_config_map(f, "config", "spec.kafka.secretRef")
     out = KafkaSpec(
         bootstrap_servers=f.text("bootstrapServers", required=True),
         config=config,
@@ -215,6 +203,42 @@ def _secret_ref(f: Fields | None) -> SecretRef | None:
     if f is None:
         return None
     return f.finish(SecretRef(name=f.text("name", required=True)))
+
+
+def _secret_key_ref(f: Fields | None) -> SecretKeyRef | None:
+    if f is None:
+        return None
+    return f.finish(
+        SecretKeyRef(name=f.text("name", required=True), key=f.text("key", required=True))
+    )
+
+
+def client_config_map(f: Fields, key: str, secret_field: str) -> dict[str, str]:
+    """A ``config`` map of client properties, refusing what loads code or runs a command and
+    what is a secret, each naming the entry (``spec.kafka.config["plugin.library.paths"]``)."""
+    config = f.str_map(key)
+    for name, value in config.items():
+        where = map_key(f.at(key), name)
+        reason = refused_reason(name, value)
+        if reason is not None:
+            raise ConfigError(where, f"refused: {reason} (docs/worker.md, Client properties)")
+        if is_secret_property(name):
+            raise ConfigError(
+                where,
+                "is a secret and must not be inline (it would be stored in plain text in the "
+                f"pipeline and its ConfigMap): put it in a Secret and name that in {secret_field}",
+            )
+    return config
+
+
+def _no_url_credentials(f: Fields, key: str, url: str | None, instead: str) -> None:
+    """Refuse a URL that carries a password or token inline, without echoing the URL."""
+    if url is not None and has_url_credentials(url):
+        raise ConfigError(
+            f.at(key),
+            "carries a password or token inline (it would be stored in plain text in the "
+            f"pipeline and its ConfigMap): remove it from the URL and name a Secret in {instead}",
+        )
 
 
 FORMATS = ("json", "string", "bytes", *SCHEMA_FORMATS)
@@ -356,7 +380,8 @@ def _sink_kafka(k: Fields, source_registry: SchemaRegistrySpec | None) -> KafkaS
     auto_register = k.flag("autoRegister", False)
     out = KafkaSinkSpec(
         topic=k.text("topic", required=True),
-        config=k.str_map("config"),
+        # The sink's producer reads the pipeline's Kafka Secret: secrets belong there.
+        config=client_config_map(k, "config", "spec.kafka.secretRef"),
         delivery=k.choice("delivery", DELIVERY_MODES, "at-least-once"),
         format=fmt,
         schema=schema,
@@ -428,21 +453,35 @@ def _spark(f: Fields) -> SparkSinkSpec:
     j = f.sub("jdbc")
     jdbc = None
     if j is not None:
+        if j.has("password"):
+            raise ConfigError(
+                j.at("password"),
+                "must not be inline (it would be stored in plain text in the pipeline and its "
+                "ConfigMap): name a Secret key in jdbc.passwordSecretRef {name, key}, or a "
+                "Secret with user and password in jdbc.secretRef",
+            )
         jdbc = JdbcSpec(
             url=j.text("url", required=True),
             table=j.text("table", required=True),
             secret_ref=_secret_ref(j.sub("secretRef")),
             user=j.opt_str("user"),
-            password=j.opt_str("password"),
+            password_secret_ref=_secret_key_ref(j.sub("passwordSecretRef")),
         )
+        _no_url_credentials(j, "url", jdbc.url, "jdbc.passwordSecretRef or jdbc.secretRef")
         j.done()
+        if jdbc.secret_ref is not None and jdbc.password_secret_ref is not None:
+            raise ConfigError(
+                j.at("passwordSecretRef"), "set either secretRef or passwordSecretRef, not both"
+            )
     ice = f.sub("iceberg")
     iceberg = None
     if ice is not None:
         iceberg = IcebergSpec(
             table=ice.text("table", required=True),
             catalog_uri=ice.text("catalogUri", required=True),
+            password_secret_ref=_secret_key_ref(ice.sub("passwordSecretRef")),
         )
+        _no_url_credentials(ice, "catalogUri", iceberg.catalog_uri, "iceberg.passwordSecretRef")
         ice.done()
         if "." not in iceberg.table.strip("."):
             raise ConfigError(ice.at("table"), f"{iceberg.table!r} must be namespace.table")
@@ -488,17 +527,34 @@ def _spark(f: Fields) -> SparkSinkSpec:
         memory=_spark_memory(ex, "memory"),
     )
     ex.done()
+    conf = s.str_map("conf")
+    for name in conf:
+        if is_secret_spark_property(name):
+            raise ConfigError(
+                map_key(s.at("conf"), name),
+                "looks like a secret and must not be inline (it would be stored in plain text "
+                "in the pipeline and its ConfigMap): pass it from a Secret as an environment "
+                "variable in spec.template.spec.env (s3a reads AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY)",
+            )
     submit = SparkSubmitSpec(
         mode=cast(SparkMode, mode),
         master=s.text("master", "local[*]"),
         connect_url=s.opt_str("connectUrl"),
-        conf=s.str_map("conf"),
+        token_secret_ref=_secret_key_ref(s.sub("tokenSecretRef")),
+        conf=conf,
         image=s.opt_str("image"),
         service_account=s.opt_str("serviceAccount"),
         server=server,
         executors=executors,
     )
     s.done()
+    _no_url_credentials(s, "connectUrl", submit.connect_url, "submit.tokenSecretRef")
+    if submit.token_secret_ref is not None and mode != "connect":
+        raise ConfigError(
+            s.at("tokenSecretRef"),
+            "is only used when mode is connect (the token of a Spark Connect server of your own)",
+        )
     if mode == "connect" and submit.connect_url is None:
         raise ConfigError(s.at("connectUrl"), "is required when mode is connect")
     return f.finish(

@@ -28,6 +28,15 @@ class SecretRef:
 
 
 @dataclass(frozen=True)
+class SecretKeyRef:
+    """One key of a Secret in the pipeline's namespace: the operator hands it to the worker as
+    an environment variable (``valueFrom.secretKeyRef``), never through the ConfigMap."""
+
+    name: str
+    key: str
+
+
+@dataclass(frozen=True)
 class KafkaSpec:
     bootstrap_servers: str
     config: dict[str, str] = field(default_factory=dict)
@@ -168,13 +177,16 @@ class JdbcSpec:
     table: str
     secret_ref: SecretRef | None = None
     user: str | None = None
-    password: str | None = None
+    #: The password alone, one key of a Secret (secret_ref: a Secret with user and password).
+    password_secret_ref: SecretKeyRef | None = None
 
 
 @dataclass(frozen=True)
 class IcebergSpec:
     table: str
+    #: Without a password: that comes from password_secret_ref.
     catalog_uri: str
+    password_secret_ref: SecretKeyRef | None = None
 
 
 @dataclass(frozen=True)
@@ -206,6 +218,8 @@ class SparkSubmitSpec:
     mode: SparkMode = "local"
     master: str = "local[*]"
     connect_url: str | None = None
+    #: mode connect: the server's token (``;token=`` of the URL), from a Secret.
+    token_secret_ref: SecretKeyRef | None = None
     conf: dict[str, str] = field(default_factory=dict)
     # mode kubernetes: the SparkConnect the operator makes.
     image: str | None = None

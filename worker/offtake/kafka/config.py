@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from offtake.config import ConfigError
+from offtake.config.client_properties import map_key, refused_reason
 from offtake.config.spec import PipelineSpec
 from offtake.logs import librdkafka_logger
 
@@ -61,6 +63,13 @@ def client_config(
     librdkafka's log lines instead of its raw syslog-style lines on stderr.
     """
     conf: dict[str, Any] = {"bootstrap.servers": spec.kafka.bootstrap_servers, "logger": logger}
+    # The loader refused these in kafka.config already; the Secret's keys are checked here, so
+    # that neither a hand-made Secret nor a mounted directory loads code or runs a command.
+    for key, value in (*spec.kafka.config.items(), *secret.items()):
+        reason = refused_reason(key, value)
+        if reason is not None:
+            where = "spec.kafka.config" if key in spec.kafka.config else "spec.kafka.secretRef"
+            raise ConfigError(map_key(where, key), f"refused: {reason}")
     conf.update(spec.kafka.config)
     conf.update(secret)
     return conf
@@ -144,6 +153,12 @@ def consumer_config(spec: PipelineSpec, instance_id: str | None = None) -> dict[
 def producer_config(spec: PipelineSpec, overrides: dict[str, str] | None = None) -> dict[str, Any]:
     conf = {"linger.ms": "5", "client.id": f"offtake-{spec.name}"}
     conf.update({k: v for k, v in _common(spec).items() if k not in _CONSUMER_ONLY})
+    # The loader refused these in sink.kafka.config already; a spec built in code must not slip
+    # past it either.
+    for key, value in (overrides or {}).items():
+        reason = refused_reason(key, value)
+        if reason is not None:
+            raise ConfigError(map_key("spec.sink.kafka.config", key), f"refused: {reason}")
     conf.update(overrides or {})
     # Idempotence with acks=all: a delivery report means the record is durably in the log,
     # once, even when the producer retried; that is what "done" has to mean for commits.

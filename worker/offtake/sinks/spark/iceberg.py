@@ -28,6 +28,7 @@ import contextlib
 from collections.abc import Iterable
 from typing import Any
 
+from offtake.config.secret_env import ICEBERG_PASSWORD_ENV, read_secret_env
 from offtake.config.spec import IcebergSpec
 from offtake.records import TopicPartition
 from offtake.redact import redact
@@ -67,6 +68,18 @@ def written_through(summaries: Iterable[dict[str, str]], tp: TopicPartition) -> 
     return None
 
 
+def catalog_uri(spec: IcebergSpec) -> str:
+    """``catalogUri`` with the password of ``iceberg.passwordSecretRef`` (from the environment
+    the operator fills from the Secret), so that the URI in the ConfigMap carries none."""
+    if spec.password_secret_ref is None:
+        return spec.catalog_uri
+    from sqlalchemy.engine import make_url
+
+    password = read_secret_env(ICEBERG_PASSWORD_ENV, "sink.spark.iceberg.passwordSecretRef")
+    # render_as_string(hide_password=False): the URL is handed to SQLAlchemy, never logged.
+    return make_url(spec.catalog_uri).set(password=password).render_as_string(hide_password=False)
+
+
 class IcebergTable:
     """The sink's one Iceberg table in a SQL catalog (created from the first batch's files)."""
 
@@ -89,7 +102,7 @@ class IcebergTable:
 
             try:
                 self._catalog = SqlCatalog(
-                    CATALOG_NAME, uri=self.spec.catalog_uri, warehouse=self.warehouse
+                    CATALOG_NAME, uri=catalog_uri(self.spec), warehouse=self.warehouse
                 )
             except Exception as exc:
                 raise IcebergError(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
+from offtake.config.secret_env import JDBC_PASSWORD_ENV, read_secret_env
 from offtake.config.spec import JdbcSpec
 from offtake.redact import redact
 from offtake.sinks.spark.errors import describe
@@ -93,16 +94,19 @@ def secret_credentials(directory: str | None = None) -> dict[str, str]:
 
 
 def credentials(spec: JdbcSpec, secret_dir: str | None = None) -> dict[str, str]:
-    """Connection properties: user and password from the spec, else from the Secret the
-    operator mounts for ``jdbc.secretRef``, and the driver class when the URL names a known
-    database."""
+    """Connection properties: the user from the spec, else from the Secret the operator
+    mounts for ``jdbc.secretRef``; the password from that Secret or from
+    ``$OFFTAKE_JDBC_PASSWORD`` (``jdbc.passwordSecretRef``, never inline); and the driver
+    class when the URL names a known database."""
     out: dict[str, str] = {}
     driver = driver_class(spec.url)
     if driver:
         out["driver"] = driver
     mounted = secret_credentials(secret_dir) if spec.secret_ref is not None else {}
     user = spec.user or mounted.get("user")
-    password = spec.password or mounted.get("password")
+    password = mounted.get("password")
+    if spec.password_secret_ref is not None:
+        password = read_secret_env(JDBC_PASSWORD_ENV, "sink.spark.jdbc.passwordSecretRef")
     if user:
         out["user"] = user
     if password:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from offtake.config.secret_env import SPARK_CONNECT_TOKEN_ENV, read_secret_env
 from offtake.config.spec import SparkSinkSpec
 from offtake.redact import redact
 
@@ -68,6 +69,9 @@ class SessionConfig:
     app_name: str
     packages: tuple[str, ...] = ()
     conf: dict[str, str] = field(default_factory=dict)
+    #: The environment variable holding the server's token (submit.tokenSecretRef): added to
+    #: the URL only where the channel is built, so no log line or error carries it.
+    token_env: str | None = None
 
     @property
     def remote(self) -> bool:
@@ -142,7 +146,16 @@ def session_config(
         app_name=f"offtake-{pipeline}",
         packages=tuple(dict.fromkeys(packages)),
         conf=conf,
+        token_env=SPARK_CONNECT_TOKEN_ENV if submit.token_secret_ref is not None else None,
     )
+
+
+def with_token(url: str, token_env: str | None) -> str:
+    """``url`` with ``;token=`` from ``token_env`` (Spark Connect's URL parameter)."""
+    if token_env is None:
+        return url
+    token = read_secret_env(token_env, "sink.spark.submit.tokenSecretRef")
+    return f"{url.rstrip('/')}/;token={token}" if "/;" not in url else f"{url};token={token}"
 
 
 def base_conf() -> dict[str, str]:
@@ -201,7 +214,9 @@ def _connect_session(cfg: SessionConfig) -> Any:
     # pyspark.sql.functions (F.lit, F.col, used by the writers and users' transforms) take the
     # classic path and fail with an empty AssertionError (no SparkContext in this process).
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
-    channel = DefaultChannelBuilder(cfg.connect_url, channelOptions=CONNECT_CHANNEL_OPTIONS)
+    channel = DefaultChannelBuilder(
+        with_token(cfg.connect_url, cfg.token_env), channelOptions=CONNECT_CHANNEL_OPTIONS
+    )
     builder = ConnectSession.builder.channelBuilder(channel)
     # A Connect client passes runtime SQL conf only; static conf belongs to the server.
     for key, value in cfg.conf.items():
