@@ -10,15 +10,21 @@ localhost at ``spec.processor.container.port`` through the sidecar protocol.
 Stopping order: Kubernetes stops a pod's main containers before its native sidecars, which is
 the wrong way round for a worker that must deliver its last records to the application. So
 the application container gets a preStop hook that asks the worker to drain (``GET /drain``
-on the worker's metrics port, with a per-pod token): the worker stops consuming, delivers what
-is in flight, commits, leaves the group and answers; only then does the application get its
-SIGTERM.
+on the worker's metrics port): the worker stops consuming, delivers what is in flight,
+commits, leaves the group and answers; only then does the application get its SIGTERM.
+
+Who may drain: the hook is an ``httpGet`` because it must work in any application image (a
+distroless one has no shell or client to ``exec``), and the kubelet sends it from the node.
+The worker serves ``/drain`` only to loopback (the pod's own containers, ``offtake drain``)
+and to its node's addresses (``status.hostIPs`` through the downward API, and the pod's
+gateway), so no other pod can stop it; there is no token, which would sit in the pod spec.
+The worker does not call the Kubernetes API, so the pod's service account token is not
+mounted into it (the application's own containers keep what the pod says).
 """
 
 from __future__ import annotations
 
 import copy
-import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,8 +36,8 @@ from .settings import OperatorConfig
 
 JSON = dict[str, Any]
 
-DRAIN_TOKEN_ENV = "OFFTAKE_DRAIN_TOKEN"
-DRAIN_TOKEN_HEADER = "X-Offtake-Drain-Token"  # offtake.health.DRAIN_TOKEN_HEADER
+DRAIN_ENV = "OFFTAKE_DRAIN"  # offtake.health.DRAIN_ENV
+NODE_IPS_ENV = "OFFTAKE_NODE_IPS"  # offtake.health.NODE_IPS_ENV
 
 
 class InjectionError(Exception):
@@ -80,7 +86,6 @@ def injected_pod(
     *,
     kafka_mounts: Sequence[tuple[str, Mapping[str, str]]] | None = None,
     kafka_config: Mapping[str, str] | None = None,
-    token: str | None = None,
 ) -> tuple[JSON, list[str]]:
     """The pod with the worker injected (a new dict; ``pod`` is not changed), and warnings
     for the user (the API server shows them to kubectl)."""
@@ -116,8 +121,11 @@ def injected_pod(
     }
     for mount in worker["volumeMounts"]:
         mount["name"] = _prefixed(mount["name"])
-    token = token or secrets.token_urlsafe(24)
-    worker["env"].append({"name": DRAIN_TOKEN_ENV, "value": token})
+    worker["env"] += [
+        {"name": DRAIN_ENV, "value": "true"},
+        # Where the kubelet's preStop httpGet comes from: the worker admits /drain from there.
+        {"name": NODE_IPS_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+    ]
 
     volumes = render._volumes(name, pipeline, kafka_mounts)
     for volume in volumes:
@@ -136,13 +144,7 @@ def injected_pod(
             f"pipeline {name} drains only when the kubelet stops it, after the application"
         )
     else:
-        app.setdefault("lifecycle", {})["preStop"] = {
-            "httpGet": {
-                "path": "/drain",
-                "port": port,
-                "httpHeaders": [{"name": DRAIN_TOKEN_HEADER, "value": token}],
-            }
-        }
+        app.setdefault("lifecycle", {})["preStop"] = {"httpGet": {"path": "/drain", "port": port}}
     # Room for the drain, the final commit and leaving the group before the SIGKILL.
     grace = render.grace_period_seconds(pipeline)
     spec["terminationGracePeriodSeconds"] = max(

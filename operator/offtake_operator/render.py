@@ -360,6 +360,8 @@ def render_deployment(
         "terminationGracePeriodSeconds": grace_period_seconds(pipeline),
         # Service links add an env var per Service in the namespace: noise, and slow in big ones.
         "enableServiceLinks": False,
+        # The worker never calls the Kubernetes API: no token for whoever breaks into the pod.
+        "automountServiceAccountToken": False,
         "topologySpreadConstraints": [
             {
                 "maxSkew": 1,
@@ -459,6 +461,7 @@ def render_redrive_job(
         # A failed attempt's pod stays for its logs; the Job starts another (which resumes).
         "restartPolicy": "Never",
         "enableServiceLinks": False,
+        "automountServiceAccountToken": False,  # offtake redrive reads Kafka only
         "securityContext": security_contexts(body)[0],
     }
     _copy_pod_settings(template_spec, pod_spec)

@@ -215,8 +215,8 @@ def test_records_flow_through_the_injected_worker_exactly_once_across_a_rolling_
             ready = [p for p in st.get("injectedPods") or [] if p["ready"]]
             return len(ready) == 2 and st.get("lag") == 0 and st
 
-        # The old pods' preStop hooks (GET /drain with the pod's token) all answered 200: the
-        # kubelet posts FailedPreStopHook for a hook that fails (wrong port, token or a drain
+        # The old pods' preStop hooks (GET /drain from the kubelet, on the node) all answered 200: the
+        # kubelet posts FailedPreStopHook for a hook that fails (wrong port, a refused peer or a drain
         # that did not finish).
         events = get(kubectl, "events", "-n", ns)["items"]
         assert [e["message"] for e in events if e["reason"] == "FailedPreStopHook"] == []
