@@ -63,7 +63,9 @@ def test_chart_renders_the_operator_with_least_privilege(
         for g in rule["apiGroups"]
         for r in rule["resources"]
     }
-    assert granted["", "secrets"] == {"get"}, "secrets: read only"
+    # Secrets: read, plus writing the Spark Connect token Secret the operator generates (never
+    # list or watch: it reads only the Secrets a pipeline names).
+    assert granted["", "secrets"] == {"get", "create", "patch", "delete"}
     # Pods: read only (mode inject's status and orphan report); the webhook patches them
     # through admission, which needs no grant.
     assert granted["", "pods"] == {"get", "list", "watch"}

@@ -215,9 +215,9 @@ def test_records_flow_through_the_injected_worker_exactly_once_across_a_rolling_
             ready = [p for p in st.get("injectedPods") or [] if p["ready"]]
             return len(ready) == 2 and st.get("lag") == 0 and st
 
-        # The old pods' preStop hooks (GET /drain from the kubelet, on the node) all answered 200: the
-        # kubelet posts FailedPreStopHook for a hook that fails (wrong port, a refused peer or a drain
-        # that did not finish).
+        # The old pods' preStop hooks (GET /drain, sent by the kubelet from the node) all
+        # answered 200: the kubelet posts FailedPreStopHook for a hook that fails (wrong port,
+        # a refused peer or a drain that did not finish).
         events = get(kubectl, "events", "-n", ns)["items"]
         assert [e["message"] for e in events if e["reason"] == "FailedPreStopHook"] == []
         killed = [

@@ -102,14 +102,20 @@ app.kubernetes.io/component: operator
 - apiGroups: [sparkoperator.k8s.io]
   resources: [sparkconnects]
   verbs: [get, list, watch, create, patch, update, delete]
+# ... its NetworkPolicies (the Connect port only from the pipeline's workers).
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, create, patch, delete]
 # mode inject: the pods that carry a pipeline's worker (status, and Events when it is deleted).
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch]
-# Read-only: spec.kafka.secretRef, for the admin client that measures lag and rewinds.
+# get: spec.kafka.secretRef, for the admin client that measures lag and rewinds.
+# create, patch, delete: only the Spark Connect token Secret the operator generates and owns
+# (<pipeline>-spark-token); RBAC cannot name it in advance, the code writes no other Secret.
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get]
+  verbs: [get, create, patch, delete]
 # Events on the transitions that matter.
 - apiGroups: ["", events.k8s.io]
   resources: [events]

@@ -15,6 +15,7 @@ import yaml
 
 from offtake.config._fields import ConfigError, Fields, field_name
 from offtake.config.redrive import dlq_topic_of, parse_redrive
+from offtake.config.spark_conf import check_submit_conf
 from offtake.config.spec import (
     SCHEMA_FORMATS,
     CommitSpec,
@@ -498,6 +499,7 @@ def _spark(f: Fields) -> SparkSinkSpec:
         executors=executors,
     )
     s.done()
+    check_submit_conf(submit.conf, s.at("conf"))
     if mode == "connect" and submit.connect_url is None:
         raise ConfigError(s.at("connectUrl"), "is required when mode is connect")
     return f.finish(
