@@ -58,6 +58,10 @@ class OperatorConfig:
     #: OFFTAKE_WEBHOOK_KEY_FILE): the API server only calls webhooks over HTTPS.
     webhook_cert_file: str = ""
     webhook_key_file: str = ""
+    #: A CA (PEM file, OFFTAKE_WEBHOOK_CLIENT_CA_FILE) the callers of the webhook must present
+    #: a client certificate from: the API server's, when the cluster gives it one for webhooks
+    #: (AdmissionConfiguration kubeConfigFile). Empty: no client certificate is asked for.
+    webhook_client_ca_file: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -120,6 +124,7 @@ def _webhook(env: Mapping[str, str]) -> dict[str, Any]:
         "webhook_address": env.get("OFFTAKE_WEBHOOK_ADDRESS", "").strip() or "0.0.0.0",
         "webhook_cert_file": cert,
         "webhook_key_file": key,
+        "webhook_client_ca_file": env.get("OFFTAKE_WEBHOOK_CLIENT_CA_FILE", "").strip(),
     }
 
 

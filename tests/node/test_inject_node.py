@@ -107,7 +107,8 @@ def deployment(ns: str) -> dict[str, Any]:
             "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
                 "metadata": {
-                    "labels": {"app": "scorer"},
+                    # The label lets the API server send the pods to the webhook at all.
+                    "labels": {"app": "scorer", "offtake.dev/pipeline": "orders-score"},
                     "annotations": {"offtake.dev/pipeline": "orders-score"},
                 },
                 "spec": {
