@@ -80,7 +80,9 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         env = {
             **os.environ,
-            "PYTHONPATH": f"{REPO / 'tests'}{os.pathsep}{REPO / 'examples'}",
+            # This checkout's worker first: the venv's editable install may point at another
+            # (a git worktree), and the worker must run the code under test.
+            "PYTHONPATH": os.pathsep.join(str(REPO / d) for d in ("worker", "tests", "examples")),
             **self.env,
         }
         self._out = self.log.open("ab")

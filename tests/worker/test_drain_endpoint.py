@@ -1,7 +1,8 @@
 """``GET /drain`` of a real ``offtake worker`` process on the real broker: what an injected
 worker's application container calls from its preStop hook (spec.mode: inject).
 
-Only the pod itself may drain: a peer that is not on loopback (here this host's own
+A slowloris client is cut off after the header deadline while probes are answered. Only the
+pod itself may drain: a peer that is not on loopback (here this host's own
 non-loopback address, as another pod of the cluster would be) gets 403 and the worker keeps
 consuming; ``offtake drain`` (which calls 127.0.0.1) makes the worker stop consuming, deliver
 and commit what it took, leave the group, and only then answer; it then stays (a native
@@ -10,6 +11,7 @@ sidecar that exited would be restarted) until SIGTERM, which ends it at once wit
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -24,6 +26,7 @@ from pathlib import Path
 import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from offtake.health import HEADER_DEADLINE_SECONDS
 from offtake_testbed.kafka import KafkaBroker, read_topic
 from offtake_testbed.pytest_plugin import TopicFactory
 
@@ -109,6 +112,16 @@ def test_drain_delivers_commits_leaves_and_waits_for_sigterm(
         while len(read_topic(bootstrap, sink, timeout=30)) < 300:
             assert worker.poll() is None and time.monotonic() < deadline, "not all 300 delivered"
             time.sleep(0.5)
+        # A slowloris client (a request that never finishes) holds no thread of the real
+        # worker's server: others are answered meanwhile, and it is cut off after the deadline.
+        with socket.create_connection(("127.0.0.1", port)) as slow:
+            slow.sendall(b"GET /metrics HTTP/1.1\r\nX-Slow: ")
+            began = time.monotonic()
+            assert call(port, "/readyz")[0] == 200
+            slow.settimeout(30)
+            with contextlib.suppress(ConnectionResetError):
+                assert slow.recv(1) == b""
+            assert time.monotonic() - began < HEADER_DEADLINE_SECONDS + 3
         outside = outside_address()
         # Probes and scrapes from the network are answered; a drain from there is not.
         assert call(port, "/readyz", outside)[0] == 200
