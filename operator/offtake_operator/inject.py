@@ -19,7 +19,8 @@ The worker serves ``/drain`` only to loopback (the pod's own containers, ``offta
 and to its node's addresses (``status.hostIPs`` through the downward API, and the pod's
 gateway), so no other pod can stop it; there is no token, which would sit in the pod spec.
 The worker does not call the Kubernetes API, so the pod's service account token is not
-mounted into it (the application's own containers keep what the pod says).
+mounted into it: an empty directory takes its place (the application's own containers keep
+what the pod says).
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ JSON = dict[str, Any]
 
 DRAIN_ENV = "OFFTAKE_DRAIN"  # offtake.health.DRAIN_ENV
 NODE_IPS_ENV = "OFFTAKE_NODE_IPS"  # offtake.health.NODE_IPS_ENV
+#: Where the API server mounts a pod's service account token into each container.
+API_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+NO_API_TOKEN_VOLUME = "no-api-token"
 
 
 class InjectionError(Exception):
@@ -130,6 +134,12 @@ def injected_pod(
     volumes = render._volumes(name, pipeline, kafka_mounts)
     for volume in volumes:
         volume["name"] = _prefixed(volume["name"])
+    # The pod's service account token is the application's: an empty directory where the API
+    # server would mount it into the worker (it skips a container that has a mount there).
+    volumes.append({"name": _prefixed(NO_API_TOKEN_VOLUME), "emptyDir": {"sizeLimit": "1Mi"}})
+    worker["volumeMounts"].append(
+        {"name": _prefixed(NO_API_TOKEN_VOLUME), "mountPath": API_TOKEN_DIR, "readOnly": True}
+    )
     existing = {v.get("name") for v in spec.get("volumes") or []}
     clash = sorted(existing & {v["name"] for v in volumes})
     if clash:

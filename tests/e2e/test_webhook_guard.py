@@ -196,6 +196,16 @@ def test_the_api_server_still_injects(setup: Setup) -> None:
     assert [c["name"] for c in got["spec"].get("initContainers") or []] == [
         names.INJECTED_CONTAINER
     ]
+    # The application keeps its service account token; the injected worker, which never calls
+    # the API, gets an empty directory there (the API server then mounts no token into it).
+    token_dir = "/var/run/secrets/kubernetes.io/serviceaccount"
+    (worker,) = got["spec"]["initContainers"]
+    (app,) = got["spec"]["containers"]
+    volumes = {v["name"]: v for v in got["spec"]["volumes"]}
+    app_token = {m["mountPath"]: m["name"] for m in app.get("volumeMounts") or []}[token_dir]
+    assert "projected" in volumes[app_token]
+    (worker_token,) = [m for m in worker["volumeMounts"] if m["mountPath"] == token_dir]
+    assert "emptyDir" in volumes[worker_token["name"]]
     # Without the label the API server does not even call the webhook (objectSelector).
     kubectl("apply", "-n", ns, "-f", "-", input=pod("unlabelled", False))
     assert not get(kubectl, "pod", "unlabelled", "-n", ns)["spec"].get("initContainers")

@@ -84,6 +84,9 @@ def test_the_worker_becomes_a_restricted_native_sidecar_of_the_pod() -> None:
     assert volumes["offtake-pipeline"]["configMap"]["name"] == "orders-pipeline"
     assert volumes["offtake-kafka-secret"]["secret"]["secretName"] == "s"
     assert {m["name"] for m in worker["volumeMounts"]} <= set(volumes)
+    # No service account token in the worker: an empty directory where it would be mounted.
+    (shadow,) = [m for m in worker["volumeMounts"] if "serviceaccount" in m["mountPath"]]
+    assert volumes[shadow["name"]]["emptyDir"] == {"sizeLimit": "1Mi"}
     app, proxy = out["spec"]["containers"]
     assert app["lifecycle"]["preStop"]["httpGet"] == {"path": "/drain", "port": 9100}
     assert "lifecycle" not in proxy
