@@ -24,8 +24,9 @@ TOKEN = "pipeline-token-5f1d0c"
 # in a process of its own (a Connect session switches the whole process's pyspark; one process
 # for all tokens because importing pyspark takes seconds), and prints each answer or error.
 CLIENT = """
-import os, sys
+import logging, os, sys
 from offtake.sinks.spark.session import SessionConfig, _connect_session
+logging.basicConfig(level=logging.INFO)  # the session's log lines, on stderr
 cfg = SessionConfig(mode="kubernetes", master="", connect_url=sys.argv[1], app_name="t")
 for token in sys.argv[2:]:
     os.environ.pop("OFFTAKE_SPARK_CONNECT_TOKEN", None)
@@ -52,7 +53,8 @@ def token_server() -> Iterator[ConnectServer]:
     server.stop()
 
 
-def client(url: str, *tokens: str | None) -> list[str]:
+def client(url: str, *tokens: str | None) -> tuple[list[str], str]:
+    """(one answer per token, the client's log)."""
     env = {k: v for k, v in os.environ.items() if "CONNECT_AUTHENTICATE_TOKEN" not in k}
     env.pop("OFFTAKE_SPARK_CONNECT_TOKEN", None)
     done = subprocess.run(
@@ -61,12 +63,19 @@ def client(url: str, *tokens: str | None) -> list[str]:
     )  # fmt: skip
     lines = [line for line in done.stdout.splitlines() if line.startswith(("ANSWER", "REFUSED"))]
     assert len(lines) == len(tokens), done.stdout[-2000:] + done.stderr[-3000:]
-    return lines
+    return lines, done.stderr
 
 
 def test_the_server_answers_only_the_pipelines_token(token_server: ConnectServer) -> None:
-    missing, wrong, right = client(token_server.url, None, "another-pipelines-token", TOKEN)
+    (missing, wrong, right), _ = client(token_server.url, None, "another-pipelines-token", TOKEN)
     assert right == "ANSWER 42"
     for answer in (missing, wrong):
         assert answer.startswith("REFUSED"), answer
         assert "UNAUTHENTICATED" in answer or "authentication" in answer.lower(), answer
+
+
+def test_a_token_in_the_url_is_not_logged(token_server: ConnectServer) -> None:
+    (answer,), log = client(f"{token_server.url}/;token={TOKEN}", TOKEN)
+    assert answer == "ANSWER 42"
+    assert f"connecting to Spark Connect at {token_server.url} (its ;parameters" in log, log
+    assert TOKEN not in log

@@ -197,7 +197,13 @@ def _connect_session(cfg: SessionConfig) -> Any:
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     assert cfg.connect_url is not None
-    log.info("connecting to Spark Connect at %s", cfg.connect_url)
+    # Not the URL's ;parameters: a connectUrl may carry ;token=, which a log must not.
+    address, _, params = cfg.connect_url.partition(";")
+    log.info(
+        "connecting to Spark Connect at %s%s",
+        address.rstrip("/"),
+        " (its ;parameters not logged)" if params else "",
+    )
     # What SparkSession.builder.remote() sets and this builder does not: without it
     # pyspark.sql.functions (F.lit, F.col, used by the writers and users' transforms) take the
     # classic path and fail with an empty AssertionError (no SparkContext in this process).
