@@ -10,15 +10,22 @@ localhost at ``spec.processor.container.port`` through the sidecar protocol.
 Stopping order: Kubernetes stops a pod's main containers before its native sidecars, which is
 the wrong way round for a worker that must deliver its last records to the application. So
 the application container gets a preStop hook that asks the worker to drain (``GET /drain``
-on the worker's metrics port, with a per-pod token): the worker stops consuming, delivers what
-is in flight, commits, leaves the group and answers; only then does the application get its
-SIGTERM.
+on the worker's metrics port): the worker stops consuming, delivers what is in flight,
+commits, leaves the group and answers; only then does the application get its SIGTERM.
+
+Who may drain: the hook is an ``httpGet`` because it must work in any application image (a
+distroless one has no shell or client to ``exec``), and the kubelet sends it from the node.
+The worker serves ``/drain`` only to loopback (the pod's own containers, ``offtake drain``)
+and to its node's addresses (``status.hostIPs`` through the downward API, and the pod's
+gateway), so no other pod can stop it; there is no token, which would sit in the pod spec.
+The worker does not call the Kubernetes API, so the pod's service account token is not
+mounted into it: an empty directory takes its place (the application's own containers keep
+what the pod says).
 """
 
 from __future__ import annotations
 
 import copy
-import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,8 +37,11 @@ from .settings import OperatorConfig
 
 JSON = dict[str, Any]
 
-DRAIN_TOKEN_ENV = "OFFTAKE_DRAIN_TOKEN"
-DRAIN_TOKEN_HEADER = "X-Offtake-Drain-Token"  # offtake.health.DRAIN_TOKEN_HEADER
+DRAIN_ENV = "OFFTAKE_DRAIN"  # offtake.health.DRAIN_ENV
+NODE_IPS_ENV = "OFFTAKE_NODE_IPS"  # offtake.health.NODE_IPS_ENV
+#: Where the API server mounts a pod's service account token into each container.
+API_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+NO_API_TOKEN_VOLUME = "no-api-token"
 
 
 class InjectionError(Exception):
@@ -80,7 +90,6 @@ def injected_pod(
     *,
     kafka_mounts: Sequence[tuple[str, Mapping[str, str]]] | None = None,
     kafka_config: Mapping[str, str] | None = None,
-    token: str | None = None,
 ) -> tuple[JSON, list[str]]:
     """The pod with the worker injected (a new dict; ``pod`` is not changed), and warnings
     for the user (the API server shows them to kubectl)."""
@@ -116,12 +125,21 @@ def injected_pod(
     }
     for mount in worker["volumeMounts"]:
         mount["name"] = _prefixed(mount["name"])
-    token = token or secrets.token_urlsafe(24)
-    worker["env"].append({"name": DRAIN_TOKEN_ENV, "value": token})
+    worker["env"] += [
+        {"name": DRAIN_ENV, "value": "true"},
+        # Where the kubelet's preStop httpGet comes from: the worker admits /drain from there.
+        {"name": NODE_IPS_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+    ]
 
     volumes = render._volumes(name, pipeline, kafka_mounts)
     for volume in volumes:
         volume["name"] = _prefixed(volume["name"])
+    # The pod's service account token is the application's: an empty directory where the API
+    # server would mount it into the worker (it skips a container that has a mount there).
+    volumes.append({"name": _prefixed(NO_API_TOKEN_VOLUME), "emptyDir": {"sizeLimit": "1Mi"}})
+    worker["volumeMounts"].append(
+        {"name": _prefixed(NO_API_TOKEN_VOLUME), "mountPath": API_TOKEN_DIR, "readOnly": True}
+    )
     existing = {v.get("name") for v in spec.get("volumes") or []}
     clash = sorted(existing & {v["name"] for v in volumes})
     if clash:
@@ -136,13 +154,7 @@ def injected_pod(
             f"pipeline {name} drains only when the kubelet stops it, after the application"
         )
     else:
-        app.setdefault("lifecycle", {})["preStop"] = {
-            "httpGet": {
-                "path": "/drain",
-                "port": port,
-                "httpHeaders": [{"name": DRAIN_TOKEN_HEADER, "value": token}],
-            }
-        }
+        app.setdefault("lifecycle", {})["preStop"] = {"httpGet": {"path": "/drain", "port": port}}
     # Room for the drain, the final commit and leaving the group before the SIGKILL.
     grace = render.grace_period_seconds(pipeline)
     spec["terminationGracePeriodSeconds"] = max(

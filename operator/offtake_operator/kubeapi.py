@@ -69,6 +69,7 @@ PROMETHEUSRULES = Resource("monitoring.coreos.com", "v1", "prometheusrules", "Pr
 SCALEDOBJECTS = Resource("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject")
 TRIGGERAUTHS = Resource("keda.sh", "v1alpha1", "triggerauthentications", "TriggerAuthentication")
 # The Kubeflow Spark operator's Spark Connect server (sink.spark.submit.mode: kubernetes).
+NETWORKPOLICIES = Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
 SPARKCONNECTS = Resource("sparkoperator.k8s.io", "v1alpha1", "sparkconnects", "SparkConnect")
 PODS = Resource("", "v1", "pods", "Pod")
 

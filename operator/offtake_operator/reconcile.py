@@ -9,7 +9,9 @@ missed events and operator restarts all end in the same place.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -28,11 +30,13 @@ from .kubeapi import (
     DEPLOYMENTS,
     HPAS,
     JSON,
+    NETWORKPOLICIES,
     PDBS,
     PIPELINES,
     PODS,
     PROMETHEUSRULES,
     SCALEDOBJECTS,
+    SECRETS,
     SERVICEMONITORS,
     SERVICES,
     SPARKCONNECTS,
@@ -184,9 +188,7 @@ async def _apply_children(
         (SERVICES, render.render_service(body, pipeline)),
         (PDBS, render.render_pdb(body)),
     ]
-    spark_connect = await _spark_connect(ctx, body, pipeline)
-    if spark_connect is not None:
-        children.append((SPARKCONNECTS, spark_connect))
+    children += await _spark_connect(ctx, body, pipeline)
     if await ctx.serves(SERVICEMONITORS):
         sm_labels = {**ctx.config.service_monitor_labels, **extras.service_monitor_labels}
         children.append((SERVICEMONITORS, render.render_service_monitor(body, sm_labels)))
@@ -211,26 +213,49 @@ async def _apply_children(
 
 async def _spark_connect(
     ctx: OperatorContext, body: Mapping[str, Any], pipeline: PipelineSpec
-) -> JSON | None:
-    """The pipeline's SparkConnect when ``sink.spark.submit.mode`` is kubernetes; otherwise
-    remove one it owned (the mode changed)."""
+) -> list[tuple[Resource, JSON]]:
+    """The pipeline's SparkConnect and its NetworkPolicies when ``sink.spark.submit.mode`` is
+    kubernetes (the token Secret applied first: the server and the workers read it at start);
+    otherwise remove what it owned for one (the mode changed)."""
     name, namespace = render.meta(body)
+    uid = body["metadata"]["uid"]
     if render.uses_spark_connect(pipeline):
         if not await ctx.serves(SPARKCONNECTS):
             raise ChildRejectedError(
                 "sink.spark.submit.mode kubernetes needs the Kubeflow Spark operator: the API "
                 "server does not serve sparkconnects.sparkoperator.k8s.io/v1alpha1"
             )
-        return render.render_spark_connect(body, pipeline)
-    if await ctx.serves(SPARKCONNECTS):
-        await remove_owned(
-            ctx.api,
-            SPARKCONNECTS,
-            namespace,
-            spark_k8s.spark_connect_name(name),
-            body["metadata"]["uid"],
-        )
-    return None
+        token = await _connect_token(ctx, namespace, name, uid)
+        await _ensure_child(ctx, SECRETS, render.render_spark_connect_token(body, token))
+        return [
+            (SPARKCONNECTS, render.render_spark_connect(body, pipeline)),
+            *((NETWORKPOLICIES, p) for p in render.render_spark_network_policies(body)),
+        ]
+    # Its policies and token go with the SparkConnect (looked for only then: every other
+    # pipeline would pay three GETs a pass for them).
+    if await ctx.serves(SPARKCONNECTS) and await remove_owned(
+        ctx.api, SPARKCONNECTS, namespace, spark_k8s.spark_connect_name(name), uid
+    ):
+        for policy in render.render_spark_network_policies(body):
+            name_ = policy["metadata"]["name"]
+            await remove_owned(ctx.api, NETWORKPOLICIES, namespace, name_, uid)
+        await remove_owned(ctx.api, SECRETS, namespace, spark_k8s.token_secret_name(name), uid)
+    return []
+
+
+async def _connect_token(ctx: OperatorContext, namespace: str, name: str, uid: str) -> str:
+    """The token the pipeline's Secret holds (so a pass never changes it under the running
+    server), or a new random one. A Secret of that name this pipeline does not own is left
+    alone: ensure() then refuses it, naming it."""
+    existing = await ctx.api.get(SECRETS, namespace, spark_k8s.token_secret_name(name))
+    refs = ((existing or {}).get("metadata") or {}).get("ownerReferences") or []
+    encoded = ((existing or {}).get("data") or {}).get(spark_k8s.TOKEN_KEY)
+    if encoded and any(r.get("uid") == uid and r.get("controller") for r in refs):
+        try:
+            return base64.b64decode(encoded, validate=True).decode()
+        except (ValueError, UnicodeDecodeError):
+            pass  # not a token of ours: a new one replaces it
+    return secrets.token_urlsafe(32)
 
 
 async def _apply_autoscaler(

@@ -6,6 +6,7 @@ makes reconciling level-based (render, compare, patch the difference) and easy t
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import math
@@ -164,6 +165,18 @@ def _worker_container(
             {
                 "name": spark_k8s.CONNECT_URL_ENV,
                 "value": spark_k8s.kubernetes_connect_url(pipeline.name, pipeline.namespace),
+            }
+        )
+        # Its token, from the Secret the operator generated: never a literal in the spec.
+        env.append(
+            {
+                "name": spark_k8s.CONNECT_TOKEN_ENV,
+                "valueFrom": {
+                    "secretKeyRef": {
+                        "name": spark_k8s.token_secret_name(pipeline.name),
+                        "key": spark_k8s.TOKEN_KEY,
+                    }
+                },
             }
         )
     env += secret_key_env(pipeline)
@@ -550,6 +563,61 @@ def render_spark_connect(body: Mapping[str, Any], pipeline: PipelineSpec) -> JSO
         "metadata": child_metadata(body, spark_k8s.spark_connect_name(name), "spark-connect"),
         "spec": spark_k8s.render_spark_connect_spec(pipeline),
     }
+
+
+def render_spark_connect_token(body: Mapping[str, Any], token: str) -> JSON:
+    """The Secret with the pipeline's Spark Connect token (generated once by the operator and
+    kept: see reconcile), read by the server and the workers through secretKeyRef."""
+    name, _ = meta(body)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": child_metadata(body, spark_k8s.token_secret_name(name), "spark-connect"),
+        "type": "Opaque",
+        # data, not stringData: the server returns data, and apply.covers compares with it.
+        "data": {spark_k8s.TOKEN_KEY: base64.b64encode(token.encode()).decode()},
+    }
+
+
+def render_spark_network_policies(body: Mapping[str, Any]) -> list[JSON]:
+    """NetworkPolicies of the pipeline's Spark pods: the Connect server takes its gRPC port
+    only from this pipeline's workers (and anything from its own executors, which call back
+    to the driver); the executors take traffic only from their server and each other.
+    Only ingress: egress (object stores, databases, Maven) is the pipeline's business."""
+    name, _ = meta(body)
+    server = spark_k8s.spark_pod_labels(name, "server")
+    executors = spark_k8s.spark_pod_labels(name, "executor")
+    ours = {spark_k8s.SPARK_POD_LABEL: name}
+
+    def policy(suffix: str, selected: dict[str, str], ingress: list[JSON]) -> JSON:
+        return {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": child_metadata(
+                body, f"{spark_k8s.spark_connect_name(name)}-{suffix}", "spark-connect"
+            ),
+            "spec": {
+                "podSelector": {"matchLabels": selected},
+                "policyTypes": ["Ingress"],
+                "ingress": ingress,
+            },
+        }
+
+    return [
+        policy(
+            "server",
+            server,
+            [
+                {
+                    # Same namespace only (no namespaceSelector): the pipeline's worker pods.
+                    "from": [{"podSelector": {"matchLabels": names.selector(name)}}],
+                    "ports": [{"protocol": "TCP", "port": spark_k8s.CONNECT_PORT}],
+                },
+                {"from": [{"podSelector": {"matchLabels": executors}}]},
+            ],
+        ),
+        policy("executors", executors, [{"from": [{"podSelector": {"matchLabels": ours}}]}]),
+    ]
 
 
 def render_pdb(body: Mapping[str, Any]) -> JSON:

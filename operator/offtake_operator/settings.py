@@ -86,6 +86,10 @@ class OperatorConfig:
     worker_spark_resources: dict[str, Any] = field(
         default_factory=lambda: copy.deepcopy(DEFAULT_WORKER_SPARK_RESOURCES)
     )
+    #: A CA (PEM file, OFFTAKE_WEBHOOK_CLIENT_CA_FILE) the callers of the webhook must present
+    #: a client certificate from: the API server's, when the cluster gives it one for webhooks
+    #: (AdmissionConfiguration kubeConfigFile). Empty: no client certificate is asked for.
+    webhook_client_ca_file: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -152,6 +156,7 @@ def _webhook(env: Mapping[str, str]) -> dict[str, Any]:
         "webhook_address": env.get("OFFTAKE_WEBHOOK_ADDRESS", "").strip() or "0.0.0.0",
         "webhook_cert_file": cert,
         "webhook_key_file": key,
+        "webhook_client_ca_file": env.get("OFFTAKE_WEBHOOK_CLIENT_CA_FILE", "").strip(),
     }
 
 

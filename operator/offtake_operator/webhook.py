@@ -16,8 +16,11 @@ Ignore``, so the pods are admitted without a worker rather than blocked, and the
 status (which counts the injected pods) shows that none are consuming.
 
 Served by kopf's own webhook server (``settings.admission.server``) over TLS with the
-certificate the Helm chart mounts; the configuration itself is the chart's (kopf's managed
-configurations cannot carry a namespaceSelector).
+certificate the Helm chart mounts, behind :class:`.webhook_guard.GuardedWebhookServer`: only
+what the API server would send reaches kopf (and, with a client CA configured, only a caller
+with the API server's client certificate). The configuration itself is the chart's (kopf's
+managed configurations cannot carry a namespaceSelector or objectSelector): the API server
+calls the webhook only for pods labelled ``offtake.dev/pipeline``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from .kafka_secret import KafkaSecretError, read_kafka_secret
 from .kubeapi import PIPELINES
 from .reconcile import validate
 from .settings import OperatorConfig
+from .webhook_guard import GuardedWebhookServer
 
 log = logging.getLogger("offtake.operator.webhook")
 
@@ -67,7 +71,9 @@ def registry_for(config: OperatorConfig) -> kopf.OperatorRegistry:
 @kopf.on.startup(registry=REGISTRY)
 async def serve_webhook(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     config = context_of(memo).config
-    settings.admission.server = kopf.WebhookServer(
+    settings.admission.server = GuardedWebhookServer(
+        webhook_id=WEBHOOK_ID,
+        client_ca_file=config.webhook_client_ca_file,
         addr=config.webhook_address,
         port=config.webhook_port,
         certfile=config.webhook_cert_file,

@@ -67,7 +67,9 @@ def test_chart_renders_the_operator_with_least_privilege(
     assert env["OFFTAKE_WORKER_SPARK_IMAGE"] == "ghcr.io/offtake/offtake-worker-spark:0.1.0"
     assert ("ClusterKopfPeering", "offtake") in docs
     granted = grants(docs["ClusterRole", "offtake-offtake-operator-cluster"]["rules"])
-    assert granted["", "secrets"] == {"get"}, "secrets: read only"
+    # Secrets: read, plus writing the Spark Connect token Secret the operator generates (never
+    # list or watch: it reads only the Secrets a pipeline names).
+    assert granted["", "secrets"] == {"get", "create", "patch", "delete"}
     # Pods: read only (mode inject's status and orphan report); the webhook patches them
     # through admission, which needs no grant.
     assert granted["", "pods"] == {"get", "list", "watch"}
@@ -161,7 +163,7 @@ def test_a_chart_serving_namespaces_grants_roles_there_and_only_cluster_reads_cl
     for ns in ("shop", "billing"):
         role = grants(rbac["Role", ns]["rules"])
         assert role["apps", "deployments"] == {"get", "list", "watch", "create", "patch", "delete"}
-        assert role["", "secrets"] == {"get"}
+        assert role["", "secrets"] == {"get", "create", "patch", "delete"}
         assert role["kopf.dev", "kopfpeerings"] == {"get", "list", "watch", "patch"}
         binding = rbac["RoleBinding", ns]
         assert binding["roleRef"] == {

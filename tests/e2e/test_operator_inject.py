@@ -79,6 +79,8 @@ def inject_pipeline(name: str, **spec: Any) -> dict[str, Any]:
 
 def app_deployment(name: str, pipeline: str | None, replicas: int = 2) -> dict[str, Any]:
     annotations = {names.INJECT_ANNOTATION: pipeline} if pipeline else {}
+    # The label lets the API server send the pod to the webhook (the chart's objectSelector).
+    labels = {"app": name, **({names.PIPELINE_LABEL: pipeline} if pipeline else {})}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -87,7 +89,7 @@ def app_deployment(name: str, pipeline: str | None, replicas: int = 2) -> dict[s
             "replicas": replicas,
             "selector": {"matchLabels": {"app": name}},
             "template": {
-                "metadata": {"labels": {"app": name}, "annotations": annotations},
+                "metadata": {"labels": labels, "annotations": annotations},
                 "spec": {
                     "containers": [
                         {

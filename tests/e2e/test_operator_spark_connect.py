@@ -8,6 +8,7 @@ kubelet, so no pod runs: the worker is a local process, as in the other e2e test
 
 from __future__ import annotations
 
+import base64
 import os
 import time
 from collections import Counter
@@ -19,6 +20,7 @@ import pytest
 import yaml
 from support.kube import consumer_pipeline, get, operator_running, patch, wait_for
 from support.reports import lost_and_duplicated, report
+from support.servers import started
 from support.workers import WorkerProcess, produce, wait_caught_up
 
 from offtake_testbed.kube import ControlPlane
@@ -48,13 +50,13 @@ def operator(control_plane: ControlPlane) -> Iterator[None]:
         yield
 
 
-@pytest.fixture
-def connect_server() -> Iterator[Any]:
+def connect_server(token: str) -> Any:
     from spark.connect_server import ConnectServer
-    from support.servers import started
 
-    with started(ConnectServer(conf={"spark.sql.shuffle.partitions": "2"}), RuntimeError) as s:
-        yield s
+    return ConnectServer(
+        conf={"spark.sql.shuffle.partitions": "2"},
+        env={"SPARK_CONNECT_AUTHENTICATE_TOKEN": token},
+    )
 
 
 def pipeline(name: str, bootstrap: str, topic: str, table: Path) -> str:
@@ -91,7 +93,6 @@ def test_operator_makes_the_spark_connect_server_and_the_worker_writes_through_i
     kafka_broker: Any,
     topic_factory: TopicFactory,
     operator: None,
-    connect_server: Any,
     tmp_path: Path,
 ) -> None:
     ns, name = kube_namespace, "lake"
@@ -121,6 +122,26 @@ def test_operator_makes_the_spark_connect_server_and_the_worker_writes_through_i
     for part in (spec["server"], spec["executor"]):
         assert part["template"]["spec"]["serviceAccountName"] == "spark"
     assert spec["sparkConf"]["spark.sql.shuffle.partitions"] == "2"
+    # Locked to the pipeline: restricted pods, the server's token from the operator's Secret.
+    server_pod = spec["server"]["template"]["spec"]
+    assert server_pod["securityContext"]["runAsNonRoot"] is True
+    (server_container,) = server_pod["containers"]
+    assert server_container["env"] == [
+        {
+            "name": "SPARK_CONNECT_AUTHENTICATE_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": f"{name}-spark-token", "key": "token"}},
+        }
+    ]
+    assert spec["executor"]["template"]["spec"]["automountServiceAccountToken"] is False
+    secret = wait_for(
+        lambda: get(kubectl, "secret", f"{name}-spark-token", "-n", ns), what="the token Secret"
+    )
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == owner["metadata"]["uid"]
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    assert len(token) >= 32
+    policy = get(kubectl, "networkpolicy", f"{name}-spark-server", "-n", ns)
+    assert policy["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 15002}]
+    assert get(kubectl, "networkpolicy", f"{name}-spark-executors", "-n", ns)
 
     # The workers are told where the server's Service is.
     deployment = wait_for(
@@ -130,6 +151,9 @@ def test_operator_makes_the_spark_connect_server_and_the_worker_writes_through_i
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["OFFTAKE_SPARK_CONNECT_URL"] == f"sc://{name}-spark-server.{ns}.svc:15002"
+    assert {e["name"]: e for e in container["env"]}["OFFTAKE_SPARK_CONNECT_TOKEN"]["valueFrom"] == {
+        "secretKeyRef": {"name": f"{name}-spark-token", "key": "token"}
+    }
 
     # The worker as its pod would run it: the ConfigMap's pipeline, the container's
     # environment, but the Connect server's address that of the stand-in.
@@ -137,16 +161,22 @@ def test_operator_makes_the_spark_connect_server_and_the_worker_writes_through_i
     manifest = tmp_path / "pipeline.yaml"
     manifest.write_text(cm["data"][names.CONFIG_KEY])
     produced = produce(kafka_broker.bootstrap, topic, ({"id": i} for i in range(RECORDS)))
-    worker = WorkerProcess(
-        manifest, tmp_path / "worker.log", env={"OFFTAKE_SPARK_CONNECT_URL": connect_server.url}
-    ).start()
-    began = time.monotonic()
-    try:
-        wait_caught_up(kafka_broker.bootstrap, f"g-{topic}", topic, 2, timeout=240)
-    finally:
-        code = worker.terminate()
+    # The stand-in server requires the Secret's token, as the SparkConnect's server would; the
+    # worker has it as its secretKeyRef would set it.
+    with started(connect_server(token), RuntimeError) as server:
+        worker = WorkerProcess(
+            manifest,
+            tmp_path / "worker.log",
+            env={"OFFTAKE_SPARK_CONNECT_URL": server.url, "OFFTAKE_SPARK_CONNECT_TOKEN": token},
+        ).start()
+        began = time.monotonic()
+        try:
+            wait_caught_up(kafka_broker.bootstrap, f"g-{topic}", topic, 2, timeout=240)
+        finally:
+            code = worker.terminate()
     assert code == 0, worker.output()[-4000:]
-    assert f"connecting to Spark Connect at {connect_server.url}" in worker.output()
+    assert f"connecting to Spark Connect at {server.url}" in worker.output()
+    assert token not in worker.output()
     import pyarrow.parquet as pq
 
     ids = Counter(pq.read_table(table).column("id").to_pylist())

@@ -107,7 +107,8 @@ def deployment(ns: str) -> dict[str, Any]:
             "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
                 "metadata": {
-                    "labels": {"app": "scorer"},
+                    # The label lets the API server send the pods to the webhook at all.
+                    "labels": {"app": "scorer", "offtake.dev/pipeline": "orders-score"},
                     "annotations": {"offtake.dev/pipeline": "orders-score"},
                 },
                 "spec": {
@@ -215,9 +216,9 @@ def test_records_flow_through_the_injected_worker_exactly_once_across_a_rolling_
             ready = [p for p in st.get("injectedPods") or [] if p["ready"]]
             return len(ready) == 2 and st.get("lag") == 0 and st
 
-        # The old pods' preStop hooks (GET /drain with the pod's token) all answered 200: the
-        # kubelet posts FailedPreStopHook for a hook that fails (wrong port, token or a drain
-        # that did not finish).
+        # The old pods' preStop hooks (GET /drain, sent by the kubelet from the node) all
+        # answered 200: the kubelet posts FailedPreStopHook for a hook that fails (wrong port,
+        # a refused peer or a drain that did not finish).
         events = get(kubectl, "events", "-n", ns)["items"]
         assert [e["message"] for e in events if e["reason"] == "FailedPreStopHook"] == []
         killed = [

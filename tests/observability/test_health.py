@@ -163,34 +163,3 @@ def test_readiness_turns_false_while_the_poll_loop_stalls_and_back_when_it_polls
     assert health.liveness()[0]  # stalled, not dead: that takes max.poll.interval.ms
     health.heartbeat()
     assert health.readiness() == (True, "ready")
-
-
-def test_drain_runs_only_with_the_token_and_answers_when_drained() -> None:
-    calls: list[str] = []
-
-    def drain() -> tuple[bool, str]:
-        calls.append("drain")
-        return True, "drained"
-
-    server = MetricsServer(
-        Metrics(), Health(10), 0, host="127.0.0.1", drain=("s3cret", drain)
-    ).start()
-    try:
-        assert get(server.port, "/drain")[0] == 403  # no token: the cluster can reach this port
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{server.port}/drain", headers={"X-Offtake-Drain-Token": "nope"}
-        )
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(request, timeout=5)
-        assert refused.value.code == 403 and calls == []
-        request.headers["X-offtake-drain-token"] = "s3cret"
-        with urllib.request.urlopen(request, timeout=5) as resp:
-            assert resp.status == 200 and json.loads(resp.read())["reason"] == "drained"
-        assert calls == ["drain"]
-    finally:
-        server.stop()
-    plain = MetricsServer(Metrics(), Health(10), 0, host="127.0.0.1").start()
-    try:  # a worker without a drain token (mode deployment) serves no /drain
-        assert get(plain.port, "/drain")[0] == 404
-    finally:
-        plain.stop()

@@ -59,9 +59,7 @@ def test_inject_mode_needs_a_port_and_no_image() -> None:
 
 def inject_into(pod: dict[str, Any], **spec: Any) -> tuple[dict[str, Any], list[str]]:
     body = injected_body(**spec)
-    return inject.injected_pod(
-        pod, body, parse_pipeline(worker_manifest(body)), CONFIG, token="t0k"
-    )
+    return inject.injected_pod(pod, body, parse_pipeline(worker_manifest(body)), CONFIG)
 
 
 def test_the_worker_becomes_a_restricted_native_sidecar_of_the_pod() -> None:
@@ -76,18 +74,21 @@ def test_the_worker_becomes_a_restricted_native_sidecar_of_the_pod() -> None:
     assert worker["args"] == ["worker", "--pipeline", names.PIPELINE_PATH]
     check_container(worker["securityContext"], {}, "injected")  # restricted without pod help
     assert worker["securityContext"]["runAsUser"] == 10001
-    assert {"name": "OFFTAKE_DRAIN_TOKEN", "value": "t0k"} in worker["env"]
+    # /drain on, for the pod and its node only; no secret anywhere in the pod spec.
+    env = {e["name"]: e for e in worker["env"]}
+    assert env["OFFTAKE_DRAIN"]["value"] == "true"
+    assert env["OFFTAKE_NODE_IPS"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+    assert not any("TOKEN" in name for name in env)
     volumes = {v["name"]: v for v in out["spec"]["volumes"]}
     assert volumes["data"] == {"name": "data", "emptyDir": {}}
     assert volumes["offtake-pipeline"]["configMap"]["name"] == "orders-pipeline"
     assert volumes["offtake-kafka-secret"]["secret"]["secretName"] == "s"
     assert {m["name"] for m in worker["volumeMounts"]} <= set(volumes)
+    # No service account token in the worker: an empty directory where it would be mounted.
+    (shadow,) = [m for m in worker["volumeMounts"] if "serviceaccount" in m["mountPath"]]
+    assert volumes[shadow["name"]]["emptyDir"] == {"sizeLimit": "1Mi"}
     app, proxy = out["spec"]["containers"]
-    assert app["lifecycle"]["preStop"]["httpGet"] == {
-        "path": "/drain",
-        "port": 9100,
-        "httpHeaders": [{"name": "X-Offtake-Drain-Token", "value": "t0k"}],
-    }
+    assert app["lifecycle"]["preStop"]["httpGet"] == {"path": "/drain", "port": 9100}
     assert "lifecycle" not in proxy
     assert out["spec"]["terminationGracePeriodSeconds"] >= 25 + names.GRACE_EXTRA_SECONDS
     assert out["metadata"]["labels"] == {

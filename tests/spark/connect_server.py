@@ -36,8 +36,10 @@ class ConnectServer:
         conf: dict[str, str] | None = None,
         packages: tuple[str, ...] = (),
         home: Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.master, self.conf, self.packages = master, dict(conf or {}), packages
+        self.env = dict(env or {})  # e.g. SPARK_CONNECT_AUTHENTICATE_TOKEN
         self.home = home or spark_home()
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
@@ -73,6 +75,8 @@ class ConnectServer:
         cmd.append("spark-internal")
         env = {**os.environ, "SPARK_HOME": str(self.home)}
         env.pop("SPARK_REMOTE", None)
+        env.pop("SPARK_CONNECT_AUTHENTICATE_TOKEN", None)
+        env.update(self.env)
         began = time.monotonic()
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(

@@ -4,6 +4,7 @@ applies it to a real API server with the Kubeflow Spark operator's CRD."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -46,17 +47,11 @@ def test_spark_connect_spec_carries_every_submit_field() -> None:
     )
     assert spec["image"] == "registry/spark:4.3.0"
     assert spec["sparkVersion"] == SPARK_VERSION
-    assert spec["server"] == {
-        "cores": 2,
-        "memory": "4g",
-        "template": {"spec": {"serviceAccountName": "spark"}},
-    }
-    assert spec["executor"] == {
-        "instances": 3,
-        "cores": 2,
-        "memory": "8g",
-        "template": {"spec": {"serviceAccountName": "spark"}},
-    }
+    server, executor = spec["server"], spec["executor"]
+    assert (server["cores"], server["memory"]) == (2, "4g")
+    assert (executor["instances"], executor["cores"], executor["memory"]) == (3, 2, "8g")
+    for part in (server, executor):
+        assert part["template"]["spec"]["serviceAccountName"] == "spark"
     conf = spec["sparkConf"]
     assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://minio:9000"
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
@@ -69,8 +64,9 @@ def test_spark_connect_spec_carries_every_submit_field() -> None:
 def test_defaults_and_the_server_spark_matches_the_workers() -> None:
     spec = render_spark_connect_spec(_spec())
     assert spec["image"] == f"apache/spark:{SPARK_VERSION}"
-    assert spec["server"] == {"cores": 1, "memory": "2g"}
-    assert spec["executor"] == {"instances": 2, "cores": 1, "memory": "2g"}
+    assert (spec["server"]["cores"], spec["server"]["memory"]) == (1, "2g")
+    assert [spec["executor"][k] for k in ("instances", "cores", "memory")] == [2, 1, "2g"]
+    assert "serviceAccountName" not in spec["server"]["template"]["spec"]
     # A Spark Connect client talks to a server of its own Spark version.
     assert spark_version() == SPARK_VERSION
 
@@ -113,3 +109,69 @@ def test_packages_are_checked_with_their_names() -> None:
     assert bad.sink.spark is not None
     with pytest.raises(SparkSessionError, match=r"sink.spark.packages\[0\]"):
         session_config(bad.sink.spark)
+
+
+def test_spark_pods_are_restricted_and_the_server_reads_the_token_from_its_secret() -> None:
+    from offtake_operator.security import check_container, check_pod
+
+    spec = render_spark_connect_spec(_spec())
+    server, executor = spec["server"]["template"], spec["executor"]["template"]
+    for role, template in (("server", server), ("executor", executor)):
+        # Not the pipeline label (the workers' Deployment and Service select by it).
+        assert template["metadata"]["labels"] == {
+            "offtake.dev/spark-connect": "orders-lake",
+            "offtake.dev/spark-role": role,
+        }
+        pod = template["spec"]["securityContext"]
+        check_pod(pod, role)  # Pod Security restricted, or ConfigError naming the field
+        (container,) = template["spec"]["containers"]
+        check_container(container["securityContext"], pod, role)
+        assert pod["runAsUser"] == 185  # the apache/spark image's user
+    assert server["spec"]["containers"][0]["name"] == "spark-kubernetes-driver"
+    assert server["spec"]["containers"][0]["env"] == [
+        {
+            "name": "SPARK_CONNECT_AUTHENTICATE_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "orders-lake-spark-token", "key": "token"}},
+        }
+    ]
+    assert executor["spec"]["automountServiceAccountToken"] is False
+    assert "token" not in json.dumps(spec["sparkConf"]).lower()
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "spark.kubernetes.driver.volumes.hostPath.root.mount.path",
+        "spark.kubernetes.executor.volumes.hostPath.root.options.path",
+        "spark.kubernetes.executor.volumes.persistentVolumeClaim.data.options.claimName",
+        "spark.kubernetes.executor.podTemplateFile",
+        "spark.kubernetes.driver.podTemplateFile",
+        "spark.kubernetes.authenticate.driver.serviceAccountName",
+        "spark.kubernetes.authenticate.oauthTokenFile",
+        "spark.kubernetes.container.image.pullSecrets",
+        "spark.kubernetes.namespace",
+        "spark.kubernetes.node.selector.kubernetes.io/hostname",
+        "Spark.Kubernetes.Executor.PodTemplateFile",
+        "spark.connect.authenticate.token",
+        "spark.connect.grpc.binding.port",
+        "spark.master",
+    ],
+)
+@pytest.mark.parametrize("mode", ["kubernetes", "local"])
+def test_submit_conf_keys_that_would_escape_are_refused_by_name(key: str, mode: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        pipeline({"format": "parquet", "path": "/x", "submit": {"mode": mode, "conf": {key: "x"}}})
+    assert f"sink.spark.submit.conf[{key!r}]" in str(err.value), str(err.value)
+
+
+def test_submit_conf_sizing_and_java_options_pass() -> None:
+    conf = {
+        "spark.kubernetes.executor.request.cores": "500m",
+        "spark.kubernetes.memoryOverheadFactor": "0.2",
+        "spark.driver.extraJavaOptions": "-Dx=1",
+        "spark.sql.shuffle.partitions": "4",
+    }
+    spec = pipeline(
+        {"format": "parquet", "path": "/x", "submit": {"mode": "kubernetes", "conf": conf}}
+    )
+    assert spec.sink.spark is not None and spec.sink.spark.submit.conf == conf

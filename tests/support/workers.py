@@ -80,8 +80,9 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         env = {
             **os.environ,
-            # The worker of this checkout (a git worktree's too, not only the editable install's).
-            "PYTHONPATH": os.pathsep.join(str(REPO / d) for d in ("tests", "examples", "worker")),
+            # This checkout's worker first: the venv's editable install may point at another
+            # (a git worktree), and the worker must run the code under test.
+            "PYTHONPATH": os.pathsep.join(str(REPO / d) for d in ("worker", "tests", "examples")),
             **self.env,
         }
         self._out = self.log.open("ab")

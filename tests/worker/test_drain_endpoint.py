@@ -1,13 +1,17 @@
 """``GET /drain`` of a real ``offtake worker`` process on the real broker: what an injected
 worker's application container calls from its preStop hook (spec.mode: inject).
 
-With the drain token, the worker stops consuming, delivers and commits what it took, leaves the
-group, and only then answers; it then stays (a native sidecar that exited would be restarted)
-until SIGTERM, which ends it at once with exit code 0.
+A slowloris client is cut off after the header deadline while probes are answered. Only the
+pod itself may drain: a peer that is not on loopback (here this host's own
+non-loopback address, as another pod of the cluster would be) gets 403 and the worker keeps
+consuming; ``offtake drain`` (which calls 127.0.0.1) makes the worker stop consuming, deliver
+and commit what it took, leave the group, and only then answer; it then stays (a native
+sidecar that exited would be restarted) until SIGTERM, which ends it at once with exit code 0.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,10 +26,19 @@ from pathlib import Path
 import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from offtake.health import HEADER_DEADLINE_SECONDS
 from offtake_testbed.kafka import KafkaBroker, read_topic
 from offtake_testbed.pytest_plugin import TopicFactory
 
-TOKEN = "drain-me-7f2c"
+
+def outside_address() -> str:
+    """An address of this host that is not loopback: a peer connecting from it is seen as
+    coming from the network, as another pod would be."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("192.0.2.250", 9))  # no packet is sent: only the route is looked up
+        address = str(s.getsockname()[0])
+    assert not address.startswith("127."), f"this host has no non-loopback address: {address}"
+    return address
 
 
 def free_port() -> int:
@@ -34,9 +47,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def call(port: int, path: str, token: str | None = None, timeout: float = 60) -> tuple[int, str]:
-    headers = {"X-Offtake-Drain-Token": token} if token else {}
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers)
+def call(port: int, path: str, host: str = "127.0.0.1", timeout: float = 60) -> tuple[int, str]:
+    request = urllib.request.Request(f"http://{host}:{port}{path}")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
             return int(answer.status), answer.read().decode()
@@ -89,7 +101,8 @@ def test_drain_delivers_commits_leaves_and_waits_for_sigterm(
     script = Path(sys.executable).parent / "offtake"
     worker = subprocess.Popen(
         [str(script), "worker", "--pipeline", str(manifest), "--metrics-port", str(port)],
-        env={**os.environ, "OFFTAKE_DRAIN_TOKEN": TOKEN},
+        # As injected: /drain on; the node's address is not this host's outside one.
+        env={**os.environ, "OFFTAKE_DRAIN": "true", "OFFTAKE_NODE_IPS": "198.51.100.7"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -99,12 +112,30 @@ def test_drain_delivers_commits_leaves_and_waits_for_sigterm(
         while len(read_topic(bootstrap, sink, timeout=30)) < 300:
             assert worker.poll() is None and time.monotonic() < deadline, "not all 300 delivered"
             time.sleep(0.5)
-        assert call(port, "/drain")[0] == 403  # no token: refused, still consuming
-        assert call(port, "/drain", "wrong")[0] == 403
-        assert call(port, "/readyz")[0] == 200
+        # A slowloris client (a request that never finishes) holds no thread of the real
+        # worker's server: others are answered meanwhile, and it is cut off after the deadline.
+        with socket.create_connection(("127.0.0.1", port)) as slow:
+            slow.sendall(b"GET /metrics HTTP/1.1\r\nX-Slow: ")
+            began = time.monotonic()
+            assert call(port, "/readyz")[0] == 200
+            slow.settimeout(30)
+            with contextlib.suppress(ConnectionResetError):
+                assert slow.recv(1) == b""
+            assert time.monotonic() - began < HEADER_DEADLINE_SECONDS + 3
+        outside = outside_address()
+        # Probes and scrapes from the network are answered; a drain from there is not.
+        assert call(port, "/readyz", outside)[0] == 200
+        status, body = call(port, "/drain", outside)
+        assert status == 403 and "only the pod itself may drain" in body, body
+        time.sleep(1)
+        assert call(port, "/readyz")[0] == 200  # still consuming
 
-        status, body = call(port, "/drain", TOKEN)
-        assert (status, json.loads(body)["reason"]) == (200, "drained")
+        drained = subprocess.run(
+            [str(script), "drain", "--port", str(port), "--timeout", "60"],
+            capture_output=True, text=True, timeout=90,
+        )  # fmt: skip
+        assert drained.returncode == 0, drained.stderr
+        assert json.loads(drained.stdout)["reason"] == "drained"
         # Answered only after the final commit: everything taken is committed.
         assert sum(committed(bootstrap, group, source, 2)) == 300
         assert call(port, "/readyz")[0] == 503

@@ -96,7 +96,18 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument(
         "--force", action="store_true", help="make it again even if one for this JVM exists"
     )
+    d = sub.add_parser(
+        "drain",
+        help="drain the worker of this pod (GET /drain on 127.0.0.1) and wait until it has",
+        description="Ask the worker serving on --port of this host (this pod) to stop "
+        "consuming, deliver and commit what is in flight and leave its group; exit 0 once it "
+        "has. The worker serves /drain to loopback and its node only (docs/operator.md).",
+    )
+    d.add_argument("--port", type=int, required=True, help="the worker's spec.metrics.port")
+    d.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the answer")
     args = parser.parse_args(argv)
+    if args.command == "drain":
+        return _drain(args.port, args.timeout)
     if args.command == "spark-archive":
         return _spark_archive(args.dir, args.force)
     if args.command == "redrive":
@@ -106,6 +117,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "status":
         return _status(args)
     return _worker(args)
+
+
+def _drain(port: int, timeout: float) -> int:
+    """Exit 0 when the worker answered drained; 1 with its answer (or why none came)."""
+    import urllib.error
+    import urllib.request
+
+    url = f"http://127.0.0.1:{port}/drain"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as answer:
+            print(answer.read().decode(errors="replace").strip())
+            return 0
+    except urllib.error.HTTPError as exc:
+        body = exc.read().decode(errors="replace").strip()
+        print(f"offtake: drain refused by {url}: {exc.code} {body}", file=sys.stderr)
+    except OSError as exc:
+        print(f"offtake: cannot reach the worker at {url}: {exc}", file=sys.stderr)
+    return 1
 
 
 def _spark_archive(directory: str | None, force: bool) -> int:
@@ -300,7 +329,7 @@ def _worker(args: argparse.Namespace) -> int:
     from offtake.engine import watchdog
     from offtake.engine.assembly import build_worker
     from offtake.engine.worker import EXIT_FATAL
-    from offtake.health import Health, MetricsServer
+    from offtake.health import DRAIN_ENV, Health, MetricsServer, node_addresses
     from offtake.metrics import Metrics
     from offtake.processing.function import FunctionLoadError
     from offtake.sinks.base import SinkError
@@ -328,8 +357,16 @@ def _worker(args: argparse.Namespace) -> int:
             return True, "drained"
         return False, f"still draining after {drain_budget:.0f} s"
 
-    token = os.environ.get("OFFTAKE_DRAIN_TOKEN", "")
-    server = MetricsServer(metrics, health, port, drain=(token, drain) if token else None)
+    # /drain only for an injected worker (the operator sets the variable): from the pod itself
+    # or its node's kubelet running the application's preStop hook, never from elsewhere.
+    drains = bool(os.environ.get(DRAIN_ENV))
+    server = MetricsServer(
+        metrics,
+        health,
+        port,
+        drain=drain if drains else None,
+        drain_from=node_addresses() if drains else (),
+    )
     try:
         server.start()
     except OSError as exc:

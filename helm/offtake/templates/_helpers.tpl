@@ -114,14 +114,21 @@ never PUTs (server-side apply is a patch; kopf patches), so no update but on fin
 - apiGroups: [sparkoperator.k8s.io]
   resources: [sparkconnects]
   verbs: [get, create, patch, delete]
+# ... its NetworkPolicies (the Connect port only from the pipeline's workers).
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, create, patch, delete]
 # mode inject: the pods that carry a pipeline's worker (status, and Events when it is deleted).
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch]
-# Read-only, by name: spec.kafka.secretRef, for the admin client that measures lag and rewinds.
+# get: spec.kafka.secretRef, for the admin client that measures lag and rewinds (by name, never
+# list or watch). create, patch, delete: only the Spark Connect token Secret the operator
+# generates and owns (<pipeline>-spark-token); RBAC cannot name it in advance, and the code
+# writes and deletes no other Secret (deletes carry the pipeline's uid as a precondition).
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get]
+  verbs: [get, create, patch, delete]
 # Events on the transitions that matter (kopf posts core v1 Events).
 - apiGroups: [""]
   resources: [events]

@@ -22,6 +22,7 @@ from offtake.config.client_properties import (
     refused_reason,
 )
 from offtake.config.redrive import dlq_topic_of, parse_redrive
+from offtake.config.spark_conf import check_submit_conf
 from offtake.config.spec import (
     SCHEMA_FORMATS,
     CommitSpec,
@@ -555,6 +556,7 @@ def _spark(f: Fields) -> SparkSinkSpec:
             s.at("tokenSecretRef"),
             "is only used when mode is connect (the token of a Spark Connect server of your own)",
         )
+    check_submit_conf(submit.conf, s.at("conf"))
     if mode == "connect" and submit.connect_url is None:
         raise ConfigError(s.at("connectUrl"), "is required when mode is connect")
     return f.finish(

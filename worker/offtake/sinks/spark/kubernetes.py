@@ -7,6 +7,19 @@ conf. The Spark operator runs the server pod and a Service ``<name>-server`` in 
 gRPC port; the workers connect to it as Spark Connect clients (no JVM in the worker pod).
 The URL is derived here from the pipeline's name and namespace, so the operator (which puts it
 in the workers' environment as ``OFFTAKE_SPARK_CONNECT_URL``) and the worker agree on it.
+
+The server takes SQL and Python, so it is not open to whoever reaches it:
+
+- it requires a per-pipeline token (Spark Connect's pre-shared key: the server reads
+  ``SPARK_CONNECT_AUTHENTICATE_TOKEN``, clients send ``authorization: Bearer <token>``). The
+  operator generates it into a Secret it owns (:func:`token_secret_name`); server and workers
+  get it through ``secretKeyRef``, never as a literal in a spec;
+- the server and executor pods carry :data:`SPARK_POD_LABEL` (not the pipeline label: the
+  workers' Deployment, Service and status select by that), which the operator's
+  NetworkPolicies select: the Connect port only from this pipeline's workers;
+- the pods run with Pod Security ``restricted`` contexts (Spark's image user,
+  :data:`SPARK_UID`), and ``submit.conf`` may not reshape them
+  (:mod:`offtake.config.spark_conf`).
 """
 
 from __future__ import annotations
@@ -15,6 +28,8 @@ from typing import Any
 
 from offtake.config.spec import PipelineSpec, SparkSinkSpec
 from offtake.sinks.spark.session import (
+    CONNECT_PORT,
+    CONNECT_TOKEN_ENV,
     CONNECT_URL_ENV,
     kubernetes_connect_url,
     session_config,
@@ -22,11 +37,61 @@ from offtake.sinks.spark.session import (
 )
 
 __all__ = [
+    "CONNECT_PORT",
+    "CONNECT_TOKEN_ENV",
     "CONNECT_URL_ENV",
+    "SERVER_TOKEN_ENV",
+    "SPARK_POD_LABEL",
+    "SPARK_ROLE_LABEL",
+    "TOKEN_KEY",
     "kubernetes_connect_url",
     "render_spark_connect_spec",
     "spark_connect_name",
+    "spark_pod_labels",
+    "token_secret_name",
 ]
+
+#: Where Spark Connect's server reads its pre-shared token from.
+SERVER_TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
+#: The key of the token in the pipeline's token Secret.
+TOKEN_KEY = "token"
+#: Labels of the Spark pods: which pipeline's server or executor a pod is.
+SPARK_POD_LABEL = "offtake.dev/spark-connect"
+SPARK_ROLE_LABEL = "offtake.dev/spark-role"
+#: The apache/spark image's own user (spark, 185): its entrypoint and SPARK_HOME expect it.
+SPARK_UID = 185
+# The container names the Spark operator (server) and Spark (executors) look for.
+SERVER_CONTAINER = "spark-kubernetes-driver"
+EXECUTOR_CONTAINER = "spark-kubernetes-executor"
+
+#: Pod Security restricted, for the server and executor pods (offtake_operator.security has
+#: the same defaults for the workers; this package must not import the operator's).
+SPARK_POD_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": SPARK_UID,
+    "runAsGroup": SPARK_UID,
+    "fsGroup": SPARK_UID,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+#: Not readOnlyRootFilesystem: Spark's launch scripts write under SPARK_HOME (logs, work
+#: dirs); restricted does not ask for it.
+SPARK_CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "privileged": False,
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def token_secret_name(pipeline: str) -> str:
+    """The Secret (made and owned by the operator) with the pipeline's Connect token."""
+    return f"{spark_connect_name(pipeline)}-token"
+
+
+def spark_pod_labels(pipeline: str, role: str) -> dict[str, str]:
+    return {SPARK_POD_LABEL: pipeline, SPARK_ROLE_LABEL: role}
+
 
 API_VERSION = "sparkoperator.k8s.io/v1alpha1"
 KIND = "SparkConnect"
@@ -63,9 +128,28 @@ def render_spark_connect_spec(pipeline: PipelineSpec) -> dict[str, Any]:
         "cores": submit.executors.cores,
         "memory": submit.executors.memory,
     }
-    if submit.service_account:
-        for part in (server, executor):
-            part["template"] = {"spec": {"serviceAccountName": submit.service_account}}
+    secret = token_secret_name(pipeline.name)
+    server["template"] = _template(
+        pipeline.name,
+        "server",
+        {
+            "name": SERVER_CONTAINER,
+            "securityContext": dict(SPARK_CONTAINER_SECURITY),
+            "env": [
+                {
+                    "name": SERVER_TOKEN_ENV,
+                    "valueFrom": {"secretKeyRef": {"name": secret, "key": TOKEN_KEY}},
+                }
+            ],
+        },
+        submit.service_account,
+    )
+    executor["template"] = _template(
+        pipeline.name,
+        "executor",
+        {"name": EXECUTOR_CONTAINER, "securityContext": dict(SPARK_CONTAINER_SECURITY)},
+        submit.service_account,
+    )
     return {
         "sparkVersion": SPARK_VERSION,
         "image": submit.image or DEFAULT_IMAGE,
@@ -73,3 +157,16 @@ def render_spark_connect_spec(pipeline: PipelineSpec) -> dict[str, Any]:
         "server": server,
         "executor": executor,
     }
+
+
+def _template(
+    pipeline: str, role: str, container: dict[str, Any], service_account: str | None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"securityContext": dict(SPARK_POD_SECURITY), "containers": [container]}
+    if role == "executor":
+        # The server (Spark's driver) creates the executor pods through the API and keeps its
+        # token; an executor never calls the API.
+        spec["automountServiceAccountToken"] = False
+    if service_account:
+        spec["serviceAccountName"] = service_account
+    return {"metadata": {"labels": spark_pod_labels(pipeline, role)}, "spec": spec}

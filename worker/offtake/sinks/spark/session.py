@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 # mode kubernetes: where the operator's SparkConnect serves (see kubernetes.py, which imports
 # this module, so the two names live here).
 CONNECT_URL_ENV = "OFFTAKE_SPARK_CONNECT_URL"
+#: The pipeline's Connect token, through secretKeyRef: in mode kubernetes from the operator's
+#: generated Secret (sent as ``authorization: Bearer <token>``), in mode connect from
+#: ``submit.tokenSecretRef`` (sent as Spark's ``;token=``). One variable, one name.
+CONNECT_TOKEN_ENV = SPARK_CONNECT_TOKEN_ENV
 CONNECT_PORT = 15002
 
 
@@ -214,9 +218,18 @@ def _connect_session(cfg: SessionConfig) -> Any:
     # pyspark.sql.functions (F.lit, F.col, used by the writers and users' transforms) take the
     # classic path and fail with an empty AssertionError (no SparkContext in this process).
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
-    channel = DefaultChannelBuilder(
-        with_token(cfg.connect_url, cfg.token_env), channelOptions=CONNECT_CHANNEL_OPTIONS
-    )
+    if cfg.token_env is not None:
+        # mode connect, a server of the user's own: Spark's ;token=, so pyspark insists on TLS
+        # to any host but localhost (the token crosses the user's network).
+        channel = DefaultChannelBuilder(
+            with_token(cfg.connect_url, cfg.token_env), channelOptions=CONNECT_CHANNEL_OPTIONS
+        )
+    elif token := os.environ.get(CONNECT_TOKEN_ENV):
+        # mode kubernetes: the operator's own server, plaintext inside the namespace behind its
+        # NetworkPolicy (see _bearer_channel_builder).
+        channel = _bearer_channel_builder(cfg.connect_url, token)
+    else:
+        channel = DefaultChannelBuilder(cfg.connect_url, channelOptions=CONNECT_CHANNEL_OPTIONS)
     builder = ConnectSession.builder.channelBuilder(channel)
     # A Connect client passes runtime SQL conf only; static conf belongs to the server.
     for key, value in cfg.conf.items():
@@ -225,6 +238,27 @@ def _connect_session(cfg: SessionConfig) -> Any:
     session = builder.getOrCreate()
     _short_connect_backoff(session)
     return session
+
+
+def _bearer_channel_builder(url: str, token: str) -> Any:
+    """A channel builder that sends the token as Spark Connect's server checks it
+    (``authorization: Bearer``). Not pyspark's ``;token=`` (or SPARK_CONNECT_AUTHENTICATE_TOKEN):
+    with a token it insists on TLS to any host but ``localhost``, and the server of
+    ``submit.mode: kubernetes`` speaks plaintext gRPC inside the namespace (its NetworkPolicy
+    admits only the pipeline's workers). ``use_ssl=true`` in the URL still gets TLS."""
+    import grpc
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+
+    class BearerChannelBuilder(DefaultChannelBuilder):
+        def metadata(self) -> list[tuple[str, str]]:
+            return [*super().metadata(), ("authorization", f"Bearer {token}")]
+
+        def toChannel(self) -> grpc.Channel:
+            if self.use_ssl:  # the token goes in metadata() either way
+                return self._secure_channel(self.endpoint, grpc.ssl_channel_credentials())
+            return self._insecure_channel(self.endpoint)
+
+    return BearerChannelBuilder(url, channelOptions=CONNECT_CHANNEL_OPTIONS)
 
 
 # The Connect client's own retries of an unreachable server back off up to 60 s by default

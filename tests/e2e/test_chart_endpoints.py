@@ -1,0 +1,79 @@
+"""The chart's side of "every endpoint authenticated or local": NetworkPolicies for the
+operator and the workers of each served namespace, the webhook's objectSelector and the client
+CA it verifies callers against, all rendered by helm and validated by the real API server
+(server-side dry run)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from offtake_testbed.kube import KUBE_VERSION, ControlPlane
+from offtake_testbed.pytest_plugin_kube import Helm
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+CHART = Path(__file__).resolve().parents[2] / "helm" / "offtake"
+MONITORING = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mon"}}}]
+
+
+def test_chart_network_policies_object_selector_and_client_ca(
+    control_plane: ControlPlane, helm: Helm
+) -> None:
+    ca_pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    out = helm(
+        "template", "offtake", str(CHART), "-n", "offtake-system",
+        "--set-json", 'operator.namespaces=["team-a","team-b"]',
+        "--set-json", f"networkPolicy.metricsFrom={json.dumps(MONITORING)}",
+        "--set", f"injection.clientCA={base64.b64encode(ca_pem.encode()).decode()}",
+        "--kube-version", KUBE_VERSION,
+    ).stdout  # fmt: skip
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    by = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d for d in docs}
+
+    operator = by["NetworkPolicy", "offtake-system", "offtake-offtake-operator"]["spec"]
+    assert operator["policyTypes"] == ["Ingress"]
+    open_ports, metrics = operator["ingress"]
+    assert "from" not in open_ports  # the API server is not a pod: the port alone
+    assert {p["port"] for p in open_ports["ports"]} == {"health", "webhook"}
+    assert metrics == {"ports": [{"protocol": "TCP", "port": "metrics"}], "from": MONITORING}
+    for ns in ("team-a", "team-b"):
+        workers = by["NetworkPolicy", ns, "offtake-offtake-workers"]["spec"]
+        assert workers["podSelector"]["matchLabels"] == {
+            "app.kubernetes.io/managed-by": "offtake-operator",
+            "app.kubernetes.io/component": "worker",
+        }
+        assert workers["ingress"] == [
+            {"ports": [{"protocol": "TCP", "port": "metrics"}], "from": MONITORING}
+        ]
+
+    (mwc,) = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
+    assert mwc["webhooks"][0]["objectSelector"] == {
+        "matchExpressions": [{"key": "offtake.dev/pipeline", "operator": "Exists"}]
+    }
+    ca = by["ConfigMap", "offtake-system", "offtake-offtake-operator-webhook-client-ca"]
+    assert ca["data"]["ca.crt"] == ca_pem
+    dep = by["Deployment", "offtake-system", "offtake-offtake-operator"]
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["OFFTAKE_WEBHOOK_CLIENT_CA_FILE"] == "/etc/offtake/webhook-client-ca/ca.crt"
+
+    # The API server accepts every NetworkPolicy as rendered (moved to a namespace that exists).
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    for i, p in enumerate(policies):
+        p["metadata"]["namespace"] = "default"
+        p["metadata"]["name"] += f"-{i}"
+    control_plane.kubectl(
+        "apply", "--dry-run=server", "-f", "-",
+        input=yaml.safe_dump_all(policies),
+    )  # fmt: skip
+
+    off = helm(
+        "template", "offtake", str(CHART), "--set", "networkPolicy.enabled=false",
+        "--kube-version", KUBE_VERSION,
+    ).stdout  # fmt: skip
+    assert "kind: NetworkPolicy" not in off

@@ -1,0 +1,249 @@
+"""Only the API server may call the injection webhook, and only with what it would send.
+
+A control plane of its own whose kube-apiserver has a client certificate for webhooks (its
+AdmissionConfiguration's kubeconfig, as a cluster admin would set it up), and the operator's
+webhook (kopf's server over TLS on loopback, behind GuardedWebhookServer) requiring a client
+certificate from that CA. Through the API server, a labelled and annotated pod still gets its
+worker. Called directly: without a client certificate, or with one from another CA, the TLS
+handshake fails; with the right one, every request the webhook does not handle (another path,
+an UPDATE, not a Pod, not an AdmissionReview, not JSON, oversized) is refused with its reason
+before kopf sees it, and hundreds of such requests with fresh uids leave the operator serving.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from support.inject import install_crd, make_namespace, webhook_configured, webhook_settings
+from support.kube import consumer_pipeline, get, operator_running, wait_for
+
+from offtake_testbed._pki import CertificateAuthority, KeyPair
+from offtake_testbed.kube import ControlPlane, install_control_plane
+from offtake_testbed.pytest_plugin_kube import _kube_version
+
+os.environ.setdefault("OFFTAKE_TICK_SECONDS", "1")
+
+from offtake_operator import names
+from offtake_operator.settings import OperatorConfig
+from offtake_operator.webhook_guard import MAX_REVIEW_BYTES
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+
+class Setup:
+    def __init__(self, cp: ControlPlane, ns: str, port: int, server_ca: str, client: KeyPair):
+        self.cp, self.ns, self.port, self.server_ca, self.client = cp, ns, port, server_ca, client
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    folder = tmp_path_factory.mktemp("guard")
+    apiserver_ca = CertificateAuthority("apiserver-webhook-client-ca")
+    client = apiserver_ca.client("kube-apiserver-webhook-client")
+    (folder / "client.crt").write_text(client.cert_pem)
+    (folder / "client.key").write_text(client.key_pem)
+    (folder / "client-ca.crt").write_text(apiserver_ca.cert_pem)
+    # The API server presents this certificate to every webhook ("*").
+    (folder / "webhook-kubeconfig.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "users": [
+                    {
+                        "name": "*",
+                        "user": {
+                            "client-certificate": str(folder / "client.crt"),
+                            "client-key": str(folder / "client.key"),
+                        },
+                    }
+                ],
+            }
+        )
+    )
+    webhook_admission = {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "WebhookAdmissionConfiguration",
+        "kubeConfigFile": str(folder / "webhook-kubeconfig.yaml"),
+    }
+    (folder / "admission.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "apiserver.config.k8s.io/v1",
+                "kind": "AdmissionConfiguration",
+                "plugins": [
+                    {"name": "MutatingAdmissionWebhook", "configuration": webhook_admission},
+                    {"name": "ValidatingAdmissionWebhook", "configuration": webhook_admission},
+                ],
+            }
+        )
+    )
+    cp = ControlPlane(
+        install_control_plane(_kube_version()),
+        extra_apiserver_args=[f"--admission-control-config-file={folder / 'admission.yaml'}"],
+    )
+    with cp:
+        install_crd(cp.kubectl)
+        ns = make_namespace(cp.kubectl, "guard")
+        server_ca, webhook = webhook_settings(folder)
+        config = OperatorConfig(
+            namespaces=(ns,),
+            worker_image="offtake:e2e",
+            lag_source="off",
+            webhook_client_ca_file=str(folder / "client-ca.crt"),
+            **webhook,
+        )
+        with (
+            operator_running(cp, config),
+            webhook_configured(cp, ns, config.webhook_port, server_ca),
+        ):
+            yield Setup(cp, ns, config.webhook_port, server_ca, client)
+
+
+def call(
+    s: Setup,
+    body: bytes,
+    *,
+    path: str = "/inject-worker",
+    client: KeyPair | None = None,
+    content_type: str = "application/json",
+    tmp: Path,
+) -> tuple[int, str]:
+    """POST to the webhook directly, as an in-cluster pod would; (status, body)."""
+    context = ssl.create_default_context(cadata=s.server_ca)
+    if client is not None:
+        (tmp / "c.crt").write_text(client.cert_pem)
+        (tmp / "c.key").write_text(client.key_pem)
+        context.load_cert_chain(tmp / "c.crt", tmp / "c.key")
+    request = urllib.request.Request(
+        f"https://127.0.0.1:{s.port}{path}",
+        data=body,
+        headers={"Content-Type": content_type},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as answer:
+            return int(answer.status), answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def review(operation: str = "CREATE", kind: str = "Pod", labelled: bool = True) -> dict[str, Any]:
+    labels = {names.PIPELINE_LABEL: "orders"} if labelled else {}
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": kind},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": operation,
+            "namespace": "elsewhere",
+            "userInfo": {"username": "mallory"},
+            "object": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "elsewhere", "labels": labels},
+                "spec": {"containers": [{"name": "app", "image": "x"}]},
+            },
+        },
+    }
+
+
+def test_the_api_server_still_injects(setup: Setup) -> None:
+    kubectl, ns = setup.cp.kubectl, setup.ns
+    kubectl("create", "secret", "generic", "kafka", "-n", ns, "--from-literal=sasl.password=x")
+    pipeline = consumer_pipeline(
+        "orders",
+        {
+            "mode": "inject",
+            "kafka": {"bootstrapServers": "kafka:9092", "secretRef": {"name": "kafka"}},
+            "source": {"topics": ["orders"]},
+            "processor": {"container": {"port": 8080}},
+            "sink": {"log": {}},
+        },
+    )
+    kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(pipeline))
+    wait_for(lambda: get(kubectl, "configmap", "orders-pipeline", "-n", ns), what="the ConfigMap")
+
+    def pod(name: str, labelled: bool) -> str:
+        labels = {names.PIPELINE_LABEL: "orders"} if labelled else {}
+        return yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "labels": labels,
+                    "annotations": {names.INJECT_ANNOTATION: "orders"},
+                },
+                "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}]},
+            }
+        )
+
+    kubectl("apply", "-n", ns, "-f", "-", input=pod("labelled", True))
+    got = get(kubectl, "pod", "labelled", "-n", ns)
+    assert [c["name"] for c in got["spec"].get("initContainers") or []] == [
+        names.INJECTED_CONTAINER
+    ]
+    # The application keeps its service account token; the injected worker, which never calls
+    # the API, gets an empty directory there (the API server then mounts no token into it).
+    token_dir = "/var/run/secrets/kubernetes.io/serviceaccount"
+    (worker,) = got["spec"]["initContainers"]
+    (app,) = got["spec"]["containers"]
+    volumes = {v["name"]: v for v in got["spec"]["volumes"]}
+    app_token = {m["mountPath"]: m["name"] for m in app.get("volumeMounts") or []}[token_dir]
+    assert "projected" in volumes[app_token]
+    (worker_token,) = [m for m in worker["volumeMounts"] if m["mountPath"] == token_dir]
+    assert "emptyDir" in volumes[worker_token["name"]]
+    # Without the label the API server does not even call the webhook (objectSelector).
+    kubectl("apply", "-n", ns, "-f", "-", input=pod("unlabelled", False))
+    assert not get(kubectl, "pod", "unlabelled", "-n", ns)["spec"].get("initContainers")
+
+
+@pytest.mark.parametrize(
+    "client", ["none", "another CA's"], ids=["no-client-cert", "foreign-client-cert"]
+)
+def test_a_caller_without_the_api_servers_certificate_is_refused(
+    setup: Setup, client: str, tmp_path: Path
+) -> None:
+    pair = None if client == "none" else CertificateAuthority("mallory").client("mallory")
+    with pytest.raises((ssl.SSLError, ConnectionError, urllib.error.URLError)):
+        call(setup, json.dumps(review()).encode(), client=pair, tmp=tmp_path)
+
+
+def test_what_the_webhook_does_not_handle_is_refused_before_kopf(
+    setup: Setup, tmp_path: Path
+) -> None:
+    me = setup.client
+
+    def status(body: Any, **kw: Any) -> tuple[int, str]:
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        return call(setup, raw, client=me, tmp=tmp_path, **kw)
+
+    assert status(review(), path="/other")[0] == 404
+    code, why = status(review(operation="UPDATE"))
+    assert code == 400 and "request.operation" in why
+    code, why = status(review(kind="Secret"))
+    assert code == 400 and "request.kind" in why
+    code, why = status({"kind": "Pod"})
+    assert code == 400 and "AdmissionReview" in why
+    assert status(b"{not json")[0] == 400
+    assert status(review(), content_type="text/plain")[0] == 415
+    assert status(b"x" * (MAX_REVIEW_BYTES + 1))[0] == 413
+    # kopf keeps a memo per uid for every non-CREATE review it handles: hundreds with fresh
+    # uids are refused before it, and a real review is still answered.
+    for _ in range(300):
+        assert status(review(operation="DELETE"))[0] == 400
+    code, answer = status(review(labelled=False))
+    assert code == 200 and json.loads(answer)["response"]["allowed"] is True
