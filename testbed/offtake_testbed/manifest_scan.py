@@ -114,7 +114,7 @@ def _children(body: JSON, config: OperatorConfig) -> list[JSON]:
         workload: JSON = yaml.safe_load(INJECT_WORKLOAD.read_text())
         workload["metadata"]["namespace"] = body["metadata"]["namespace"]
         template = workload["spec"]["template"]
-        pod, _ = inject.injected_pod(template, body, pipeline, config, token="scan")
+        pod, _ = inject.injected_pod(template, body, pipeline, config)
         workload["spec"]["template"] = pod
         return [*docs, workload]
     docs.append(
@@ -126,6 +126,8 @@ def _children(body: JSON, config: OperatorConfig) -> list[JSON]:
     docs.append(render.render_hpa(body, autoscaling, partitions=None))
     if render.uses_spark_connect(pipeline):
         docs.append(render.render_spark_connect(body, pipeline))
+        docs.append(render.render_spark_connect_token(body, "scan"))
+        docs.extend(render.render_spark_network_policies(body))
     dlq = dlq_topic_of(body["spec"])
     until = "2026-05-01T12:00:00Z"
     request = parse_redrive({"id": "scan", "from": dlq or "dlq", "until": until}, dlq)
