@@ -34,7 +34,7 @@ def _containers(body: dict[str, Any], config: OperatorConfig = CONFIG) -> dict[s
     """The worker container of each place it runs: the Deployment, injected, the redrive Job."""
     pipeline = parse_pipeline(worker_manifest(body))
     deployment = render.render_deployment(body, pipeline, config, replicas=1)
-    injected, _ = inject.injected_pod(POD, body, pipeline, config, token="t")
+    injected, _ = inject.injected_pod(POD, body, pipeline, config)
     request = parse_redrive({"id": "r1", "from": "dlq", "until": "2026-05-01T12:00:00Z"}, None)
     assert request is not None
     job = render.render_redrive_job(body, pipeline, config, request, "g.redrive")

@@ -161,7 +161,7 @@ def test_spark_pods_are_restricted_and_the_server_reads_the_token_from_its_secre
 def test_submit_conf_keys_that_would_escape_are_refused_by_name(key: str, mode: str) -> None:
     with pytest.raises(ConfigError) as err:
         pipeline({"format": "parquet", "path": "/x", "submit": {"mode": mode, "conf": {key: "x"}}})
-    assert f"sink.spark.submit.conf[{key!r}]" in str(err.value), str(err.value)
+    assert f"sink.spark.submit.conf[{json.dumps(key)}]" in str(err.value), str(err.value)
 
 
 def test_submit_conf_sizing_and_java_options_pass() -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from offtake.config._fields import ConfigError
+from offtake.config.client_properties import map_key
 
 __all__ = ["ALLOWED_KUBERNETES", "check_submit_conf"]
 
@@ -53,7 +54,7 @@ def check_submit_conf(conf: Mapping[str, str], field: str) -> None:
     """Raise ConfigError naming ``field[key]`` for the first key a pipeline may not set."""
     for key in sorted(conf):
         lowered = key.strip().lower()  # Spark's conf keys are case-sensitive; bypasses are not
-        where = f"{field}[{key!r}]"
+        where = map_key(field, key)
         if lowered.startswith("spark.kubernetes.") and lowered not in _ALLOWED_LOWER:
             raise ConfigError(
                 where,
