@@ -78,9 +78,15 @@ class WorkerProcess:
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProcess:
+        # The caller's PYTHONPATH stays (after the tests' own folders): run from a git worktree
+        # with PYTHONPATH=$PWD/worker, the child must import that checkout's offtake too, not
+        # the one the virtualenv's editable install points at.
+        inherited = os.environ.get("PYTHONPATH")
         env = {
             **os.environ,
-            "PYTHONPATH": f"{REPO / 'tests'}{os.pathsep}{REPO / 'examples'}",
+            "PYTHONPATH": os.pathsep.join(
+                [str(REPO / "tests"), str(REPO / "examples"), *([inherited] if inherited else [])]
+            ),
             **self.env,
         }
         self._out = self.log.open("ab")
