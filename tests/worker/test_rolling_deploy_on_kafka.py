@@ -243,13 +243,17 @@ def test_a_stop_while_a_rebalance_waits_commits_what_was_delivered(
     try:
         assert slow.slowing.wait(60), "the slow member never joined"
         window_ends = time.monotonic() + SLOW_REJOIN
-        time.sleep(1)  # the worker gives up half its partitions and rejoins
+        # The worker gives up half its partitions, then rejoins: its JoinGroup waits.
+        revoked = f"revoked {PARTITIONS - kept} partition(s)"
+        worker.wait_until(lambda: revoked in worker.output(), "its revoke", SLOW_REJOIN / 2)
         produce_to_each(kafka_broker.bootstrap, src, 10, 10)
         wait_delivered(kafka_broker.bootstrap, out, 10 * (PARTITIONS + kept), window_ends - 2)
         worker.signal(signal.SIGTERM)  # while its rejoin waits for the slow member
         code = worker.wait(60)
     finally:
         slow.stop()
+        if worker.proc is not None and worker.proc.poll() is None:  # failed before the stop
+            worker.kill()
     assert code == 0, worker.output()[-3000:]
     outputs = read_all(kafka_broker.bootstrap, out)
     delivered = Counter(json.loads(m.value())["id"] // 1000 for m in outputs)
