@@ -50,6 +50,10 @@ STALL_GRACE = 0.5
 BOUND_COMMIT_SPACING = 0.02  # at the bound: synchronous commits at most this often
 STAGE_QUEUE_TARGET = 2 * MAX_BATCH  # records queued for the processing thread: two polls
 DRAIN_STEP = 0.005
+# The commit before letting partitions go retries a refusal that a rebalance explains until the
+# drain budget is spent, and for at least this long even when the drain spent it: within the
+# 15 s the pod's grace period adds to the budget (operator names.GRACE_EXTRA_SECONDS).
+COMMIT_RETRY_FLOOR = 5.0
 EXIT_OK, EXIT_STOPPED_ON_ERROR, EXIT_FATAL = 0, 1, 3
 # Leaving the group at shutdown: the revoke it triggers may drain for up to the drain budget
 # again, so it gets the budget plus LEAVE_MARGIN before close(), and the watchdog ends the
@@ -112,6 +116,8 @@ class Worker:
         self._revoking: frozenset[TopicPartition] = frozenset()
         self._last_consume = 0.0
         self._last_bound_commit = 0.0
+        # Shutting down: until when the final commit (and the revoke close() brings) may retry.
+        self._final_commit_by: float | None = None
 
     # -- public -------------------------------------------------------------------------
     @property
@@ -339,23 +345,36 @@ class Worker:
         self.metrics.rebalances.labels("revoke").inc()
         self._revoking = frozenset(partitions)
         try:
+            deadline = time.monotonic() + self.spec.shutdown.drain_timeout_seconds
             if self._transactions is not None:
                 drained = self._commit_transaction()  # one transaction holds every partition
             else:
-                budget = self.spec.shutdown.drain_timeout_seconds
-                drained = self._drain(partitions, time.monotonic() + budget)
+                drained = self._drain(partitions, deadline)
             if not drained:
                 self.stage.abandon(partitions)
+            committed = True
             if self._transactions is None:
-                self.committer.commit(asynchronous=False, only=partitions)
+                # Synchronously, retried while a rebalance refuses it: only an acknowledged
+                # commit lets the next owner start past what was delivered here.
+                committed = self.committer.commit_before_release(
+                    partitions, self._commit_by(deadline)
+                )
             log.info(
-                "revoked %d partition(s)%s",
+                "revoked %d partition(s)%s%s",
                 len(partitions),
                 "" if drained else " (drain budget spent: unfinished records will be redelivered)",
+                "" if committed else " (uncommitted: their records since the last commit "
+                "will be redelivered)",
             )
         finally:
             self._release(partitions)
             self._revoking = frozenset()
+
+    def _commit_by(self, drain_deadline: float) -> float:
+        """Until when a commit before letting go may retry (see ``COMMIT_RETRY_FLOOR``)."""
+        if self._final_commit_by is not None:  # the revoke close() brings: shutdown's deadline
+            return self._final_commit_by
+        return max(drain_deadline, time.monotonic() + COMMIT_RETRY_FLOOR)
 
     def lost(self, partitions: set[TopicPartition]) -> None:
         # Another member may own these already: committing now could move its offsets.
@@ -490,7 +509,8 @@ class Worker:
             self.stage.close(max(0.0, deadline - time.monotonic()), join_timeout=1.0)
             self._apply_settled()
             if self._transactions is None:
-                self.committer.commit(asynchronous=False)
+                self._final_commit_by = self._commit_by(deadline)
+                self.committer.commit_before_release(None, self._final_commit_by)
         except Exception:
             log.exception("error during shutdown; closing the consumer")
             if self._exit_code == EXIT_OK:

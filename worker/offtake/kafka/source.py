@@ -37,10 +37,36 @@ _FATAL = -150
 COMMITTED_TIMEOUT = 5.0
 LEAVE_TIMEOUT = 10.0  # default bound on leaving the group before close() (see close)
 _LEAVE_POLL = 0.1
+# Why a commit can be refused now and land a moment later, the member still in the group: a
+# rebalance is under way (REBALANCE_IN_PROGRESS 27: the coordinator awaits the leader's
+# SyncGroup; ILLEGAL_GENERATION 22: the commit was answered after a join that moved the
+# generation on, see docs/worker.md; STALE_MEMBER_EPOCH 113, the same under KIP-848) or the
+# coordinator is moving or loading (7, 14, 15, 16; librdkafka's _TIMED_OUT -185, _TRANSPORT
+# -195, _WAIT_COORD -180). Not UNKNOWN_MEMBER_ID or FENCED_INSTANCE_ID: the group has moved on
+# without this member, and its partitions may belong to another already.
+_COMMIT_RETRIABLE = frozenset({7, 14, 15, 16, 22, 27, 113, -185, -195, -180})
 
 
 class SourceFatal(Exception):
     """A fatal Kafka error: the consumer cannot go on (fenced, authentication, ...)."""
+
+
+class CommitRefused(Exception):
+    """A commit the broker (or librdkafka) refused; the message is Kafka's own.
+
+    ``retriable``: a rebalance or a coordinator move explains it, and the same commit can land
+    once that is over (see ``_COMMIT_RETRIABLE``).
+    """
+
+    def __init__(self, reason: str, retriable: bool) -> None:
+        super().__init__(reason)
+        self.retriable = retriable
+
+    @classmethod
+    def of(cls, error: Any) -> CommitRefused:
+        """From a KafkaError (or whatever else a commit raised)."""
+        code = error.code() if callable(getattr(error, "code", None)) else None
+        return cls(str(error), code in _COMMIT_RETRIABLE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,14 +240,25 @@ class KafkaSource:
 
     # -- offsets ---------------------------------------------------------------------------
     def commit(self, offsets: dict[TopicPartition, int], asynchronous: bool) -> None:
-        """Commit offsets; the result reaches ``listener.committed``. Raises if refused now."""
+        """Commit offsets; the result reaches ``listener.committed``.
+
+        Raises :class:`CommitRefused` if refused now: an asynchronous commit that cannot be
+        sent, or a synchronous one the broker refused, wholly or for some partition (those it
+        accepted reach the listener first).
+        """
         native = [
             self._clients.topic_partition(tp.topic, tp.partition, offset)
             for tp, offset in offsets.items()
         ]
-        result = self._c.commit(offsets=native, asynchronous=asynchronous)
+        try:
+            result = self._c.commit(offsets=native, asynchronous=asynchronous)
+        except Exception as exc:  # KafkaException, carrying the KafkaError
+            raise CommitRefused.of(exc.args[0] if exc.args else exc) from exc
         if not asynchronous and result is not None:
             self._on_commit(None, result)
+            refused = [p.error for p in result if getattr(p, "error", None) is not None]
+            if refused:
+                raise CommitRefused.of(refused[0])
 
     def log_end(self, tp: TopicPartition) -> int | None:
         """The partition's log-end offset as last fetched (no broker round trip), if known."""
