@@ -55,10 +55,11 @@ DRAIN_STEP = 0.005
 # 15 s the pod's grace period adds to the budget (operator names.GRACE_EXTRA_SECONDS).
 COMMIT_RETRY_FLOOR = 5.0
 EXIT_OK, EXIT_STOPPED_ON_ERROR, EXIT_FATAL = 0, 1, 3
-# Leaving the group at shutdown: the revoke it triggers may drain for up to the drain budget
-# again, so it gets the budget plus LEAVE_MARGIN before close(), and the watchdog ends the
-# process (offtake.engine.watchdog.EXIT_WATCHDOG) if the Kafka client has not returned by the
-# budget plus WATCHDOG_MARGIN (docs/worker.md, shutdown).
+# Leaving the group at shutdown gets what is left of the drain budget plus LEAVE_MARGIN (the
+# revoke it triggers finds the work drained and committed), and the watchdog ends the process
+# (offtake.engine.watchdog.EXIT_WATCHDOG) if the Kafka client has not returned by the budget
+# plus WATCHDOG_MARGIN, both counted from the stop: inside the pod's grace period, the budget
+# plus 15 s (docs/worker.md, shutdown).
 LEAVE_MARGIN = 5.0
 WATCHDOG_MARGIN = 10.0
 
@@ -517,10 +518,13 @@ class Worker:
                 self._exit_code = EXIT_FATAL
         finally:
             self._revoking = frozenset(self.tracker.partitions())
+            # Counted from the stop, not from here: the pod's grace period (the budget + 15 s)
+            # runs from the SIGTERM, and the drain and final commit may have used the budget.
+            left = max(0.0, deadline - time.monotonic())
             with watchdog_armed(
-                budget + WATCHDOG_MARGIN, "leaving the group (unsubscribe, revoke, close)"
+                left + WATCHDOG_MARGIN, "leaving the group (unsubscribe, revoke, close)"
             ):
-                self.source.close(leave_timeout=budget + LEAVE_MARGIN)
+                self.source.close(leave_timeout=left + LEAVE_MARGIN)
             # The processing thread has stopped (or gave up its join): the sink is ours now.
             self.sink.close()
             self.processor.close()
