@@ -31,6 +31,11 @@ class StopSignals:
         self._stop: Callable[[str], None] | None = None
 
     def install(self) -> StopSignals:
+        """Handle SIGTERM and SIGINT from now on. Only the main thread may set handlers (and
+        only it receives signals): called elsewhere (a test running ``main`` on a thread),
+        this leaves them as they are."""
+        if threading.current_thread() is not threading.main_thread():
+            return self
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         return self
