@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer
 from support.workers import (
     WorkerProcess,
     committed,
@@ -104,3 +105,55 @@ def test_sigterm_while_the_broker_is_unreachable_exits_0_at_once(tmp_path: Path)
     assert "received SIGTERM while waiting for Kafka: exiting before the first assignment" in log
     assert "no Kafka broker reachable" not in log, "the stop is not reported as a failure"
     assert took < 5, f"exited {took:.1f}s after SIGTERM, not at its next check"
+
+
+def test_sigterm_while_joining_the_group_exits_0_having_consumed_and_committed_nothing(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    """Subscribed, not yet assigned: the join is held by a member that does not poll.
+
+    With an eager assignor a rebalance waits until every member has given its partitions up,
+    which a member does only inside its own poll: this one joined, took the partitions and
+    stopped polling, so the worker's join is held (for the member's max.poll.interval.ms).
+    """
+    src, out = topic_factory(2), topic_factory(1)
+    produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(100)))
+    doc = manifest("joining", kafka_broker.bootstrap, [src], sink={"kafka": {"topic": out}})
+    doc["spec"]["kafka"]["config"]["partition.assignment.strategy"] = "range"
+    doc["spec"]["shutdown"] = {"drainTimeoutSeconds": 3}
+    group = doc["spec"]["source"]["groupId"]
+    holder = Consumer(
+        {
+            "bootstrap.servers": kafka_broker.bootstrap,
+            "group.id": group,
+            "partition.assignment.strategy": "range",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000,
+            "max.poll.interval.ms": 60000,
+        }
+    )
+    assigned: list[Any] = []
+    holder.subscribe([src], on_assign=lambda _c, parts: assigned.extend(parts))
+    deadline = time.monotonic() + 30
+    while not assigned:
+        assert time.monotonic() < deadline, "the holding member was never assigned"
+        holder.poll(0.2)  # not consume(): a record taken here would count as consumed
+    worker = WorkerProcess(write_manifest(tmp_path / "p.yaml", doc), tmp_path / "w.log").start()
+    try:
+        worker.wait_until(lambda: "worker started" in worker.output(), "the subscription", 60)
+        time.sleep(2)  # the JoinGroup is in and held
+        worker.signal(signal.SIGTERM)
+        code = worker.wait(30)
+    finally:
+        if worker.proc is not None and worker.proc.poll() is None:
+            worker.kill()
+        holder.close()
+    log = worker.output()
+    assert code == 0, log[-3000:]
+    assert "stopped before the first assignment: nothing consumed, nothing committed" in log, (
+        log[-3000:]
+    )
+    assert "Traceback" not in log, log[-3000:]
+    assert all(offset < 0 for offset in committed(kafka_broker.bootstrap, group, src, 2).values())
+    assert end_offsets(kafka_broker.bootstrap, out, 1) == {0: 0}, "nothing was consumed"
