@@ -2,7 +2,7 @@
  *
  *   forwarder BOOTSTRAP INPUT OUTPUT GROUP
  *
- * Same at-least-once algorithm as the hand-written Python loop, without Python: poll up to
+ * The at-least-once algorithm of the bench's first hand-written Python loop: poll up to
  * MAX_BATCH records or for MAX_BATCH_MS, produce each (key, value and headers copied),
  * flush, commit the consumed positions synchronously; until SIGTERM, then commit
  * what was flushed and leave the group. Built by the bench into its cache at run time from

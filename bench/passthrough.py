@@ -5,12 +5,13 @@
 One command, one real Apache Kafka broker (offtake_testbed.kafka), the same input data for
 every contender, each run as its own process:
 
-- ``c``: a librdkafka forwarder in C (bench/forwarder.c), the ceiling: the hand-written
-  loop's algorithm without Python. Built at run time into the cache from Debian's
-  librdkafka-dev (installed with apt-get when missing and allowed); skipped with a printed
-  reason when that fails. Pass-through only;
-- ``loop``: the confluent-kafka loop people write by hand (consume a batch of 500, produce
-  each, flush, commit synchronously);
+- ``c``: a librdkafka forwarder in C (bench/forwarder.c), a ceiling without Python: consume
+  a batch, produce each, flush, commit synchronously (the bench's earlier loop, in C). Built
+  at run time into the cache from Debian's librdkafka-dev (installed with apt-get when missing
+  and allowed); skipped with a printed reason when that fails. Pass-through only;
+- ``loop``: the careful confluent-kafka loop an experienced user writes by hand (issue 24):
+  ``consume(1000)``, orjson for JSON, produce each, ``flush()``, then an asynchronous commit of
+  the batch's offsets;
 - ``quix``: Quix Streams, ``app.dataframe(topic).to_topic(out)``, at-least-once;
 - ``arroyo``: Sentry's Arroyo, Produce then CommitOffsets (RunTask, or
   RunTaskWithMultiprocessing for parallelism 2, in front);

@@ -14,7 +14,7 @@ def tracker_with(offsets: range) -> tuple[OffsetTracker, int]:
     t = OffsetTracker()
     epoch = t.assign(TP)
     for o in offsets:
-        t.register(TP, o, 100, 1_000 + o)
+        t.register_batch(TP, [o], 100, 1_000 + o)  # a chunk per record
     return t, epoch
 
 
@@ -57,7 +57,7 @@ def test_stale_completions_after_reassignment_are_ignored() -> None:
     new = t.assign(TP)  # revoked and assigned again: in-flight work of `old` is stale
     assert t.inflight_messages == 0
     assert t.done(TP, 0, old) is False
-    t.register(TP, 7, 10, None)
+    t.register_batch(TP, [7], 10, None)
     assert t.done(TP, 7, new) is True
     assert t.position(TP) == 8
 

@@ -11,16 +11,19 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
 from collections.abc import Mapping
-from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from offtake.config import ConfigError, PipelineSpec, load_pipeline, parse_pipeline, read_manifest
-from offtake.redact import redact
+from offtake.stop_signals import StopSignals
+
+if TYPE_CHECKING:
+    from offtake.config import PipelineSpec
+
+# Nothing slow is imported above (offtake.config brings yaml and the spec): `offtake worker`
+# takes SIGTERM from its first moment (offtake.stop_signals); each command imports what it uses.
 
 EXIT_CONFIG = 2
 
@@ -35,6 +38,9 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    # Before the manifest is read: a pod may be stopped at any moment of its start.
+    signals = StopSignals().install() if words[:1] == ["worker"] else None
     parser = argparse.ArgumentParser(
         prog="offtake", description="Kafka consumer pipelines done right."
     )
@@ -116,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         return _validate(args.pipeline)
     if args.command == "status":
         return _status(args)
-    return _worker(args)
+    return _worker(args, signals or StopSignals().install())
 
 
 def _drain(port: int, timeout: float) -> int:
@@ -163,6 +169,7 @@ def _spark_archive(directory: str | None, force: bool) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from offtake import status
+    from offtake.config import ConfigError, load_pipeline
 
     try:
         spec = load_pipeline(args.pipeline)
@@ -187,7 +194,7 @@ def _redrive(args: argparse.Namespace) -> int:
     """Exit 0 with a JSON summary on stdout; 2 for bad input (naming the option), 3 for Kafka."""
     import json
 
-    from offtake.config import parse_until, redrive_group
+    from offtake.config import ConfigError, load_pipeline, parse_until, redrive_group
     from offtake.config.redrive import parse_redrive
     from offtake.logs import configure_logging
 
@@ -244,6 +251,7 @@ def group_instance_id(spec: PipelineSpec, given: str | None) -> str | None:
 def _validate(path: str) -> int:
     """Check offline all that can be: the CRD's schema and CEL rules (what the API server will
     say), the worker's own checks, and the processing function's import. Report every problem."""
+    from offtake.config import ConfigError, parse_pipeline, read_manifest
     from offtake.config.crd_check import crd_problems
     from offtake.processing.function import FunctionLoadError, load_function
 
@@ -315,7 +323,8 @@ def _processor_function(doc: Mapping[str, Any]) -> str | None:
     return function if isinstance(function, str) else None
 
 
-def _worker(args: argparse.Namespace) -> int:
+def _worker(args: argparse.Namespace, signals: StopSignals) -> int:
+    from offtake.config import ConfigError, load_pipeline
     from offtake.logs import configure_logging
 
     try:
@@ -325,6 +334,8 @@ def _worker(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     configure_logging(args.log_level, spec.name)
     log = logging.getLogger("offtake.cli")
+    if signals.received is not None:
+        return _stopped_starting(log, signals, "before building the pipeline", None)
 
     from offtake.engine import watchdog
     from offtake.engine.assembly import build_worker
@@ -344,16 +355,18 @@ def _worker(args: argparse.Namespace) -> int:
     except (FunctionLoadError, ConfigError, ValueError) as exc:
         print(f"offtake: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    signals.forward_to(worker.stop)  # a signal that came meanwhile stops it now
+    if worker.stopping.is_set():
+        return _stopped_starting(log, signals, "while building the pipeline", worker)
     port = spec.metrics.port if args.metrics_port is None else args.metrics_port
-    finished = threading.Event()  # worker.run() returned: drained, committed, out of the group
-    signalled = threading.Event()
     drain_requested = threading.Event()
     drain_budget = float(spec.shutdown.drain_timeout_seconds) + 15.0
 
     def drain() -> tuple[bool, str]:
         drain_requested.set()
         worker.stop("drain requested (the application container is stopping)")
-        if finished.wait(drain_budget):
+        # signals.finished: worker.run() returned (drained, committed, out of the group).
+        if signals.finished.wait(drain_budget):
             return True, "drained"
         return False, f"still draining after {drain_budget:.0f} s"
 
@@ -376,46 +389,37 @@ def _worker(args: argparse.Namespace) -> int:
         )
         return EXIT_CONFIG
     log.info("metrics, /healthz and /readyz on port %d", server.port)
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        signalled.set()
-        if finished.is_set():
-            return  # drained on request: the signal only ends the wait below
-        if worker_stopping[0]:
-            # A second signal: the operator (or a person) wants out now, drain or not.
-            os._exit(128 + signum)
-        worker_stopping[0] = True
-        worker.stop(f"received {signal.Signals(signum).name}")
-
-    worker_stopping = [False]
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    if not _reach_kafka(spec, instance_id, worker.stopping, log):
-        server.stop()
-        return 0 if worker.stopping.is_set() else EXIT_FATAL
-    if not _retry_topics_exist(spec, instance_id, log):
-        server.stop()
-        return EXIT_FATAL
-    wait_ready = getattr(worker.processor, "wait_ready", None)
-    if wait_ready is not None and not wait_ready(timeout=120.0, abort=worker.stopping):
-        server.stop()
-        if worker.stopping.is_set():
-            return 0  # stopped before it started: nothing consumed, nothing to drain
-        reason = getattr(worker.processor, "not_ready_reason", "") or "no reason given"
-        print(
-            f"offtake: the processor container (spec.processor.container) did not become "
-            f"ready: {reason}",
-            file=sys.stderr,
-        )
-        return EXIT_FATAL
     try:
+        if not _reach_kafka(spec, instance_id, worker.stopping, log):
+            if worker.stopping.is_set():
+                return _stopped_starting(log, signals, "while waiting for Kafka", worker)
+            return EXIT_FATAL
+        if not _retry_topics_exist(spec, instance_id, log):
+            return EXIT_FATAL
+        wait_ready = getattr(worker.processor, "wait_ready", None)
+        if wait_ready is not None and not wait_ready(timeout=120.0, abort=worker.stopping):
+            if worker.stopping.is_set():
+                return _stopped_starting(
+                    log, signals, "while waiting for the processor container", worker
+                )
+            reason = getattr(worker.processor, "not_ready_reason", "") or "no reason given"
+            print(
+                f"offtake: the processor container (spec.processor.container) did not become "
+                f"ready: {reason}",
+                file=sys.stderr,
+            )
+            return EXIT_FATAL
+        if worker.stopping.is_set():
+            return _stopped_starting(log, signals, "before joining the group", worker)
+        # From here a stop before the first assignment is the worker's own graceful stop: it
+        # leaves the group having consumed nothing, and says so (Worker._shutdown).
         code = worker.run()
-        finished.set()
-        if drain_requested.is_set() and not signalled.is_set():
+        signals.finished.set()
+        if drain_requested.is_set() and not signals.signalled.is_set():
             # Drained through /drain while the pod terminates: a native sidecar that exits is
             # restarted, so stay (idle, out of the group) until the kubelet's SIGTERM.
             log.info("drained on request; waiting for SIGTERM")
-            signalled.wait()
+            signals.signalled.wait()
         return code
     except SinkError as exc:  # the sink refused to start; its message says why, no traceback
         log.error("%s", exc)
@@ -426,7 +430,30 @@ def _worker(args: argparse.Namespace) -> int:
         print(f"offtake: worker failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FATAL
     finally:
+        signals.finished.set()  # a signal from now on only ends the process's last waits
         server.stop()
+
+
+def _stopped_starting(log: logging.Logger, signals: StopSignals, when: str, worker: Any) -> int:
+    """A stop (a signal, or /drain) came during start-up: exit 0, nothing consumed or committed.
+
+    The consumer never subscribed, so there is nothing to drain or commit and no group to
+    leave; the parts already built (the processor's pool or sidecar client, the sink) close.
+    """
+    reason = signals.reason or "stop requested"  # no signal: /drain asked for it
+    log.info(
+        "%s %s: exiting before the first assignment, nothing consumed, nothing committed "
+        "(exit code 0)",
+        reason,
+        when,
+    )
+    if worker is not None:
+        for close in (worker.processor.close, worker.sink.close):
+            try:
+                close()
+            except Exception as exc:  # exiting anyway: say what did not close cleanly
+                log.warning("closing after a stop during start-up: %s", exc)
+    return 0
 
 
 def _reach_kafka(
@@ -441,6 +468,7 @@ def _reach_kafka(
     """
     from offtake.kafka.config import consumer_config
     from offtake.kafka.real import reach_brokers
+    from offtake.redact import redact
 
     servers, timeout = spec.kafka.bootstrap_servers, spec.kafka.connect_timeout_seconds
     log.info("connecting to Kafka at %s (for up to %.0f s)", redact(servers), timeout)

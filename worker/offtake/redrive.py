@@ -195,14 +195,6 @@ def read_progress(
         consumer.close()
 
 
-def topic_exists(config: Mapping[str, Any], topic: str, timeout: float = 10.0) -> bool:
-    consumer = Consumer({k: v for k, v in config.items() if k != "group.id"} | {"group.id": "-"})
-    try:
-        return _partitions(consumer, topic, timeout) is not None
-    finally:
-        consumer.close()
-
-
 Headers = list[tuple[str, str | bytes | None]]
 
 

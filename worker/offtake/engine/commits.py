@@ -28,9 +28,11 @@ RETRY_MAX_PAUSE = 0.5
 
 
 class Committer:
-    """Commits the consumer's offsets (at-least-once)."""
+    """Commits the consumer's offsets (at-least-once).
 
-    transactional = False  # see offtake.engine.transactions for the exactly-once committer
+    Exactly-once commits them inside the sink's transaction instead: the subclass
+    :class:`offtake.engine.transactions.TransactionCommitter`.
+    """
 
     def __init__(
         self,

@@ -1,20 +1,27 @@
 """Which offset of each partition may be committed, when work finishes out of order.
 
 For every assigned partition the tracker keeps the records consumed and not yet committed.
-A record is *pending* until its sink (or the DLQ, or the skip policy) reports it done. The
-commit position of a partition is the lowest pending offset, or one past the last consumed
-offset when nothing is pending: every record below it is done, so committing it loses
-nothing (at-least-once), and records done above a pending one wait for it.
+A record is *pending* until it is settled: its sink reported it written, or the error policy
+dead-lettered it, skipped it, or sent it to a retry topic (:meth:`OffsetTracker.done`,
+:meth:`OffsetTracker.done_many`). The commit position of a partition is the lowest pending
+offset, or one past the last consumed offset when nothing is pending: every record below it
+is settled, so committing it loses nothing (at-least-once), and records settled above a
+pending one wait for it. A record the stop policy gave up on (:meth:`OffsetTracker.fail`)
+caps the position for good. The committer (``commits.py``; exactly-once: ``transactions.py``)
+commits :meth:`OffsetTracker.commit_positions` and reports what the broker acknowledged to
+:meth:`OffsetTracker.committed`.
 
 Records stay counted as in flight until the broker acknowledged a commit past them, not merely
-until they are done: that is what bounds the duplicates after a crash by the in-flight limit.
+until they are settled: that is what bounds the duplicates after a crash by the in-flight
+limit (``limits.maxInFlightMessages``).
 
 Batch-first: the unit of bookkeeping is a *chunk*, the records of one partition taken from
-one poll (:meth:`OffsetTracker.register_batch`). A chunk settled as a whole
-(:meth:`OffsetTracker.done_chunk`, the common case: every record of it delivered) costs one
-update, whatever its size; a record settled on its own (dead-lettered, dropped, retried, or
-delivered apart from its neighbours) marks just its offset. No object is kept per record: a
-chunk holds its offsets as one list, its byte count and its first timestamp.
+one poll (:meth:`OffsetTracker.register_batch`). The next run of a chunk's offsets settled in
+order (:meth:`OffsetTracker.done_many`, the common case: a sink batch of it delivered) costs
+one update, whatever its size; a record settled on its own (dead-lettered, dropped, retried,
+or delivered apart from its neighbours) marks just its offset. No object is kept per record: a
+chunk holds its offsets as one list, its byte count and its first timestamp, and a set only
+of the offsets settled out of order.
 """
 
 from __future__ import annotations
@@ -151,10 +158,6 @@ class OffsetTracker:
         return list(self._parts)
 
     # -- records ----------------------------------------------------------------------------
-    def register(self, tp: TopicPartition, offset: int, size: int, timestamp: int | None) -> int:
-        """One record was consumed: pending until done. Returns the partition's epoch."""
-        return self.register_batch(tp, [offset], size, timestamp)
-
     def register_batch(
         self, tp: TopicPartition, offsets: list[int], size: int, timestamp: int | None
     ) -> int:

@@ -32,8 +32,6 @@ log = logging.getLogger("offtake.transactions")
 
 
 class TransactionCommitter(Committer):
-    transactional = True
-
     def __init__(
         self,
         source: KafkaSource,

@@ -484,6 +484,10 @@ class Worker:
             self._stop_reason or "stopped",
             budget,
         )
+        if not self._assigned_once:
+            # Stopped while joining the group: the tracker is empty, so the drain and the
+            # final commit below have nothing to do. Said plainly for whoever reads the log.
+            log.info("stopped before the first assignment: nothing consumed, nothing committed")
         deadline = time.monotonic() + budget
         try:
             # Stop fetching; keep the group until we commit. Not backpressure: say nothing.

@@ -29,13 +29,6 @@ class MessageLike(Protocol):
     def timestamp(self) -> tuple[int, int]: ...
 
 
-class TopicPartitionLike(Protocol):
-    topic: str
-    partition: int
-    offset: int
-    error: KafkaErrorLike | None
-
-
 AssignCallback = Callable[[Any, list[Any]], None]
 
 

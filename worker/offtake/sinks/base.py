@@ -1,22 +1,30 @@
 """The sink contract: where processed records go, and how a sink says they arrived.
 
 A sink receives :class:`SinkItem` objects (one source record and the values processing made
-of it) through :meth:`Sink.submit` and later reports each item done, or failed, through the
-``on_complete`` callback. The engine commits a source offset only after that report, so
-"done" must mean durably written: a Kafka delivery report, a Spark job that succeeded.
+of it) through :meth:`Sink.submit` or :meth:`Sink.submit_batch` and later reports each item
+done, or failed. The engine commits a source offset only after that report, so "done" must
+mean durably written: a Kafka delivery report, a Spark job that succeeded.
 
-Record sinks (Kafka) complete items one by one; batch sinks (Spark) collect items and complete
-a whole batch at once when its job succeeds. Both fit the same calls, so the engine has no
-special case for either:
+There are three ways to report, one per way of handing work over (issue 24 item 2 is to make
+them one): ``on_complete`` for one item (:meth:`Sink.complete`), ``on_complete_batch`` for
+items completed together (:meth:`Sink.complete_batch`), and ``on_forwarded`` for a
+:class:`Forward` (:meth:`Sink.complete_forward`). The log sink completes each item inside
+``submit``; the Kafka sink completes the items of one partition handed over together with one
+``complete_batch`` once every delivery report of their values is in, and a forward with one
+``complete_forward``; the Spark sink collects items and completes a whole batch when its job
+succeeded. The calls:
 
 - ``submit`` hands over an item; it must not block for long (the processing thread calls it).
   ``submit_batch`` hands over several at once (the engine's unit: one poll's records of a
-  partition); a sink that can account for them together completes them with one
+  partition, in slices); a sink that can account for them together completes them with one
   ``complete_batch`` instead of a report per item. The default submits them one by one.
-- ``poll`` lets the sink make progress and fire callbacks (the engine loop calls it often);
-  a batch sink starts a job here once a batch reaches its bounds.
+- ``forward`` (a sink with :attr:`Sink.forwards`: Kafka without a schema) writes consumed
+  records unchanged, for pass-through; no :class:`SinkItem` is made for them.
+- ``poll`` lets the sink make progress and fire callbacks (the processing thread calls it
+  between batches); a batch sink starts a job here once a batch reaches its bounds.
 - ``drain`` completes what was submitted for the given partitions (all when None) within a
-  timeout: a batch sink closes its open batches now. Used on revoke and shutdown.
+  timeout: a batch sink closes its open batches now. Used on revoke, on shutdown and before
+  each exactly-once transaction commit.
 - ``abandon`` drops the unfinished items of partitions this worker no longer owns.
 - ``close`` releases resources after the final drain; calling it again does nothing.
 
@@ -26,9 +34,10 @@ What the engine relies on (tests/contract/test_sink_contract.py runs it on every
   first. An item with several values (one record the processor turned into many) completes
   once, when all of them are written. A ``submit`` that raises gives the item back: it never
   completes (the engine gives it up itself; values sent before the error may be written).
-- ``on_complete`` runs only inside the sink's own ``submit``, ``poll`` or ``drain``, on the
-  thread that called it, never on a thread of the sink's own; so the engine chooses where its
-  callback runs (the processing thread and the poll loop both call ``poll``).
+- Every report (``on_complete``, ``on_complete_batch``, ``on_forwarded``) runs only inside the
+  sink's own ``submit``, ``submit_batch``, ``forward``, ``poll`` or ``drain``, on the thread
+  that called it, never on a thread of the sink's own; so the engine chooses where its
+  callbacks run: in the engine the processing thread makes all of those calls.
 - ``drain`` returns once every item of those partitions has completed (True), or when the
   timeout has passed (False, to be called again).
 - An abandoned item never completes; items of other partitions are untouched, and the
