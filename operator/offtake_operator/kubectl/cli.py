@@ -189,15 +189,12 @@ def _change(cluster: Cluster, args: argparse.Namespace, out: TextIO) -> int:
     elif args.command == "resume":
         goal = actions.resume(cluster, name)
     elif args.command == "scale":
-        cluster.pipeline(name)  # its own message for a missing pipeline, before the subresource
         goal = actions.scale(cluster, name, args.replicas)
     elif args.command == "rewind":
         if (args.to == "timestamp") != (args.timestamp is not None):
             raise PluginError("rewind: --timestamp goes with --to timestamp, and only with it")
-        cluster.pipeline(name)
         goal = actions.rewind(cluster, name, args.id or _new_id("rewind"), args.to, args.timestamp)
     else:
-        cluster.pipeline(name)
         until = args.until or datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         goal = actions.redrive(cluster, name, args.id or _new_id("redrive"), until, args.source)
     out.write(f"consumerpipeline/{name} patched: waiting until {goal.what}\n")

@@ -33,6 +33,7 @@ REQUEST_TIMEOUT = 10.0
 # turned into plain JSON (:meth:`Cluster.plain`) before anything reads them.
 client: Any = kubernetes.client
 config: Any = kubernetes.config
+CRD = f"{names.PLURAL}.{names.GROUP}/{names.VERSION}"
 
 
 @dataclass(frozen=True)
@@ -115,14 +116,28 @@ class Cluster:
             )
         )
 
-    def pipeline(self, name: str) -> JSON:
+    def _on_pipeline(self, name: str, call: Callable[[], Any]) -> JSON:
+        """A call about pipeline ``name``, its absence said the same way by every command."""
         try:
-            return self.get_custom(names.GROUP, names.VERSION, names.PLURAL, name)
+            return dict(self._call(f"ConsumerPipeline {name!r}", call, crd=CRD))
         except NotFoundError:
             raise NotFoundError(
                 f"no ConsumerPipeline {name!r} in namespace {self.namespace} "
                 "(kubectl get cpl lists them; -n picks another namespace)"
             ) from None
+
+    def pipeline(self, name: str) -> JSON:
+        return self._on_pipeline(
+            name,
+            lambda: self.custom.get_namespaced_custom_object(
+                names.GROUP,
+                names.VERSION,
+                self.namespace,
+                names.PLURAL,
+                name,
+                _request_timeout=REQUEST_TIMEOUT,
+            ),
+        )
 
     def pipelines(self) -> list[JSON]:
         listed = self._call(
@@ -134,31 +149,29 @@ class Cluster:
                 names.PLURAL,
                 _request_timeout=REQUEST_TIMEOUT,
             ),
-            crd=f"{names.PLURAL}.{names.GROUP}/{names.VERSION}",
+            crd=CRD,
         )
         return sorted(listed.get("items") or [], key=lambda p: p["metadata"]["name"])
 
     def patch_pipeline(self, name: str, body: JSON) -> JSON:
         """A merge patch of the pipeline (RBAC, admission, GitOps drift and audit all see it)."""
-        return dict(
-            self._call(
-                f"ConsumerPipeline {name!r}",
-                lambda: self.custom.patch_namespaced_custom_object(
-                    names.GROUP,
-                    names.VERSION,
-                    self.namespace,
-                    names.PLURAL,
-                    name,
-                    body,
-                    _request_timeout=REQUEST_TIMEOUT,
-                ),
-            )
+        return self._on_pipeline(
+            name,
+            lambda: self.custom.patch_namespaced_custom_object(
+                names.GROUP,
+                names.VERSION,
+                self.namespace,
+                names.PLURAL,
+                name,
+                body,
+                _request_timeout=REQUEST_TIMEOUT,
+            ),
         )
 
     def scale_pipeline(self, name: str, replicas: int) -> None:
         """Through the scale subresource, as ``kubectl scale cpl`` (its own RBAC verb)."""
-        self._call(
-            f"ConsumerPipeline {name!r} (scale)",
+        self._on_pipeline(
+            name,
             lambda: self.custom.patch_namespaced_custom_object_scale(
                 names.GROUP,
                 names.VERSION,
