@@ -46,6 +46,8 @@ COMMANDS = ["status", "dlq", "pause", "resume", "scale", "rewind", "redrive"]
 def run(cp: ControlPlane, ns: str, *args: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     code = cli.main([*args, "--kubeconfig", str(cp.kubeconfig), "-n", ns], out=out, err=err)
+    # The session as a terminal shows it: pytest prints it with a failure (and with -s).
+    print(f"$ kubectl offtake {' '.join(args)}\n{out.getvalue()}{err.getvalue()}[exit {code}]")
     return code, out.getvalue(), err.getvalue()
 
 
@@ -265,7 +267,7 @@ def test_a_session_on_kafka(
             control_plane, ns, "rewind", "kp", "--to", "latest", "--id", "r1", "--timeout", "120"
         )
         assert code == 0 and out.endswith("done: rewind r1 done\n"), err + out
-        assert "Rewinding" in out
+        assert f"rewind r1: reset 2 partition(s) of group e2e.{source} to latest" in out
         assert status(kubectl, ns, "kp")["rewind"]["lastId"] == "r1"
     assert not kubelet.errors, kubelet.errors
 
