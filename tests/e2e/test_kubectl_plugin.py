@@ -258,7 +258,8 @@ def test_a_session_on_kafka(
         assert (
             out.splitlines()[0] == "consumerpipeline/kp patched: waiting until redrive fix-1 done"
         )
-        assert "redrive {'activeId': 'fix-1'" in out
+        assert f"Running, 2/2 ready: redrive fix-1 of {dlq} until {until}: Job kp-redrive" in out
+        assert f"replayed {len(POISON)} dead letter(s), left 0 newer than until" in out
         assert out.endswith("done: redrive fix-1 done\n")
         assert status(kubectl, ns, "kp")["redrive"]["replayed"] == len(POISON)
 

@@ -25,6 +25,8 @@ class Goal:
 
     what: str
     done: Callable[[Mapping[str, Any]], bool]
+    #: The status part the operator reports this change's steps in (rewind, redrive), if any.
+    part: str | None = None
 
 
 def _ready(st: Mapping[str, Any], replicas: int) -> bool:
@@ -64,6 +66,7 @@ def rewind(cluster: Cluster, name: str, rewind_id: str, to: str, timestamp: str 
     return Goal(
         f"rewind {rewind_id} done",
         lambda st: (st.get("rewind") or {}).get("lastId") == rewind_id,
+        "rewind",
     )
 
 
@@ -75,24 +78,18 @@ def redrive(cluster: Cluster, name: str, redrive_id: str, until: str, source: st
     return Goal(
         f"redrive {redrive_id} done",
         lambda st: (st.get("redrive") or {}).get("lastId") == redrive_id,
+        "redrive",
     )
 
 
-def _progress(st: Mapping[str, Any]) -> str:
-    parts = [
-        f"{st.get('phase', 'Unknown')}",
-        f"{st.get('readyReplicas', 0)}/{st.get('replicas', 0)} ready",
-    ]
-    if st.get("message"):
-        parts.append(str(st["message"]))
-    for key in ("rewind", "redrive"):
-        sub = st.get(key) or {}
-        if sub.get("activeId") or sub.get("message"):
-            shown = {
-                k: sub[k] for k in ("activeId", "lastId", "replayed", "left", "message") if k in sub
-            }
-            parts.append(f"{key} {shown}")
-    return "  ".join(parts)
+def _progress(st: Mapping[str, Any], part: str | None) -> str:
+    line = (
+        f"{st.get('phase', 'Unknown')}, {st.get('readyReplicas', 0)}/{st.get('replicas', 0)} ready"
+    )
+    # The step of a rewind or redrive says more than the workers' count while it runs.
+    step = (st.get(part) or {}).get("message") if part else None
+    message = step or st.get("message")
+    return f"{line}: {message}" if message else line
 
 
 def follow(
@@ -105,7 +102,7 @@ def follow(
     last = ""
     while True:
         st = manifest.get("status") or {}
-        line = _progress(st)
+        line = _progress(st, goal.part)
         if line != last:
             write(f"{time.strftime('%H:%M:%S')}  {line}\n")
             last = line

@@ -146,13 +146,16 @@ def render(report: Mapping[str, Any], kafka_error: str | None) -> str:
             "(everything else comes from the API server)"
         )
     if report["partitions"] is not None:
+        rows = report["partitions"]
+        tw = max([5, *(len(p["topic"]) for p in rows)])
+        ow = max([5, *(len(_cell(p["owner"])) for p in rows)])
         lines.append(
-            f"{'topic':<28} {'part':>4} {'owner':<24} {'committed':>10} {'log end':>10} "
-            f"{'lag':>8} {'lag s':>7}"
+            f"{'TOPIC':<{tw}} {'PART':>4} {'OWNER':<{ow}} {'COMMITTED':>10} {'LOG END':>10} "
+            f"{'LAG':>8} {'LAG(S)':>7}"
         )
-        for p in report["partitions"]:
+        for p in rows:
             lines.append(
-                f"{p['topic']:<28} {p['partition']:>4} {_cell(p['owner']):<24} "
+                f"{p['topic']:<{tw}} {p['partition']:>4} {_cell(p['owner']):<{ow}} "
                 f"{_cell(p['committed']):>10} {p['logEnd']:>10} {p['lag']:>8} "
                 f"{_cell(p['lagSeconds']):>7}"
             )
