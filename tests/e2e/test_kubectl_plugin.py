@@ -7,10 +7,12 @@ each command's output is checked against what the broker and the API server hold
 
 from __future__ import annotations
 
+import base64
 import datetime
 import io
 import json
 import threading
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,7 @@ from test_operator_redrive import POISON, produce, run_job_pod
 
 from offtake_operator import names
 from offtake_operator.context import OperatorContext
-from offtake_operator.kubectl import cli
+from offtake_operator.kubectl import cli, logs
 from offtake_operator.kubectl.cluster import Cluster, Target
 from offtake_operator.kubectl.errors import NoCrdError
 from offtake_testbed.kube import ControlPlane
@@ -40,7 +42,7 @@ from offtake_testbed.pytest_plugin_kube import Kubectl
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-COMMANDS = ["status", "dlq", "pause", "resume", "scale", "rewind", "redrive"]
+COMMANDS = ["status", "dlq", "logs", "report", "pause", "resume", "scale", "rewind", "redrive"]
 
 
 def run(cp: ControlPlane, ns: str, *args: str) -> tuple[int, str, str]:
@@ -222,6 +224,37 @@ def test_a_session_on_kafka(
         code, text, _ = run(control_plane, ns, "dlq", "kp", "--since", future)
         assert (code, text) == (0, f"no dead letters in {dlq} match\n")
 
+        # logs: no node runs the pods here, so the command says so per pod; the
+        # merging is checked on the workers' own log lines (what the kubelet would serve).
+        code, out, err = run(control_plane, ns, "logs", "kp")
+        assert code == 1 and out == ""
+        assert err == f"kubectl offtake logs: pod '{pod['name']}' is on no node yet: no log\n"
+        assert len(err.splitlines()) == 1
+        worker_log = (tmp_path / f"{pod['name']}.log").read_text().splitlines()
+        merged = logs.merge({pod["name"]: worker_log, "other": worker_log[:3]}, "INFO")
+        stamps = [e["timestamp"] for e in merged]
+        assert stamps == sorted(stamps) and {e["pod"] for e in merged} == {pod["name"], "other"}
+        assert all(e["level"] != "DEBUG" for e in merged)
+        shown = logs.render(merged).splitlines()
+        assert any(f" {pod['name']} INFO " in line for line in shown)
+
+        # report: a bundle of what the API server and Kafka know, checked file by file.
+        code, out, err = run(control_plane, ns, "report", "kp", "-f", str(tmp_path / "r.zip"))
+        assert code == 0 and out.startswith(f"wrote {tmp_path / 'r.zip'} ("), err
+        with zipfile.ZipFile(tmp_path / "r.zip") as bundle:
+            files = {n: bundle.read(n).decode() for n in bundle.namelist()}
+        assert yaml.safe_load(files["kp/pipeline.yaml"])["metadata"]["name"] == "kp"
+        assert "managedFields" not in files["kp/pipeline.yaml"]
+        assert json.loads(files["kp/status.json"])["dlq"] == {"topic": dlq, "records": len(POISON)}
+        (deployment,) = yaml.safe_load(files["kp/children/Deployment.yaml"])
+        assert deployment["metadata"]["name"] == "kp"
+        (config_map,) = yaml.safe_load(files["kp/children/ConfigMap.yaml"])
+        assert source in config_map["data"][names.CONFIG_KEY]
+        assert "Running" in files["kp/events.yaml"]
+        assert files["kp/secrets.txt"] == "the spec names no Secret\n"
+        unavailable = files[f"kp/logs/{pod['name']}.unavailable.txt"]
+        assert unavailable == f"pod {pod['name']!r} is on no node yet: no log\n"
+
         # pause, resume, scale: the spec changes and the operator's progress is followed.
         code, out, err = run(control_plane, ns, "pause", "kp", "--timeout", "90")
         assert code == 0, err + out
@@ -276,3 +309,48 @@ def test_a_session_on_kafka(
 def get_spec(kubectl: Kubectl, ns: str) -> dict[str, Any]:
     done = kubectl("get", "cpl", "kp", "-n", ns, "-o", "json")
     return dict(json.loads(done.stdout)["spec"])
+
+
+def test_report_holds_no_secret_value(
+    control_plane: ControlPlane,
+    kubectl: Kubectl,
+    kube_namespace: str,
+    operator: OperatorContext,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    ns = kube_namespace
+    password = "s3cr3t-Pa55w0rd-kubectl"
+    kubectl(
+        "create",
+        "secret",
+        "generic",
+        "kafka-creds",
+        "-n",
+        ns,
+        "--from-literal=sasl.username=alice",
+        f"--from-literal=sasl.password={password}",
+        "--from-literal=sasl.mechanism=SCRAM-SHA-512",
+        "--from-literal=security.protocol=SASL_PLAINTEXT",
+    )
+    manifest = pipeline(
+        "sec", kafka={"bootstrapServers": "127.0.0.1:1", "secretRef": {"name": "kafka-creds"}}
+    )
+    # Someone pasted the password where it does not belong: the bundle must not carry it.
+    manifest["metadata"]["annotations"] = {"note": f"the password is {password}"}
+    apply(kubectl, ns, manifest)
+    wait_for(lambda: status(kubectl, ns, "sec").get("phase"), timeout=60, what="a phase")
+    code, out, err = run(control_plane, ns, "report", "sec", "-f", str(tmp_path / "s.zip"))
+    assert code == 0 and out.startswith(f"wrote {tmp_path / 's.zip'} ("), err
+    raw = (tmp_path / "s.zip").read_bytes()
+    with zipfile.ZipFile(tmp_path / "s.zip") as bundle:
+        files = {n: bundle.read(n).decode() for n in bundle.namelist()}
+    encoded = base64.b64encode(password.encode()).decode()
+    for name, text in files.items():
+        assert password not in text and encoded not in text, name
+    assert password.encode() not in raw
+    assert "<redacted: Secret kafka-creds key sasl.password>" in files["sec/pipeline.yaml"]
+    assert files["sec/secrets.txt"] == (
+        "spec.kafka.secretRef: Secret kafka-creds (values not included)\n"
+    )
+    assert "kafka-creds" in files["sec/children/Deployment.yaml"], "the mount, by name"
+    assert json.loads(files["sec/status.json"])["kafkaError"].startswith("Kafka at 127.0.0.1:1")

@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from . import actions, dlq, status_view
+from . import actions, dlq, logs, report, status_view
 from .cluster import Cluster, Target
 from .errors import KafkaUnreachableError, PluginError
 from .kafka_view import KAFKA_TIMEOUT, check_reachable, kafka_access, pipeline_spec
@@ -46,6 +46,13 @@ def parse_since(text: str) -> int:
     if when.tzinfo is None:
         when = when.replace(tzinfo=datetime.UTC)
     return int(when.timestamp() * 1000)
+
+
+def _seconds(text: str) -> int:
+    found = _DURATION.fullmatch(text)
+    if not found:
+        raise argparse.ArgumentTypeError(f"--since {text!r}: expected 90s, 15m, 2h or 1d")
+    return int(found.group(1)) * _UNITS[found.group(2)]
 
 
 def _regex(text: str) -> re.Pattern[str]:
@@ -101,6 +108,17 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--grep", type=_regex, help="only those matching this regular expression")
     d.add_argument("-o", "--output", choices=["text", "json"], default="text")
 
+    lg = sub.add_parser("logs", help="every worker's JSON log, merged by time")
+    lg.add_argument("name")
+    lg.add_argument("--tail", type=_positive, default=100, help="lines per pod (default 100)")
+    lg.add_argument("--since", type=_seconds, help="only newer: 90s, 15m, 2h, 1d")
+    lg.add_argument("--level", choices=logs.LEVELS, default="DEBUG", help="at least this level")
+    lg.add_argument("-o", "--output", choices=["text", "json"], default="text")
+
+    rp = sub.add_parser("report", help="a support bundle (zip) without any Secret value")
+    rp.add_argument("name")
+    rp.add_argument("-f", "--file", help="where (default offtake-report-NS-NAME-TIME.zip)")
+
     for verb, text in (("pause", "drain and stop the workers"), ("resume", "start them again")):
         p = sub.add_parser(verb, help=f"{text} (spec.paused), then follow")
         p.add_argument("name")
@@ -121,7 +139,7 @@ def parser() -> argparse.ArgumentParser:
     rd.add_argument("--from", dest="source", help="the dead-letter topic (default errors.dlq)")
     rd.add_argument("--id", help="the redrive's id (default: a new one)")
     _follow_flags(rd)
-    for p in (s, d, sc, rw, rd, *(sub.choices[v] for v in ("pause", "resume"))):
+    for p in (s, d, lg, rp, sc, rw, rd, *(sub.choices[v] for v in ("pause", "resume"))):
         _connection_flags(p)
     return top
 
@@ -181,6 +199,40 @@ def _dlq(cluster: Cluster, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _logs(cluster: Cluster, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    cluster.pipeline(args.name)
+    pods = cluster.pods(args.name)
+    if not pods:
+        out.write(f"no worker pods of {args.name} (paused, or not started yet)\n")
+        return 0
+    texts: dict[str, list[str]] = {}
+    missing: list[str] = []
+    for pod in pods:
+        pod_name = pod["metadata"]["name"]
+        try:
+            text = cluster.worker_log(pod, args.tail, args.since)
+        except PluginError as exc:
+            # One pod's log out of reach (no node serves it): say so, show the others.
+            err.write(f"kubectl offtake logs: {exc}\n")
+            missing.append(pod_name)
+            continue
+        texts[pod_name] = text.splitlines()
+    merged = logs.merge(texts, args.level)
+    if args.output == "json":
+        out.write("".join(json.dumps(e, default=str) + "\n" for e in merged))
+    elif merged:
+        out.write(logs.render(merged) + "\n")
+    elif texts:
+        out.write(f"no log lines from {len(texts)} pod(s) at level {args.level} or above\n")
+    return 1 if missing and not texts else 0
+
+
+def _report(cluster: Cluster, args: argparse.Namespace, out: TextIO) -> int:
+    path, listed = report.write(cluster, args.name, args.file)
+    out.write(f"wrote {path} ({len(listed)} files: {', '.join(listed)})\n")
+    return 0
+
+
 def _change(cluster: Cluster, args: argparse.Namespace, out: TextIO) -> int:
     name = args.name
     goal: actions.Goal
@@ -230,6 +282,10 @@ def main(
             return _status(cluster, args, out, err)
         if args.command == "dlq":
             return _dlq(cluster, args, out)
+        if args.command == "logs":
+            return _logs(cluster, args, out, err)
+        if args.command == "report":
+            return _report(cluster, args, out)
         return _change(cluster, args, out)
     except PluginError as exc:
         err.write(f"kubectl offtake {args.command}: {exc}\n")

@@ -24,6 +24,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from .. import names
 from .errors import NoClusterError, NoCrdError, NotFoundError, PluginError
+from .logs import worker_container
 
 JSON = dict[str, Any]
 T = TypeVar("T")
@@ -70,6 +71,10 @@ class Cluster:
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
+        self.batch = client.BatchV1Api(api)
+        self.policy = client.PolicyV1Api(api)
+        self.autoscaling = client.AutoscalingV2Api(api)
+        self.networking = client.NetworkingV1Api(api)
 
     def plain(self, model: Any) -> Any:
         """A client model as the API server's JSON (camelCase keys, RFC 3339 times)."""
@@ -256,3 +261,69 @@ class Cluster:
             except (binascii.Error, UnicodeDecodeError):
                 data[key] = ""  # binary keystores: librdkafka reads the PEM keys instead
         return data
+
+    def worker_log(self, pod: JSON, tail: int | None, since: int | None) -> str:
+        """The worker container's log (the API server asks the pod's kubelet for it)."""
+        name = pod["metadata"]["name"]
+        if not (pod.get("spec") or {}).get("nodeName"):
+            # The API server answers such a pod's log with nothing at all: say why instead.
+            raise PluginError(f"pod {name!r} is on no node yet: no log")
+        return self._pod_log(name, worker_container(pod), tail, since)
+
+    def _pod_log(self, pod: str, container: str, tail: int | None, since: int | None) -> str:
+        text = self._call(
+            f"the log of pod {pod!r}",
+            lambda: self.core.read_namespaced_pod_log(
+                pod,
+                self.namespace,
+                container=container,
+                tail_lines=tail,
+                since_seconds=since,
+                _request_timeout=REQUEST_TIMEOUT,
+            ),
+        )
+        return str(text or "")
+
+    def children(self, pipeline: str) -> dict[str, list[JSON] | str]:
+        """The objects the operator made for ``pipeline``, by kind (an error text where the
+        user may not list a kind, or the cluster does not serve it)."""
+        workers = f"{names.PIPELINE_LABEL}={pipeline}"
+        redrive = f"{names.REDRIVE_LABEL}={pipeline}"
+        ns, t = self.namespace, REQUEST_TIMEOUT
+        listings: dict[str, Callable[[], Any]] = {
+            "Deployment": lambda: self.apps.list_namespaced_deployment(
+                ns, label_selector=workers, _request_timeout=t
+            ),
+            "ConfigMap": lambda: self.core.list_namespaced_config_map(
+                ns, label_selector=workers, _request_timeout=t
+            ),
+            "Service": lambda: self.core.list_namespaced_service(
+                ns, label_selector=workers, _request_timeout=t
+            ),
+            "Job": lambda: self.batch.list_namespaced_job(
+                ns, label_selector=workers, _request_timeout=t
+            ),
+            "RedriveJob": lambda: self.batch.list_namespaced_job(
+                ns, label_selector=redrive, _request_timeout=t
+            ),
+            "PodDisruptionBudget": lambda: self.policy.list_namespaced_pod_disruption_budget(
+                ns, label_selector=workers, _request_timeout=t
+            ),
+            "HorizontalPodAutoscaler": lambda: (
+                self.autoscaling.list_namespaced_horizontal_pod_autoscaler(
+                    ns, label_selector=workers, _request_timeout=t
+                )
+            ),
+            "NetworkPolicy": lambda: self.networking.list_namespaced_network_policy(
+                ns, label_selector=workers, _request_timeout=t
+            ),
+        }
+        out: dict[str, list[JSON] | str] = {}
+        for kind, listing in listings.items():
+            try:
+                items = self._call(kind, listing).items
+            except PluginError as exc:
+                out[kind] = str(exc)
+                continue
+            out[kind] = [self.plain(i) for i in items]
+        return out
