@@ -91,8 +91,8 @@ def _follow_flags(p: argparse.ArgumentParser) -> None:
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="kubectl offtake",
-        description="Operate Offtake ConsumerPipelines: status, dead letters, pause, resume, "
-        "scale, rewind, redrive.",
+        description="Operate Offtake ConsumerPipelines: status, dead letters, logs, support "
+        "bundles; pause, resume, scale, rewind, redrive.",
     )
     _connection_flags(top)
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
