@@ -108,6 +108,25 @@ def test_errors_a_person_can_act_on(
     code = cli.main(["status", "--kubeconfig", str(tmp_path / "none")], out=out_io, err=err_io)
     assert code == 3 and "no cluster configured" in err_io.getvalue()
 
+    # Which namespace, as kubectl picks it: the context's (here a second context, chosen with
+    # --context, then the current one read from $KUBECONFIG), else default.
+    config = yaml.safe_load(control_plane.kubeconfig.read_text())
+    (context,) = config["contexts"]
+    other = {"name": "other", "context": {**context["context"], "namespace": ns}}
+    config["contexts"].append(other)
+    mine = tmp_path / "kubeconfig"
+    mine.write_text(yaml.safe_dump(config))
+    out_io, err_io = io.StringIO(), io.StringIO()
+    code = cli.main(["--context", "other", "status", "--kubeconfig", str(mine)], out=out_io)
+    assert (code, out_io.getvalue()) == (0, f"no ConsumerPipelines in namespace {ns}\n")
+    config["current-context"] = "other"
+    mine.write_text(yaml.safe_dump(config))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KUBECONFIG", f"{tmp_path / 'absent'}:{mine}")
+        out_io = io.StringIO()
+        assert cli.main(["status"], out=out_io) == 0
+    assert out_io.getvalue() == f"no ConsumerPipelines in namespace {ns}\n"
+
     # A resource the API server does not serve (what a cluster without the CRD answers).
     cluster = Cluster(Target(str(control_plane.kubeconfig), None, ns))
     with pytest.raises(NoCrdError, match=r"does not serve widgets\.nothere\.offtake\.dev/v1"):
