@@ -11,6 +11,10 @@ import base64
 import datetime
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import zipfile
 from pathlib import Path
@@ -146,6 +150,27 @@ def test_errors_a_person_can_act_on(
     assert code == 1 and "has no dead-letter topic (spec.errors.dlq.topic)" in err
     code, out, err = run(control_plane, ns, "status")
     assert code == 0 and out.splitlines()[1].startswith("far ")
+
+    # --watch refreshes until Ctrl-C, which ends it without a word.
+    command = ["status", "-w", "--interval", "0.2", "-n", ns]
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "offtake_operator.kubectl", *command],
+        env={**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)},
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    assert watch.stdout is not None
+    for line in watch.stdout:
+        lines.append(line)
+        if sum(1 for seen in lines if seen.startswith("NAME ")) >= 2:
+            break
+    watch.send_signal(signal.SIGINT)
+    _, rest = watch.communicate(timeout=30)
+    assert watch.returncode == 0, rest
+    assert lines[0].startswith("--- ") and "Traceback" not in rest
 
 
 def test_a_session_on_kafka(

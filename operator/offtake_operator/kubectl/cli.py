@@ -100,6 +100,8 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", help="a pipeline in full, or every pipeline of the namespace")
     s.add_argument("name", nargs="?", help="the pipeline (default: all, one line each)")
     s.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
+    s.add_argument("-w", "--watch", action="store_true", help="refresh until Ctrl-C")
+    s.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
 
     d = sub.add_parser("dlq", help="list a pipeline's dead letters, newest first")
     d.add_argument("name")
@@ -149,6 +151,21 @@ def _new_id(verb: str) -> str:
 
 
 def _status(cluster: Cluster, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if not args.watch:
+        return _status_once(cluster, args, out, err)
+    code = 0
+    try:
+        while True:
+            # A terminal is cleared and redrawn; a pipe gets each refresh after a stamped rule.
+            out.write("\x1b[H\x1b[2J" if out.isatty() else f"--- {time.strftime('%H:%M:%S')}\n")
+            code = _status_once(cluster, args, out, err)
+            out.flush()
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return code  # Ctrl-C is how a watch ends
+
+
+def _status_once(cluster: Cluster, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.name is None:
         rows = [status_view.summary_line(m) for m in cluster.pipelines()]
         if args.output == "text":
