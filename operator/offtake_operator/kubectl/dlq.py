@@ -92,9 +92,14 @@ def read(access: KafkaAccess, topic: str, query: Query, timeout: float) -> list[
         deadline = time.monotonic() + timeout + 0.01 * sum(hi - lo for _, lo, hi in ranges)
         while ends and time.monotonic() < deadline:
             for msg in consumer.consume(500, timeout=0.5):
-                if msg.error() is not None:
-                    continue  # partition EOF: the end check below covers it
                 partition, offset = msg.partition() or 0, msg.offset() or 0
+                error = msg.error()
+                if error is not None:
+                    # The end of a partition whose last offsets hold no record (transaction
+                    # markers, compaction): nothing more to read there.
+                    if error.code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                        ends.pop(partition, None)
+                    continue
                 if offset < ends.get(partition, -1):
                     messages.append(msg)
                 if offset >= ends.get(partition, 0) - 1:
