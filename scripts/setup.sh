@@ -63,7 +63,7 @@ else
   "$BOOT_PYTHON" -m venv "$VENV"
 fi
 
-step "Python packages: offtake[operator,spark,test] and examples/ (editable) into $VENV"
+step "Python packages: offtake[operator,spark,test,kubectl] and examples/ (editable) into $VENV"
 if [[ -f $stamp_file ]] && [[ "$(cat "$stamp_file")" == "$(stamp)" ]]; then
   echo "found them installed for this pyproject.toml (cached; delete $stamp_file to reinstall)"
 else
@@ -74,7 +74,7 @@ else
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check uv ||
       echo "could not install uv; falling back to pip (slower)"
   fi
-  packages=(-e '.[operator,spark,test]' -e ./examples)
+  packages=(-e '.[operator,spark,test,kubectl]' -e ./examples)
   if [[ -x $VENV/bin/uv ]]; then
     # Without a terminal uv prints no progress bars: its summary lines say what it fetched,
     # built and installed, and how long each took.
