@@ -42,8 +42,13 @@ def test_three_workers_rebalance_while_records_flow_lose_and_duplicate_nothing(
     # Records keep arriving during both rebalances.
     flow = SteadyFlow(kafka_broker.bootstrap, src, 1000, 0.4, total).start()
     workers = [WorkerProcess(path, tmp_path / f"w{i}.log").start() for i in range(3)]
-    time.sleep(5)
-    assert workers[0].terminate() == 0, workers[0].output()
+    # Stopped once it owns partitions and records flow through it, not after a fixed time: on a
+    # loaded machine 5 s could end it before its interpreter had started (exit -15, nothing
+    # of the rebalance under test exercised).
+    w0 = workers[0]
+    w0.wait_until(lambda: "assigned " in w0.output(), "its first assignment", timeout=120)
+    time.sleep(2)
+    assert w0.terminate() == 0, w0.output()
     time.sleep(2)
     workers.append(WorkerProcess(path, tmp_path / "w3.log").start())
     flow.join()
