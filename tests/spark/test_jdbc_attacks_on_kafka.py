@@ -24,6 +24,7 @@ import pytest
 from support.workers import manifest, produce, read_all, wait_caught_up
 
 from offtake.config import parse_pipeline
+from offtake.config.secret_env import JDBC_PASSWORD_ENV
 from offtake.config.spec import JdbcSpec
 from offtake.engine.assembly import build_worker
 from offtake.engine.worker import Worker
@@ -103,11 +104,18 @@ def victims(postgres: Any) -> Iterator[str]:
         _sql(postgres, f'DROP TABLE IF EXISTS "{name}"')
 
 
+@pytest.fixture(autouse=True)
+def _jdbc_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the operator renders from jdbc.passwordSecretRef: the worker reads it from here."""
+    monkeypatch.setenv(JDBC_PASSWORD_ENV, PASSWORD)
+
+
 def _doc(
     bootstrap: str, src: str, dlq: str, postgres: Any, table: str, *, retries: int = 0
 ) -> dict[str, Any]:
-    # The URL carries a password (trust auth ignores it): nothing may show it.
-    url = f"{postgres.jdbc_url}?user={postgres.user}&password={PASSWORD}"
+    # The password comes from its Secret's variable (an inline one is refused at validation;
+    # trust auth ignores it): nothing may show it.
+    url = f"{postgres.jdbc_url}?user={postgres.user}"
     return manifest(
         f"jdbc-attack-{uuid.uuid4().hex[:6]}",
         bootstrap,
@@ -115,7 +123,11 @@ def _doc(
         sink={
             "spark": {
                 "format": "jdbc",
-                "jdbc": {"url": url, "table": table},
+                "jdbc": {
+                    "url": url,
+                    "table": table,
+                    "passwordSecretRef": {"name": "pg", "key": "password"},
+                },
                 "batch": {"maxRecords": 1000, "maxIntervalSeconds": 1},
             }
         },
