@@ -72,10 +72,15 @@ def test_the_catalog_password_comes_from_its_secret_ref(
         assert "wrong" not in str(err.value)
         monkeypatch.setenv("OFFTAKE_ICEBERG_CATALOG_PASSWORD", "p@ss/w0rd")
         catalog = IcebergTable(spec.sink.spark.iceberg, str(tmp_path)).catalog()
-        catalog.create_namespace_if_not_exists("secretref")
-        assert ("secretref",) in catalog.list_namespaces()
-        catalog.drop_namespace("secretref")
-        catalog.engine.dispose()
+        try:
+            catalog.create_namespace_if_not_exists("secretref")
+            assert ("secretref",) in catalog.list_namespaces()
+            catalog.drop_namespace("secretref")
+        finally:
+            # The catalog's own tables go too: the database is the JDBC tests', which count
+            # the tables of its public schema (every staging table dropped).
+            catalog.destroy_tables()
+            catalog.engine.dispose()
 
 
 def _iceberg_sink(tmp_path: Path, max_records: int) -> tuple[str, str, dict[str, Any]]:

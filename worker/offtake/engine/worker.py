@@ -119,6 +119,7 @@ class Worker:
         self._last_bound_commit = 0.0
         # Shutting down: until when the final commit (and the revoke close() brings) may retry.
         self._final_commit_by: float | None = None
+        self._shutdown_deadline: float | None = None
 
     # -- public -------------------------------------------------------------------------
     @property
@@ -346,7 +347,13 @@ class Worker:
         self.metrics.rebalances.labels("revoke").inc()
         self._revoking = frozenset(partitions)
         try:
-            deadline = time.monotonic() + self.spec.shutdown.drain_timeout_seconds
+            # The revoke that leaving the group brings at shutdown gets no second budget: the
+            # shutdown drained (or spent the budget) already, and the pod's grace period runs.
+            deadline = (
+                self._shutdown_deadline
+                if self._shutdown_deadline is not None
+                else time.monotonic() + self.spec.shutdown.drain_timeout_seconds
+            )
             if self._transactions is not None:
                 drained = self._commit_transaction()  # one transaction holds every partition
             else:
@@ -488,7 +495,7 @@ class Worker:
             # Stopped while joining the group: the tracker is empty, so the drain and the
             # final commit below have nothing to do. Said plainly for whoever reads the log.
             log.info("stopped before the first assignment: nothing consumed, nothing committed")
-        deadline = time.monotonic() + budget
+        deadline = self._shutdown_deadline = time.monotonic() + budget
         try:
             # Stop fetching; keep the group until we commit. Not backpressure: say nothing.
             self.pauser.apply(set(self.tracker.partitions()), True, quiet=True)
