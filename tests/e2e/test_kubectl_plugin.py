@@ -22,7 +22,11 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 from support.kube import wait_for
+from support.schemas import order, serializer
+from support.workers import WorkerProcess, wait_caught_up, write_manifest
+from support.workers import produce as produce_values
 from test_operator_e2e import (  # noqa: F401  (operator, pipelines_crd: fixtures)
     ROOT,
     LocalKubelet,
@@ -38,11 +42,10 @@ from test_operator_redrive import POISON, produce, run_job_pod
 from offtake_operator import names
 from offtake_operator.context import OperatorContext
 from offtake_operator.kubectl import cli, logs
-from offtake_operator.kubectl.cluster import Cluster, Target
-from offtake_operator.kubectl.errors import NoCrdError
-from offtake_testbed.kube import ControlPlane
+from offtake_testbed.apicurio import ApicurioRegistry
+from offtake_testbed.kube import ControlPlane, install_control_plane
 from offtake_testbed.pytest_plugin import TopicFactory
-from offtake_testbed.pytest_plugin_kube import Kubectl
+from offtake_testbed.pytest_plugin_kube import Kubectl, _kube_version
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -131,13 +134,17 @@ def test_errors_a_person_can_act_on(
         assert cli.main(["status"], out=out_io) == 0
     assert out_io.getvalue() == f"no ConsumerPipelines in namespace {ns}\n"
 
-    # A resource the API server does not serve (what a cluster without the CRD answers).
-    cluster = Cluster(Target(str(control_plane.kubeconfig), None, ns))
-    with pytest.raises(NoCrdError, match=r"does not serve widgets\.nothere\.offtake\.dev/v1"):
-        cluster.get_custom("nothere.offtake.dev", "v1", "widgets", "w")
-
     # Kafka not reachable from here: status says so and still shows what the API server knows.
-    apply(kubectl, ns, pipeline("far", kafka={"bootstrapServers": "127.0.0.1:1"}))
+    apply(
+        kubectl,
+        ns,
+        pipeline(
+            "far",
+            kafka={"bootstrapServers": "127.0.0.1:1"},
+            errors={"policy": "dlq", "dlq": {"topic": "far-dlq"}},
+        ),
+    )
+    apply(kubectl, ns, pipeline("nodlq", kafka={"bootstrapServers": "127.0.0.1:1"}))
     wait_for(lambda: status(kubectl, ns, "far").get("phase"), timeout=60, what="a phase")
     code, out, err = run(control_plane, ns, "status", "far")
     assert code == 6
@@ -145,11 +152,25 @@ def test_errors_a_person_can_act_on(
     assert len(err.splitlines()) == 1
     assert f"ConsumerPipeline {ns}/far: " in out
     assert "conditions:\n  Ready" in out
-    assert "partitions, owners and the DLQ size are not shown" in out
+    assert "committed offsets, log ends and the DLQ size need Kafka" in out
+    # Its pods have no IP (no kubelet runs them here): their metrics are named as unread.
+    assert "metrics: not read from far-" in out and ": no pod IP yet" in out
+    # dlq needs Kafka: it says so, and which commands work without it.
     code, out, err = run(control_plane, ns, "dlq", "far")
+    assert (code, out) == (6, "")
+    assert err.startswith("kubectl offtake dlq: Kafka at 127.0.0.1:1 is not reachable from here")
+    assert err.endswith(
+        "; dead letters need Kafka (status, pause, resume, scale, rewind and redrive work "
+        "through the API server)\n"
+    )
+    code, out, err = run(control_plane, ns, "dlq", "nodlq")
     assert code == 1 and "has no dead-letter topic (spec.errors.dlq.topic)" in err
     code, out, err = run(control_plane, ns, "status")
     assert code == 0 and out.splitlines()[1].startswith("far ")
+    # ... and a change goes through the API server all the same.
+    code, out, err = run(control_plane, ns, "scale", "far", "0", "--no-wait")
+    assert (code, err) == (0, "")
+    assert out == "consumerpipeline/far patched: waiting until scaled to 0 workers\n"
 
     # --watch refreshes until Ctrl-C, which ends it without a word.
     command = ["status", "-w", "--interval", "0.2", "-n", ns]
@@ -173,6 +194,19 @@ def test_errors_a_person_can_act_on(
     assert lines[0].startswith("--- ") and "Traceback" not in rest
 
 
+def test_a_cluster_without_the_crd(tmp_path: Path) -> None:
+    """A real API server of its own that was never given the CRD: every command says so."""
+    with ControlPlane(install_control_plane(_kube_version()), wait_for_controllers=False) as cp:
+        for args in (["status"], ["status", "p"], ["dlq", "p"], ["pause", "p"], ["logs", "p"]):
+            code, out, err = run(cp, "default", *args)
+            assert (code, out) == (4, ""), err
+            assert err == (
+                f"kubectl offtake {args[0]}: the cluster does not serve "
+                "consumerpipelines.offtake.dev/v1alpha1 (is the Offtake CRD installed? "
+                "helm install offtake helm/offtake, or kubectl apply -f crds/)\n"
+            )
+
+
 def test_a_session_on_kafka(
     control_plane: ControlPlane,
     kubectl: Kubectl,
@@ -187,7 +221,11 @@ def test_a_session_on_kafka(
     produce(kafka_broker.bootstrap, source, 40)
     fixed = tmp_path / "fixed"
     env = [
-        {"name": "PYTHONPATH", "value": str(ROOT / "tests")},
+        # The checkout's worker (not whichever the environment installed) and the test processors.
+        {
+            "name": "PYTHONPATH",
+            "value": os.pathsep.join(str(ROOT / d) for d in ("worker", "tests")),
+        },
         {"name": "OFFTAKE_TEST_FIXED_FILE", "value": str(fixed)},
     ]
     apply(
@@ -203,6 +241,7 @@ def test_a_session_on_kafka(
             errors={"policy": "dlq", "maxRetries": 0, "dlq": {"topic": dlq}},
             shutdown={"drainTimeoutSeconds": 5},
             template={"spec": {"env": env}},
+            slo={"maxLagSeconds": 60, "maxErrorRatio": 0.01, "maxTimeSinceLastCommitSeconds": 300},
         ),
     )
     with LocalKubelet(kubectl, ns, "kp", tmp_path) as kubelet:
@@ -226,9 +265,20 @@ def test_a_session_on_kafka(
         assert [(p["topic"], p["partition"]) for p in parts] == [(source, 0), (source, 1)]
         assert sum(p["committed"] for p in parts) == 40
         assert all(p["committed"] == p["logEnd"] and p["lag"] == 0 for p in parts)
-        assert all(p["owner"] for p in parts), "the running worker holds both partitions"
         (pod,) = report["pods"]
+        assert [p["owner"] for p in parts] == [pod["name"]] * 2, "the worker holds both"
         assert pod["ready"] and pod["restarts"] == 0 and pod["currentConfig"] is True
+        # The worker's own /metrics, through the API server's pod proxy: the lag's trend over
+        # the last minute (caught up from 40 records behind: shrinking, or flat at 0) and the
+        # error budget's burn (5 poison records of 40 in the DLQ against a 1 % budget).
+        assert report["metrics"]["read"] == [pod["name"]], report["metrics"]
+        assert report["metrics"]["unreadable"] == {}
+        assert all(p["trend"] is not None and p["trend"] <= 0 for p in parts), parts
+        slo = report["slo"]
+        assert (slo["lag"]["objectiveSeconds"], slo["lag"]["burn"]) == (60, 0.0)
+        errors = {k: slo["errors"][k] for k in ("errors", "done", "ratio", "burn")}
+        assert errors == {"errors": len(POISON), "done": 40, "ratio": 0.125, "burn": 12.5}
+        assert slo["commits"]["burn"] is None and "OfftakeSLONoCommit" in slo["commits"]["basis"]
         assert report["dlq"] == {"topic": dlq, "records": len(POISON)}
         assert "Running" in {e["reason"] for e in report["events"]}
         assert {c["type"] for c in report["conditions"]} >= {"Ready", "Degraded"}
@@ -236,8 +286,13 @@ def test_a_session_on_kafka(
         assert code == 0
         assert text.startswith(f"ConsumerPipeline {ns}/kp: Running (WorkersReady)")
         assert f"dead letters: {len(POISON)} in {dlq}" in text
-        row = next(line for line in text.splitlines() if line.startswith(f"{source} "))
-        assert row.split()[1:2] == ["0"] and row.split()[-2:] == ["0", "0.0"]
+        row = next(line for line in text.splitlines() if line.split()[:2] == [source, "0"])
+        assert row.split()[-3:] == ["0", "0.0", f"{parts[0]['trend']:+.1f}/s"], row
+        assert "TREND(1m)" in text and "metrics: not read" not in text
+        assert (
+            "  errors     12.50x  5 of 40 records in dlq/skipped/failed since the workers " in text
+        )
+        assert "  lag         0.00x  worst 0.0 s now, objective 60 s" in text
         assert f"  {pod['name']}" in text and "ready" in text
         code, out, _ = run(control_plane, ns, "status", "-o", "yaml")
         (summary,) = yaml.safe_load(out)["pipelines"]
@@ -296,6 +351,14 @@ def test_a_session_on_kafka(
         assert source in config_map["data"][names.CONFIG_KEY]
         assert "Running" in files["kp/events.yaml"]
         assert files["kp/secrets.txt"] == "the spec names no Secret\n"
+        sample = text_string_to_metric_families(files[f"kp/metrics/{pod['name']}.txt"])
+        processed = {
+            (s.labels["topic"], s.labels["outcome"]): s.value
+            for family in sample
+            for s in family.samples
+            if s.name == "offtake_messages_processed_total"
+        }
+        assert processed[(source, "dlq")] == len(POISON)
         unavailable = files[f"kp/logs/{pod['name']}.unavailable.txt"]
         assert unavailable == f"pod {pod['name']!r} is on no node yet: no log\n"
 
@@ -398,3 +461,63 @@ def test_report_holds_no_secret_value(
     )
     assert "kafka-creds" in files["sec/children/Deployment.yaml"], "the mount, by name"
     assert json.loads(files["sec/status.json"])["kafkaError"].startswith("Kafka at 127.0.0.1:1")
+
+
+def test_dlq_decodes_avro_through_the_schema_registry(
+    control_plane: ControlPlane,
+    kubectl: Kubectl,
+    kube_namespace: str,
+    pipelines_crd: None,  # noqa: F811
+    kafka_broker: Any,
+    schema_registry: ApicurioRegistry,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+) -> None:
+    """Dead letters of an avro pipeline, written by a real worker, read back by ``dlq`` with
+    the writer's schema from the pipeline's registry (Apicurio): a refused record decoded, a
+    record that never was avro shown raw with the decoder's reason."""
+    ns = kube_namespace
+    source, output, dlq = topic_factory(1), topic_factory(1), topic_factory(1)
+    encode = serializer("avro", schema_registry.url, source)
+    not_avro = b'{"id": 99, "note": "JSON, not avro"}'
+    produce_values(
+        kafka_broker.bootstrap, source, [*(encode(order(i)) for i in range(10)), not_avro]
+    )
+    doc = pipeline(
+        "avro",
+        kafka={"bootstrapServers": kafka_broker.bootstrap},
+        source={
+            "topics": [source],
+            "groupId": f"g.{source}",
+            "format": "avro",
+            "schemaRegistry": {"url": schema_registry.url},
+        },
+        processor={"function": "support.processors:refuse_ids"},
+        sink={"kafka": {"topic": output}},
+        errors={"policy": "dlq", "maxRetries": 0, "dlq": {"topic": dlq}},
+    )
+    worker = WorkerProcess(
+        write_manifest(tmp_path / "avro.yaml", doc),
+        tmp_path / "worker.log",
+        env={"OFFTAKE_TEST_REFUSED_IDS": "7"},
+    ).start()
+    wait_caught_up(kafka_broker.bootstrap, f"g.{source}", source, 1)
+    assert worker.terminate() == 0, worker.output()[-3000:]
+    apply(kubectl, ns, doc)
+
+    code, out, err = run(control_plane, ns, "dlq", "avro", "-o", "json")
+    assert (code, err) == (0, "")
+    letters = {d["origin"]["offset"]: d for d in json.loads(out)}
+    assert sorted(letters) == [7, 10]
+    refused, undecodable = letters[7], letters[10]
+    assert refused["value"] == order(7), "decoded with the writer's schema from the registry"
+    assert refused["origin"] == {"topic": source, "partition": 0, "offset": 7}
+    assert refused["error"]["class"] == "builtins.ValueError"
+    assert refused["error"]["message"] == "ValueError: order 7 refused"
+    assert undecodable["error"]["stage"] == "decode"
+    assert undecodable["value"]["raw"] == not_avro.decode()
+    assert undecodable["value"]["undecodable"].startswith("not valid avro: ")
+    code, text, _ = run(control_plane, ns, "dlq", "avro", "--grep", "refused")
+    assert code == 0
+    assert f"  value: {json.dumps(order(7))}" in text
+    assert text.endswith(f"1 dead letter(s) from {dlq}, newest first\n")

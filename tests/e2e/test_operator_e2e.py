@@ -9,6 +9,7 @@ their readiness on the Pod objects, and stops them when the ReplicaSet deletes t
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import logging
 import os
@@ -598,9 +599,25 @@ class LocalKubelet:
             return False
 
     def _report_ready(self, name: str) -> None:
+        # Where the pod's metrics are, as on a node: its IP (the host's here: the API server's
+        # pod proxy refuses loopback) and, since the pods share the host's ports, the port the
+        # worker bound in place of the template's (prometheus.io/port, what scrapers read).
+        port = self.pods[name].metrics_port
+        self.kubectl(
+            "annotate",
+            "pod",
+            name,
+            "-n",
+            self.namespace,
+            f"prometheus.io/port={port}",
+            "--overwrite",
+            check=False,
+        )
+        address = host_address()
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         patch = {
             "status": {
+                **({"podIP": address, "podIPs": [{"ip": address}]} if address else {}),
                 "phase": "Running",
                 "conditions": [
                     {"type": "Ready", "status": "True", "lastTransitionTime": now},
@@ -660,6 +677,17 @@ class LocalKubelet:
             remaining = max(1.0, pod.grace - (time.monotonic() - started))
             self.sidecar_exit_codes[f"{name}/{sidecar}"] = self._stop_process(proc, remaining)
             self._note(name, f"{sidecar} exited")
+
+
+def host_address() -> str | None:
+    """This machine's address on its default route (no packet is sent), None if loopback."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.254", 9))
+            address = str(probe.getsockname()[0])
+        except OSError:
+            return None
+    return None if ipaddress.ip_address(address).is_loopback else address
 
 
 def produce(bootstrap: str, topic: str, count: int) -> None:

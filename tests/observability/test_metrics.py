@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import urllib.request
 
+import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -141,3 +142,61 @@ def test_promtool_check_metrics_finds_nothing_on_a_real_scrape(
     assert result.returncode == 0 and not (result.stdout + result.stderr).strip(), (
         result.stdout + result.stderr
     )
+
+
+class _Tracker:
+    """The offset tracker as LagGauges reads it: one partition, committed where told."""
+
+    inflight_messages = 0
+    inflight_bytes = 0
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp, self.committed = tp, 0
+
+    def partitions(self) -> list[TopicPartition]:
+        return [self.tp]
+
+    def last_committed(self, tp: TopicPartition) -> int:
+        return self.committed
+
+    def oldest_uncommitted_timestamp(self, tp: TopicPartition) -> int:
+        return int(time.time() * 1000)
+
+
+class _Source:
+    def __init__(self) -> None:
+        self.end = 0
+
+    def log_end(self, tp: TopicPartition) -> int:
+        return self.end
+
+    def oldest_timestamp(self, tp: TopicPartition, offset: int) -> None:
+        return None
+
+
+def test_lag_trend_is_the_change_per_second_over_the_last_minute(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from offtake.engine import lag as lag_module
+
+    clock = FakeClock()
+    monkeypatch.setattr(lag_module.time, "monotonic", clock)
+    tp = TopicPartition("orders", 0)
+    tracker, source, m = _Tracker(tp), _Source(), Metrics("p")
+    gauges = lag_module.LagGauges(source, tracker, m)  # type: ignore[arg-type]
+
+    def trend_at(now: float, log_end: int, committed: int) -> float | None:
+        clock.now, source.end, tracker.committed = now, log_end, committed
+        gauges.refresh()
+        rows = samples(m).get("offtake_consumer_lag_trend_messages_per_second", [])
+        return rows[0][1] if rows else None
+
+    clock.now = 1000.0
+    assert trend_at(1000.0, 100, 0) is None, "one sample: no rate yet"
+    assert trend_at(1010.0, 300, 0) == 20.0  # 100 -> 300 records behind in 10 s
+    assert trend_at(1050.0, 300, 100) == 2.0  # 100 -> 200 in the 50 s since the first
+    # 100 s after the first sample, the first two are out of the window: 200 -> 0 in 50 s.
+    assert trend_at(1100.0, 300, 300) == -4.0
+    gauges.forget(tp)
+    m.forget_partition(tp)
+    assert "offtake_consumer_lag_trend_messages_per_second" not in samples(m)

@@ -164,3 +164,11 @@ def leak(record: Record) -> Any:
     leak. Returns the record with the id of the process that handled it."""
     _LEAKED.append(os.urandom(1024 * int(os.environ.get("OFFTAKE_TEST_LEAK_KIB", "512"))))
     return {**record.value, "pid": os.getpid()}
+
+
+def refuse_ids(record: Record) -> Any:
+    """Fails on records whose ``id`` is in $OFFTAKE_TEST_REFUSED_IDS (comma-separated)."""
+    refused = {int(i) for i in os.environ.get("OFFTAKE_TEST_REFUSED_IDS", "").split(",") if i}
+    if isinstance(record.value, dict) and record.value.get("id") in refused:
+        raise ValueError(f"order {record.value['id']} refused")
+    return record.value

@@ -161,6 +161,13 @@ class Metrics:
             ["topic", "partition"],
             registry=r,
         )
+        self.lag_trend = Gauge(
+            "offtake_consumer_lag_trend_messages_per_second",
+            "How fast the lag of each assigned partition grows (positive) or shrinks "
+            "(negative), in records per second over the last minute of the worker's own samples.",
+            ["topic", "partition"],
+            registry=r,
+        )
         self.states = _StateClock(clock)
         r.register(self.states)
         self.paused_partitions = Gauge(
@@ -272,8 +279,11 @@ class Metrics:
         self.lag_messages.labels(tp.topic, str(tp.partition)).set(messages)
         self.lag_seconds.labels(tp.topic, str(tp.partition)).set(seconds)
 
+    def set_lag_trend(self, tp: TopicPartition, per_second: float) -> None:
+        self.lag_trend.labels(tp.topic, str(tp.partition)).set(per_second)
+
     def forget_partition(self, tp: TopicPartition) -> None:
         """Drop the series of a partition no longer assigned, so labels stay bounded."""
-        for gauge in (self.lag_messages, self.lag_seconds):
+        for gauge in (self.lag_messages, self.lag_seconds, self.lag_trend):
             with contextlib.suppress(KeyError):
                 gauge.remove(tp.topic, str(tp.partition))

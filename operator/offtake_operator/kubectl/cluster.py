@@ -284,6 +284,21 @@ class Cluster:
         )
         return str(text or "")
 
+    def pod_proxy_get(self, pod: str, port: int, path: str) -> str:
+        """GET ``path`` of ``pod``'s ``port`` through the API server's pod proxy: what reaches
+        a pod's own port from a laptop outside the cluster network (RBAC: pods/proxy)."""
+        response = self._call(
+            f"{path} of pod {pod!r}",
+            lambda: self.core.connect_get_namespaced_pod_proxy_with_path(
+                f"{pod}:{port}",
+                self.namespace,
+                path.lstrip("/"),
+                _request_timeout=REQUEST_TIMEOUT,
+                _preload_content=False,
+            ),
+        )
+        return bytes(response.data).decode("utf-8", "replace")
+
     def children(self, pipeline: str) -> dict[str, list[JSON] | str]:
         """The objects the operator made for ``pipeline``, by kind (an error text where the
         user may not list a kind, or the cluster does not serve it)."""

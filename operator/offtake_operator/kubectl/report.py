@@ -1,10 +1,10 @@
 """``kubectl offtake report``: a support bundle of one pipeline, as a zip file.
 
 The pipeline, its status (with Kafka's view when reachable), the objects the operator made,
-its pods, all its Events and each worker's log tail. No record data and no Secret value: the
-bundle names the Secrets the spec refers to, never reads them into the bundle, and as a last
-guard every value of those Secrets the user may read is replaced wherever it would appear
-(a log line quoting a password, say), as are credentials in URLs (offtake.redact).
+its pods, all its Events, each worker's log tail and /metrics sample. No record data and no
+Secret value: the bundle names the Secrets the spec refers to, never reads them into it, and
+as a last guard every value of those Secrets the user may read is replaced wherever it would
+appear (a log line quoting a password, say), as are credentials in URLs (offtake.redact).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import yaml
 
 from offtake.redact import redact
 
-from . import status_view
+from . import status_view, worker_metrics
 from .cluster import JSON, Cluster
 from .errors import PluginError
 
@@ -82,7 +82,8 @@ def build(cluster: Cluster, name: str) -> tuple[bytes, list[str]]:
         f"API server: {cluster.server}\n"
         "pipeline.yaml: the pipeline (spec and status); status.json: kubectl offtake status -o "
         "json; children/: the objects the operator made; pods.yaml; events.yaml; logs/: each "
-        f"worker's last {LOG_TAIL} log lines; secrets.txt: the Secrets the spec names.\n"
+        f"worker's last {LOG_TAIL} log lines; metrics/: each worker's /metrics now; "
+        "secrets.txt: the Secrets the spec names.\n"
         "No record data and no Secret value is included.\n"
     )
     files["pipeline.yaml"] = yaml.safe_dump(_trim(manifest), sort_keys=False)
@@ -104,6 +105,10 @@ def build(cluster: Cluster, name: str) -> tuple[bytes, list[str]]:
             files[f"logs/{pod_name}.log"] = cluster.worker_log(pod, LOG_TAIL, None)
         except PluginError as exc:
             files[f"logs/{pod_name}.unavailable.txt"] = f"{exc}\n"
+        try:
+            files[f"metrics/{pod_name}.txt"] = worker_metrics.pod_metrics(cluster, pod)
+        except PluginError as exc:
+            files[f"metrics/{pod_name}.unavailable.txt"] = f"{exc}\n"
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bundle:
         for path, text in files.items():

@@ -2,7 +2,9 @@
 
 The phase, conditions, lag totals and redrive totals are the operator's (``status``, see
 offtake_operator.status); per-partition positions, owners and the DLQ's size come from Kafka
-when it is reachable from here, and the report says so when it is not.
+when it is reachable from here, and the report says so when it is not. The lag's trend and
+the error counts behind the SLO burn come from the workers' own /metrics (worker_metrics);
+without Kafka, their per-partition lag stands in for the broker's.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import names
+from . import worker_metrics
 from .cluster import JSON, Cluster
 from .errors import PluginError
 from .kafka_view import (
@@ -61,6 +64,8 @@ def collect(cluster: Cluster, name: str) -> tuple[JSON, str | None]:
     manifest = cluster.pipeline(name)
     st = manifest.get("status") or {}
     spec = manifest.get("spec") or {}
+    pods = cluster.pods(name)
+    scraped = worker_metrics.scrape(cluster, pods)
     report: JSON = {
         "name": name,
         "namespace": cluster.namespace,
@@ -78,7 +83,12 @@ def collect(cluster: Cluster, name: str) -> tuple[JSON, str | None]:
         ],
         "lag": {"records": st.get("lag"), "seconds": st.get("lagSeconds"), "from": "status"},
         "partitions": None,
-        "pods": pod_rows(cluster.pods(name), cluster.template_checksum(name)),
+        "pods": pod_rows(pods, cluster.template_checksum(name)),
+        "metrics": {
+            "from": "the workers' /metrics through the API server's pod proxy",
+            "read": scraped.read,
+            "unreadable": scraped.unreadable,
+        },
         "dlq": None,
         "redrive": st.get("redrive"),
         "rewind": st.get("rewind"),
@@ -91,9 +101,12 @@ def collect(cluster: Cluster, name: str) -> tuple[JSON, str | None]:
         access = kafka_access(cluster, pipeline_spec(manifest), KAFKA_TIMEOUT)
         admin = check_reachable(access, KAFKA_TIMEOUT)
         held = owners(admin, access.spec.source.group_id, KAFKA_TIMEOUT)
-        # A member is known by its host; the pod with that IP is the one people look for.
+        # A member is known by its host; the pod with that IP is the one people look for, and
+        # the pod whose worker reports the partition's lag holds it for sure (behind a NAT or
+        # a proxy, the host the broker sees is no pod's).
         by_ip = {p["ip"]: p["name"] for p in report["pods"] if p["ip"]}
         held = {tp: by_ip.get(who, who) for tp, who in held.items()}
+        held.update({tp: row["pod"] for tp, row in scraped.partitions.items()})
         now_ms = time.time() * 1000
         rows: list[JSON] = []
         for p in group_positions(access):
@@ -107,6 +120,7 @@ def collect(cluster: Cluster, name: str) -> tuple[JSON, str | None]:
                     "logEnd": p.log_end,
                     "lag": p.lag,
                     "lagSeconds": None if seconds is None else round(seconds, 1),
+                    "trend": _trend(scraped, p.topic, p.partition),
                 }
             )
         report["partitions"] = rows
@@ -118,12 +132,90 @@ def collect(cluster: Cluster, name: str) -> tuple[JSON, str | None]:
         if dlq_topic:
             report["dlq"]["records"] = topic_size(admin, dlq_topic, access, KAFKA_TIMEOUT)
     except PluginError as exc:
-        return report, str(exc)
-    return report, None
+        kafka_error: str | None = str(exc)
+        if scraped.partitions:
+            report["partitions"] = _rows_from_metrics(scraped)
+    else:
+        kafka_error = None
+    report["slo"] = slo_burn(spec.get("slo"), report["lag"]["seconds"], scraped)
+    return report, kafka_error
+
+
+def _trend(scraped: worker_metrics.Scrape, topic: str, partition: int) -> float | None:
+    value = scraped.partitions.get((topic, partition), {}).get(worker_metrics.TREND)
+    return None if value is None else round(float(value), 2) or 0.0  # never "-0.0"
+
+
+def _rows_from_metrics(scraped: worker_metrics.Scrape) -> list[JSON]:
+    """Kafka out of reach: each partition as the worker that holds it reports it."""
+    rows: list[JSON] = []
+    for (topic, partition), row in sorted(scraped.partitions.items()):
+        seconds = row.get(worker_metrics.LAG_SECONDS)
+        lag = row.get(worker_metrics.LAG)
+        rows.append(
+            {
+                "topic": topic,
+                "partition": partition,
+                "owner": row["pod"],
+                "committed": None,
+                "logEnd": None,
+                "lag": None if lag is None else int(lag),
+                "lagSeconds": None if seconds is None else round(float(seconds), 1),
+                "trend": _trend(scraped, topic, partition),
+            }
+        )
+    return rows
+
+
+def slo_burn(
+    slo: Mapping[str, Any] | None, lag_seconds: float | None, scraped: worker_metrics.Scrape
+) -> JSON | None:
+    """Each objective of ``spec.slo`` against what was observed here, as a burn: the budget's
+    consumption over its allowance (1.0 uses it exactly; above 1 breaches it). The PrometheusRule's
+    alerts judge over their windows; this is a reading now, labelled with what it is."""
+    if not slo:
+        return None
+    out: JSON = {}
+    max_lag = slo.get("maxLagSeconds")
+    if max_lag:
+        out["lag"] = {
+            "objectiveSeconds": max_lag,
+            "observedSeconds": lag_seconds,
+            "burn": None if lag_seconds is None else round(float(lag_seconds) / max_lag, 2),
+            "basis": "the worst partition's lag in seconds now, over spec.slo.maxLagSeconds",
+        }
+    budget = slo.get("maxErrorRatio")
+    if budget:
+        outcomes = scraped.outcomes
+        errors = sum(v for o, v in outcomes.items() if o in worker_metrics.ERROR_OUTCOMES)
+        done = sum(v for o, v in outcomes.items() if o != "retried")
+        ratio = errors / done if done else None
+        out["errors"] = {
+            "budget": budget,
+            "errors": int(errors),
+            "done": int(done),
+            "ratio": None if ratio is None else round(ratio, 6),
+            "burn": None if ratio is None else round(ratio / budget, 2),
+            "basis": "records ended in dlq, skipped or failed over records done, from the "
+            "workers' counters since they started, over spec.slo.maxErrorRatio"
+            if scraped.read
+            else "not read: the workers' metrics could not be read",
+        }
+    if slo.get("maxTimeSinceLastCommitSeconds"):
+        out["commits"] = {
+            "objectiveSeconds": slo["maxTimeSinceLastCommitSeconds"],
+            "burn": None,
+            "basis": "judged by the alert OfftakeSLONoCommit (needs Prometheus), not here",
+        }
+    return out
 
 
 def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f}/s"
 
 
 def render(report: Mapping[str, Any], kafka_error: str | None) -> str:
@@ -141,9 +233,17 @@ def render(report: Mapping[str, Any], kafka_error: str | None) -> str:
     for c in report["conditions"]:
         lines.append(f"  {c['type']:<12} {c['status']:<6} {c['reason']}: {c['message']}")
     if kafka_error is not None:
+        shown = "the workers' own lag is shown" if report["partitions"] else "not shown"
         lines.append(
-            f"kafka: {kafka_error}; partitions, owners and the DLQ size are not shown "
-            "(everything else comes from the API server)"
+            f"kafka: {kafka_error}; committed offsets, log ends and the DLQ size need Kafka, "
+            f"per-partition lag: {shown} (everything else comes from the API server)"
+        )
+    metrics = report["metrics"]
+    if metrics["unreadable"]:
+        lines.append(
+            "metrics: not read from "
+            + "; ".join(f"{pod}: {why}" for pod, why in metrics["unreadable"].items())
+            + " (their partitions' TREND and the error burn are not shown)"
         )
     if report["partitions"] is not None:
         rows = report["partitions"]
@@ -151,13 +251,13 @@ def render(report: Mapping[str, Any], kafka_error: str | None) -> str:
         ow = max([5, *(len(_cell(p["owner"])) for p in rows)])
         lines.append(
             f"{'TOPIC':<{tw}} {'PART':>4} {'OWNER':<{ow}} {'COMMITTED':>10} {'LOG END':>10} "
-            f"{'LAG':>8} {'LAG(S)':>7}"
+            f"{'LAG':>8} {'LAG(S)':>7} {'TREND(1m)':>9}"
         )
         for p in rows:
             lines.append(
                 f"{p['topic']:<{tw}} {p['partition']:>4} {_cell(p['owner']):<{ow}} "
-                f"{_cell(p['committed']):>10} {p['logEnd']:>10} {p['lag']:>8} "
-                f"{_cell(p['lagSeconds']):>7}"
+                f"{_cell(p['committed']):>10} {_cell(p['logEnd']):>10} {_cell(p['lag']):>8} "
+                f"{_cell(p['lagSeconds']):>7} {_rate(p['trend']):>9}"
             )
     lines.append("pods:" if report["pods"] else "pods: none")
     for pod in report["pods"]:
@@ -165,6 +265,7 @@ def render(report: Mapping[str, Any], kafka_error: str | None) -> str:
         state = "ready" if pod["ready"] else "not ready"
         gone = " terminating" if pod["terminating"] else ""
         lines.append(f"  {pod['name']:<40} {state:<9} restarts {pod['restarts']}  {current}{gone}")
+    lines.extend(_render_slo(report["slo"]))
     dlq = report["dlq"]
     if dlq is not None:
         lines.append(f"dead letters: {_cell(dlq['records'])} in {dlq['topic']}")
@@ -182,6 +283,37 @@ def render(report: Mapping[str, Any], kafka_error: str | None) -> str:
     for e in report["events"]:
         lines.append(f"  {e['time']} {e['type']:<7} {e['reason']}: {e['message']}")
     return "\n".join(lines)
+
+
+def _render_slo(slo: Mapping[str, Any] | None) -> list[str]:
+    if not slo:
+        return []
+    lines = ["slo burn (1.0 = the whole allowance; above it, breached):"]
+    lag = slo.get("lag")
+    if lag:
+        burn = "-" if lag["burn"] is None else f"{lag['burn']:.2f}x"
+        lines.append(
+            f"  lag      {burn:>8}  worst {_cell(lag['observedSeconds'])} s now, "
+            f"objective {lag['objectiveSeconds']} s"
+        )
+    errors = slo.get("errors")
+    if errors:
+        burn = "-" if errors["burn"] is None else f"{errors['burn']:.2f}x"
+        if errors["ratio"] is None:
+            seen = "no records done" if errors["basis"].startswith("records") else "no metrics"
+        else:
+            seen = (
+                f"{errors['errors']} of {errors['done']} records in dlq/skipped/failed "
+                "since the workers started"
+            )
+        lines.append(f"  errors   {burn:>8}  {seen}, budget {errors['budget']}")
+    commits = slo.get("commits")
+    if commits:
+        lines.append(
+            f"  commits         -  objective {commits['objectiveSeconds']} s: judged by the "
+            "alert OfftakeSLONoCommit (Prometheus)"
+        )
+    return lines
 
 
 def summary_line(manifest: Mapping[str, Any]) -> JSON:
