@@ -78,8 +78,10 @@ else
   packages=(-e '.[operator,spark,test,kubectl]' -e ./examples)
   if [[ -x $VENV/bin/uv ]]; then
     # Without a terminal uv prints no progress bars: its summary lines say what it fetched,
-    # built and installed, and how long each took.
-    "$VENV/bin/uv" pip install --python "$VENV/bin/python" "${packages[@]}"
+    # built and installed, and how long each took; its list of every package installed
+    # (" + name==version", a hundred lines) is left out (.venv/bin/uv pip list shows them).
+    "$VENV/bin/uv" pip install --python "$VENV/bin/python" "${packages[@]}" 2>&1 |
+      { grep -v '^ [+-] ' || true; }
   else
     "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar on \
       "${packages[@]}"
@@ -89,7 +91,7 @@ fi
 
 PY="$VENV/bin/python"
 step "Apache Kafka (Maven Central jars)"
-"$PY" -m offtake_testbed.kafka install
+"$PY" -m offtake_testbed.kafka install >/dev/null # its progress and what it found: stderr
 
 if [[ $MODE == --all || $MODE == --node ]]; then
   # The Spark tier: its tests start local Spark sessions, faster from the archive (once per JVM

@@ -335,6 +335,7 @@ def test_a_session_on_kafka(
         assert stamps == sorted(stamps) and {e["pod"] for e in merged} == {pod["name"], "other"}
         assert all(e["level"] != "DEBUG" for e in merged)
         shown = logs.render(merged).splitlines()
+        print("(the workers' own log lines, merged as logs shows them)", *shown[:12], sep="\n")
         assert any(f" {pod['name']} INFO " in line for line in shown)
 
         # report: a bundle of what the API server and Kafka know, checked file by file.
