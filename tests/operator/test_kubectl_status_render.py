@@ -1,0 +1,70 @@
+"""``kubectl offtake status`` from the workers' metrics alone (Kafka out of reach from the
+terminal) and the SLO burn's arithmetic, on a scrape as worker_metrics parses it. The same
+paths on the real API server, worker and broker: tests/e2e/test_kubectl_plugin.py."""
+
+from __future__ import annotations
+
+from prometheus_client import generate_latest
+
+from offtake.metrics import Metrics
+from offtake.records import TopicPartition
+from offtake_operator.kubectl import status_view, worker_metrics
+
+
+def scrape_of(pods: dict[str, Metrics]) -> worker_metrics.Scrape:
+    out = worker_metrics.Scrape()
+    for pod, metrics in pods.items():
+        worker_metrics._add(out, pod, generate_latest(metrics.registry).decode())
+        out.read.append(pod)
+    return out
+
+
+def test_without_kafka_the_workers_own_lag_fills_the_partition_table() -> None:
+    a, b = Metrics("p"), Metrics("p")
+    a.set_lag(TopicPartition("orders", 0), 120, 35.5)
+    a.set_lag_trend(TopicPartition("orders", 0), 4.25)
+    b.set_lag(TopicPartition("orders", 1), 0, 0.0)
+    b.set_lag_trend(TopicPartition("orders", 1), -0.001)
+    scraped = scrape_of({"w-a": a, "w-b": b})
+    rows = status_view._rows_from_metrics(scraped)
+    assert rows == [
+        {"topic": "orders", "partition": 0, "owner": "w-a", "committed": None, "logEnd": None,
+         "lag": 120, "lagSeconds": 35.5, "trend": 4.25},
+        {"topic": "orders", "partition": 1, "owner": "w-b", "committed": None, "logEnd": None,
+         "lag": 0, "lagSeconds": 0.0, "trend": 0.0},
+    ]  # fmt: skip
+    report = {
+        "name": "p", "namespace": "shop", "phase": "Running", "reason": "WorkersReady",
+        "message": "", "replicas": {"desired": 2, "running": 2, "ready": 2}, "conditions": [],
+        "lag": {"records": None, "seconds": None, "from": "status"}, "partitions": rows,
+        "pods": [], "metrics": {"read": scraped.read, "unreadable": {}}, "dlq": None,
+        "redrive": None, "events": [], "slo": None,
+    }  # fmt: skip
+    text = status_view.render(report, "Kafka at k:9092 is not reachable from here (...)")
+    assert "per-partition lag: the workers' own lag is shown" in text
+    lines = text.splitlines()
+    assert lines[lines.index(next(x for x in lines if x.startswith("TOPIC"))) + 1].split() == [
+        "orders", "0", "w-a", "-", "-", "120", "35.5", "+4.2/s",
+    ]  # fmt: skip
+
+
+def test_slo_burn_is_consumption_over_allowance_and_says_what_it_could_not_read() -> None:
+    m = Metrics("p")
+    m.init_topics(["orders"])
+    for outcome, n in (("delivered", 90), ("dlq", 4), ("skipped", 1), ("retried", 30)):
+        m.processed.labels("orders", outcome).inc(n)
+    slo = {"maxLagSeconds": 20, "maxErrorRatio": 0.02, "maxTimeSinceLastCommitSeconds": 60}
+    burn = status_view.slo_burn(slo, 30.0, scrape_of({"w": m}))
+    assert burn is not None
+    assert (burn["lag"]["burn"], burn["lag"]["observedSeconds"]) == (1.5, 30.0)
+    # 5 of 95 done (retried records are not done yet): 0.0526 over 0.02.
+    errors = {k: burn["errors"][k] for k in ("errors", "done", "ratio", "burn")}
+    assert errors == {"errors": 5, "done": 95, "ratio": 0.052632, "burn": 2.63}
+    assert burn["commits"]["burn"] is None
+    unread = status_view.slo_burn(slo, None, worker_metrics.Scrape())
+    assert unread is not None
+    assert unread["errors"]["burn"] is None and unread["lag"]["burn"] is None
+    assert unread["errors"]["basis"].startswith("not read")
+    assert status_view.slo_burn(None, 3.0, worker_metrics.Scrape()) is None
+    shown = status_view._render_slo(unread)
+    assert "  errors          -  no metrics, budget 0.02" in shown
