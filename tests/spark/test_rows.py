@@ -6,7 +6,8 @@ import pyarrow as pa
 
 from offtake.config.spec import SparkBatchSpec
 from offtake.sinks.spark.batching import Batcher
-from offtake.sinks.spark.rows import META_COLUMNS, batch_table
+from offtake.sinks.spark.columns import META_COLUMNS
+from offtake.sinks.spark.rows import batch_table
 
 from .support import item
 
