@@ -31,7 +31,6 @@ from offtake.config.crd_check import json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "consumerpipeline.yaml"
-HELM_CRD_PATH = ROOT / "helm" / "offtake" / "crds" / "consumerpipeline.yaml"
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 # Fields the operator reads and the worker accepts without interpreting (see loader.py).
@@ -830,13 +829,6 @@ def test_each_cel_rule_rejects_what_the_loader_rejects(rule: str) -> None:
     if loader_rejects:
         with pytest.raises(ConfigError):
             parse_pipeline(manifest)
-
-
-def test_helm_chart_carries_the_same_crd() -> None:
-    assert HELM_CRD_PATH.read_bytes() == CRD_PATH.read_bytes(), (
-        "helm/offtake/crds/consumerpipeline.yaml differs from crds/consumerpipeline.yaml; "
-        "copy it: cp crds/consumerpipeline.yaml helm/offtake/crds/"
-    )
 
 
 def _spec_fields(node: Mapping[str, Any], path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
