@@ -13,7 +13,7 @@ from .support import item
 
 
 def _batch(values: list[object]):  # type: ignore[no-untyped-def]
-    b = Batcher(SparkBatchSpec())
+    b = Batcher(SparkBatchSpec(max_records=100_000, max_interval_seconds=60.0, max_bytes=1 << 27))
     for o, v in enumerate(values):
         b.add(item(o, v))
     (batch,) = b.close(None)
