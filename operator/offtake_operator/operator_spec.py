@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from offtake.config import ConfigError, RedriveRequest, parse_redrive
-from offtake.config.redrive import dlq_topic_of
+from offtake.contract import ConfigError, RedriveRequest, dlq_topic_of, parse_redrive
 
 RewindTarget = Literal["earliest", "latest", "timestamp"]
 
