@@ -39,7 +39,6 @@ JSON = dict[str, Any]
 DEPLOYMENT_ONLY_FIELDS = ("replicas", "paused", *OPERATOR_ONLY_FIELDS)
 
 
-
 def meta(body: Mapping[str, Any]) -> tuple[str, str]:
     m = body["metadata"]
     return str(m["name"]), str(m.get("namespace") or "default")

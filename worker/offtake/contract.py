@@ -2,11 +2,12 @@
 
 The operator (``offtake_operator``) imports the worker through this module only (an
 import-linter contract in pyproject.toml): reading and checking a pipeline the way the worker
-will, the client properties the operator's own Kafka clients use, reading lag and group
-positions, the names of the headers and metrics the worker writes, decoding a dead letter as
-the worker decoded it, a redrive's request and progress, and the Spark Connect children the
-worker expects in mode kubernetes. Everything here is defined where the worker uses it; this
-module only names what crosses the seam, so a change to anything else stays inside the worker.
+will, the CRD's schema and defaults (for the fields only the operator reads), the client
+properties the operator's own Kafka clients use, reading lag and group positions, the names
+of the headers and metrics the worker writes, decoding a dead letter as the worker decoded it,
+a redrive's request and progress, and the Spark Connect children the worker expects in mode
+kubernetes. Everything here is defined where the worker uses it; this module only names what
+crosses the seam, so a change to anything else stays inside the worker.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from offtake.config import (
     parse_redrive,
     redrive_group,
 )
+from offtake.config._fields import with_defaults
 from offtake.config.client_properties import operator_client_properties, refused_reason
+from offtake.config.crd_check import crd_node
 from offtake.config.redrive import dlq_topic_of
 from offtake.config.secret_env import secret_envs
 from offtake.config.spec import is_topic_pattern, matching_topics
@@ -56,6 +59,7 @@ __all__ = [
     "RedriveResult",
     "TopicPartition",
     "client_config",
+    "crd_node",
     "decode_value",
     "dlq_topic_of",
     "group_positions",
@@ -75,4 +79,5 @@ __all__ = [
     "refused_reason",
     "secret_envs",
     "spark_kubernetes",
+    "with_defaults",
 ]

@@ -31,6 +31,14 @@ def crd_schema() -> dict[str, Any]:
     return schema
 
 
+def crd_node(*path: str) -> Node:
+    """The schema of the field at ``path`` (``crd_node("spec", "autoscaling")``)."""
+    node: Node = crd_schema()
+    for key in path:
+        node = node["properties"][key]
+    return node
+
+
 def crd_problems(manifest: Mapping[str, Any]) -> list[str]:
     """Every way ``manifest`` breaks the CRD, as "field.path: problem" lines; [] if none."""
     import jsonschema

@@ -206,9 +206,7 @@ def _secret_ref(f: Fields | None) -> SecretRef | None:
 def _secret_key_ref(f: Fields | None) -> SecretKeyRef | None:
     if f is None:
         return None
-    return f.finish(
-        SecretKeyRef(name=f.text("name"), key=f.text("key"))
-    )
+    return f.finish(SecretKeyRef(name=f.text("name"), key=f.text("key")))
 
 
 def client_config_map(f: Fields, key: str, secret_field: str) -> dict[str, str]:
