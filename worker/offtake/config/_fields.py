@@ -107,15 +107,17 @@ class Fields:
     def has(self, key: str) -> bool:
         return self.raw.get(key) is not None
 
+    def _required(self, key: str, value: T | None) -> T:
+        """``value``, read after the CRD's defaults: None means the field has no default."""
+        if value is None:
+            raise ConfigError(self.at(key), "is required")
+        return value
+
     def text(self, key: str, default: str | None = None) -> str:
         """A string, required unless the CRD or ``default`` (a value the CRD cannot hold, such
         as one made of other fields) gives one."""
         value = self.opt_str(key)
-        if value is None:
-            if default is None:
-                raise ConfigError(self.at(key), "is required")
-            return default
-        return value
+        return self._required(key, default if value is None else value)
 
     def opt_str(self, key: str) -> str | None:
         value = self._get(key, False)
@@ -134,10 +136,7 @@ class Fields:
         return value
 
     def integer(self, key: str) -> int:
-        value = self.opt_integer(key)
-        if value is None:
-            raise ConfigError(self.at(key), "is required")
-        return value
+        return self._required(key, self.opt_integer(key))
 
     def opt_integer(self, key: str) -> int | None:
         value = self._get(key, False)
@@ -149,10 +148,7 @@ class Fields:
         return value
 
     def number(self, key: str) -> float:
-        value = self.opt_number(key)
-        if value is None:
-            raise ConfigError(self.at(key), "is required")
-        return value
+        return self._required(key, self.opt_number(key))
 
     def opt_number(self, key: str) -> float | None:
         value = self._get(key, False)
