@@ -45,8 +45,6 @@ FROM base AS build
 WORKDIR /src
 RUN python3 -m venv /opt/build
 COPY pyproject.toml README.md ./
-# worker/offtake/config/consumerpipeline.yaml links to crds/: the wheel gets the CRD's text.
-COPY crds ./crds
 COPY worker ./worker
 COPY operator ./operator
 COPY examples/pyproject.toml ./examples/pyproject.toml

@@ -14,10 +14,12 @@ else
 fi
 PY=${PYTHON:-python}
 command -v "$PY" >/dev/null || PY=python3
-"$PY" -m ruff check worker operator testbed tests bench
+"$PY" -m ruff check worker operator testbed tests bench crds
 # Each top-level folder holds its package (worker/offtake, ...), so mypy finds them by path.
 MYPYPATH=worker:operator:testbed "$PY" -m mypy --strict -p offtake -p offtake_operator -p offtake_testbed
 lint-imports --config pyproject.toml
+# The CRD's copies in the chart and the worker's package are generated from crds/.
+"$PY" crds/generate.py --check
 # Every Dockerfile in the repository (the images' and the examples' sidecars); an ignored rule
 # is justified on the line above its `# hadolint ignore=` comment.
 git ls-files -z -- Dockerfile '*/Dockerfile' | xargs -0 hadolint

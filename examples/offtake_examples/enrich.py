@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from offtake.records import Record
+from offtake import Record
 
 VAT = {"DE": 0.19, "FR": 0.20, "NL": 0.21}
 

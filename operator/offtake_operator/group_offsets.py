@@ -17,8 +17,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-from offtake.config import PipelineSpec
-from offtake.redrive import RedriveResult, read_progress
+from offtake.contract import PipelineSpec, RedriveResult, read_progress
 
 from .lag import (
     EARLIEST,

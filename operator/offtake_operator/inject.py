@@ -29,7 +29,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from offtake.config import PipelineSpec
+from offtake.contract import PipelineSpec
 
 from . import names, render
 from .security import DEFAULT_UID

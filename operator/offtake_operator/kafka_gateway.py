@@ -6,8 +6,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Protocol
 
-from offtake.config import PipelineSpec
-from offtake.redrive import RedriveResult
+from offtake.contract import PipelineSpec, RedriveResult
 
 from . import group_offsets, lag
 from .lag import TP, LagReport

@@ -31,8 +31,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from offtake.config import PipelineSpec
-from offtake.config.client_properties import refused_reason
+from offtake.contract import PipelineSpec, refused_reason
 
 from .kubeapi import SECRETS, KubeApi
 from .lag import KafkaAccessError

@@ -23,13 +23,17 @@ from typing import Any, cast
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-from offtake.config import ConfigError, PipelineSpec
-from offtake.config.client_properties import operator_client_properties
-from offtake.config.spec import is_topic_pattern, matching_topics
-from offtake.kafka.config import client_config
-from offtake.kafka.oldest_record import read_timestamps
-from offtake.kafka.protocols import ConsumerLike
-from offtake.records import TopicPartition as OfftakeTP
+from offtake.contract import (
+    ConfigError,
+    ConsumerLike,
+    PipelineSpec,
+    client_config,
+    is_topic_pattern,
+    matching_topics,
+    operator_client_properties,
+    read_timestamps,
+)
+from offtake.contract import TopicPartition as OfftakeTP
 
 TP = tuple[str, int]
 

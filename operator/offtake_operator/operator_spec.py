@@ -3,7 +3,8 @@ worker ignores them).
 
 The API server has already checked these against the CRD; this module checks them again
 because an object can reach the operator without that check (an older CRD, a test server),
-and a bad one must become a Degraded condition naming the field, never a crash.
+and a bad one must become a Degraded condition naming the field, never a crash. The defaults
+are the CRD's, filled in from it as the API server fills them (the worker's package copy).
 """
 
 from __future__ import annotations
@@ -13,8 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from offtake.config import ConfigError, RedriveRequest, parse_redrive
-from offtake.config.redrive import dlq_topic_of
+from offtake.contract import (
+    ConfigError,
+    RedriveRequest,
+    crd_node,
+    dlq_topic_of,
+    parse_redrive,
+    with_defaults,
+)
 
 RewindTarget = Literal["earliest", "latest", "timestamp"]
 
@@ -30,17 +37,22 @@ class Rewind:
         return None if self.timestamp is None else int(self.timestamp.timestamp() * 1000)
 
 
-@dataclass(frozen=True)
+#: Lag per replica without targetLagSeconds or targetLagPerReplica. Not a CRD default: the
+#: CRD's rule that the two exclude each other could not tell a default from a written value.
+TARGET_LAG_PER_REPLICA = 1000
+
+
+@dataclass(frozen=True, kw_only=True)
 class Autoscaling:
-    enabled: bool = False
-    min_replicas: int = 1
-    max_replicas: int = 10
-    target_lag_per_replica: int = 1000
+    enabled: bool
+    min_replicas: int
+    max_replicas: int
+    target_lag_per_replica: int
     #: When set, scale on the age of the oldest uncommitted record instead of messages.
     target_lag_seconds: int | None = None
     #: How long a lower replica count must be recommended before the autoscaler scales down,
     #: so that a drained backlog does not make the group rebalance back and forth.
-    scale_down_stabilization_seconds: int = 300
+    scale_down_stabilization_seconds: int
     #: Prometheus that KEDA's Prometheus scaler asks for the lag in seconds.
     prometheus_address: str | None = None
 
@@ -49,7 +61,7 @@ class Autoscaling:
         return self.target_lag_seconds is not None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Slo:
     """spec.slo: the objectives the operator turns into the pipeline's PrometheusRule."""
 
@@ -58,7 +70,7 @@ class Slo:
     max_error_ratio: float | None = None
     max_time_since_last_commit_seconds: int | None = None
     #: How long a breach must last before its alert fires (each rule's ``for``).
-    alert_after_seconds: int = 120
+    alert_after_seconds: int
 
 
 @dataclass(frozen=True)
@@ -89,6 +101,7 @@ def _slo(raw: Any) -> Slo | None:
         return None
     if not isinstance(raw, Mapping):
         raise ConfigError("spec.slo", "expected a mapping")
+    raw = _defaulted(raw, "slo")
 
     def seconds(key: str, least: int = 1) -> int | None:
         value = raw.get(key)
@@ -108,11 +121,12 @@ def _slo(raw: Any) -> Slo | None:
             "spec.slo.maxErrorRatio", f"expected a fraction from 0.000001 to 0.5, got {ratio!r}"
         )
     after = seconds("alertAfterSeconds", least=0)
+    assert after is not None  # the CRD's default
     slo = Slo(
         max_lag_seconds=seconds("maxLagSeconds"),
         max_error_ratio=None if ratio is None else float(ratio),
         max_time_since_last_commit_seconds=seconds("maxTimeSinceLastCommitSeconds"),
-        alert_after_seconds=Slo.alert_after_seconds if after is None else after,
+        alert_after_seconds=after,
     )
     if (slo.max_lag_seconds, slo.max_error_ratio, slo.max_time_since_last_commit_seconds) == (
         None,
@@ -166,17 +180,24 @@ def _rewind(raw: Any) -> Rewind | None:
     return Rewind(id=rid, to=to, timestamp=stamp)
 
 
+def _defaulted(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """spec.<key> with the CRD's defaults, a null field counting as unset."""
+    given = {k: v for k, v in raw.items() if v is not None}
+    out: Mapping[str, Any] = with_defaults(given, crd_node("spec", key))
+    return out
+
+
 def _autoscaling(raw: Any) -> Autoscaling:
     if raw is None:
-        return Autoscaling()
+        raw = {}
     if not isinstance(raw, Mapping):
         raise ConfigError("spec.autoscaling", "expected a mapping")
-    defaults = Autoscaling()
-    enabled = raw.get("enabled", False)
+    raw = _defaulted(raw, "autoscaling")
+    enabled = raw["enabled"]
     if not isinstance(enabled, bool):
         raise ConfigError("spec.autoscaling.enabled", f"expected true or false, got {enabled!r}")
 
-    def count(key: str, default: int, least: int = 1) -> int:
+    def count(key: str, least: int = 1, default: int | None = None) -> int:
         value = raw.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ConfigError(
@@ -198,13 +219,11 @@ def _autoscaling(raw: Any) -> Autoscaling:
     out = Autoscaling(
         enabled=enabled,
         # 0: KEDA scales to zero; an HPA keeps one (see render.render_hpa).
-        min_replicas=count("minReplicas", defaults.min_replicas, least=0),
-        max_replicas=count("maxReplicas", defaults.max_replicas),
-        target_lag_per_replica=count("targetLagPerReplica", defaults.target_lag_per_replica),
-        target_lag_seconds=(count("targetLagSeconds", 0) if "targetLagSeconds" in raw else None),
-        scale_down_stabilization_seconds=count(
-            "scaleDownStabilizationSeconds", defaults.scale_down_stabilization_seconds, least=0
-        ),
+        min_replicas=count("minReplicas", least=0),
+        max_replicas=count("maxReplicas"),
+        target_lag_per_replica=count("targetLagPerReplica", default=TARGET_LAG_PER_REPLICA),
+        target_lag_seconds=count("targetLagSeconds") if "targetLagSeconds" in raw else None,
+        scale_down_stabilization_seconds=count("scaleDownStabilizationSeconds", least=0),
         prometheus_address=address,
     )
     if out.min_replicas > out.max_replicas:

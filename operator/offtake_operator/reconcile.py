@@ -18,8 +18,8 @@ from typing import Any, cast
 
 import kopf
 
-from offtake.config import ConfigError, PipelineSpec, parse_pipeline
-from offtake.sinks.spark import kubernetes as spark_k8s
+from offtake.contract import ConfigError, PipelineSpec, parse_pipeline
+from offtake.contract import spark_kubernetes as spark_k8s
 
 from . import names, redrive, render, rewind, security, slo_rules
 from .apply import Applied, NotOursError, Taken, apply_claimed, carries_uid, claim, remove_owned

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from offtake.config import PipelineSpec, RedriveRequest, redrive_group
+from offtake.contract import PipelineSpec, RedriveRequest, redrive_group
 
 from . import names, render
 from .apply import NotOursError, Taken, carries_uid, ensure

@@ -15,9 +15,15 @@ from typing import Any
 
 import yaml
 
-from offtake.config import OPERATOR_ONLY_FIELDS, PipelineSpec, RedriveRequest
-from offtake.config.secret_env import secret_envs
-from offtake.sinks.spark import kubernetes as spark_k8s
+from offtake.contract import (
+    LAG_MESSAGES_METRIC,
+    LAG_SECONDS_METRIC,
+    OPERATOR_ONLY_FIELDS,
+    PipelineSpec,
+    RedriveRequest,
+    secret_envs,
+)
+from offtake.contract import spark_kubernetes as spark_k8s
 
 from . import names
 from .names import API_VERSION, KIND
@@ -31,10 +37,6 @@ JSON = dict[str, Any]
 #: the worker's pipeline.yaml so that, e.g., scaling or pausing does not change the config
 #: checksum and roll every pod.
 DEPLOYMENT_ONLY_FIELDS = ("replicas", "paused", *OPERATOR_ONLY_FIELDS)
-
-LAG_METRIC = "offtake_consumer_lag_messages"
-#: The age of the oldest uncommitted record, per partition (worker/offtake/metrics.py).
-LAG_SECONDS_METRIC = "offtake_consumer_lag_seconds"
 
 
 def meta(body: Mapping[str, Any]) -> tuple[str, str]:
@@ -698,7 +700,7 @@ def _hpa_metric(body: Mapping[str, Any], autoscaling: Autoscaling) -> JSON:
         return {
             "type": "Pods",
             "pods": {
-                "metric": {"name": LAG_METRIC},
+                "metric": {"name": LAG_MESSAGES_METRIC},
                 "target": {
                     "type": "AverageValue",
                     "averageValue": str(autoscaling.target_lag_per_replica),

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from offtake.config import PipelineSpec
+from offtake.contract import PipelineSpec
 
 from .context import OperatorContext
 from .kafka_secret import kafka_properties

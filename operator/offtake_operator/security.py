@@ -15,7 +15,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from offtake.config import ConfigError
+from offtake.contract import ConfigError
 
 JSON = dict[str, Any]
 

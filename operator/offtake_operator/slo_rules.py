@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from offtake.contract import LAG_MESSAGES_METRIC, LAG_SECONDS_METRIC
+
 from . import names
 from .operator_spec import Slo
 from .render import JSON, child_metadata, meta
@@ -61,7 +63,7 @@ def render_prometheus_rule(
         rules.append(
             {
                 "record": "offtake:slo_lag_seconds:max",
-                "expr": f"max by (namespace, pipeline) (offtake_consumer_lag_seconds{{{sel}}})",
+                "expr": f"max by (namespace, pipeline) ({LAG_SECONDS_METRIC}{{{sel}}})",
             }
         )
         rules.append(
@@ -119,7 +121,7 @@ def render_prometheus_rule(
             {
                 "alert": "OfftakeSLONoCommit",
                 "expr": (
-                    f"(sum by (namespace, pipeline) (offtake_consumer_lag_messages{{{sel}}}) > 0)\n"
+                    f"(sum by (namespace, pipeline) ({LAG_MESSAGES_METRIC}{{{sel}}}) > 0)\n"
                     "unless on (namespace, pipeline)\n"
                     f"(sum by (namespace, pipeline) (increase(offtake_commits_total{{{sel}, "
                     f'result="success"}}[{limit}s])) > 0)'

@@ -30,7 +30,7 @@ from typing import Any
 
 import kopf
 
-from offtake.config import ConfigError
+from offtake.contract import ConfigError
 
 from . import inject, names
 from .context import context_of

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import subprocess
 import sys
 import tempfile
@@ -34,7 +35,7 @@ import yaml
 from offtake.config import parse_pipeline
 from offtake.config.redrive import dlq_topic_of, parse_redrive
 from offtake_operator import inject, render
-from offtake_operator.operator_spec import Autoscaling, parse_operator_spec
+from offtake_operator.operator_spec import parse_operator_spec
 from offtake_operator.reconcile import worker_manifest
 from offtake_operator.settings import OperatorConfig
 
@@ -122,7 +123,7 @@ def _children(body: JSON, config: OperatorConfig) -> list[JSON]:
     )
     docs.append(render.render_pdb(body))
     # Every example gets an HPA (none of them enables autoscaling): it is a child too.
-    autoscaling = extras.autoscaling if extras.autoscaling.enabled else Autoscaling(enabled=True)
+    autoscaling = dataclasses.replace(extras.autoscaling, enabled=True)
     docs.append(render.render_hpa(body, autoscaling, partitions=None))
     if render.uses_spark_connect(pipeline):
         docs.append(render.render_spark_connect(body, pipeline))

@@ -261,7 +261,7 @@ def test_spark_runs_as_a_pod_would_run_it(container: str, target: str) -> None:
         pytest.skip("worker-spark is not in OFFTAKE_IMAGE_TARGETS")
     script = """
 import os
-from offtake.sinks.spark.session import ivy_dir
+from offtake.sinks.spark.cache import ivy_dir
 from pyspark.sql import SparkSession
 s = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
      .config("spark.jars.ivy", str(ivy_dir())).getOrCreate())

@@ -294,7 +294,6 @@ def pod_dep(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_scaled_object_authenticates_with_the_kafka_secret() -> None:
-    from offtake_operator.operator_spec import Autoscaling
 
     body = pipeline_body(
         kafka={
@@ -312,7 +311,8 @@ def test_a_scaled_object_authenticates_with_the_kafka_secret() -> None:
         "key": "user.key",
         "password": "sasl.password",
     }
-    so = render.render_scaled_object(body, p, Autoscaling(enabled=True), 4, authenticated=True)
+    scaling = parse_operator_spec({"autoscaling": {"enabled": True}}).autoscaling
+    so = render.render_scaled_object(body, p, scaling, 4, authenticated=True)
     (trigger,) = so["spec"]["triggers"]
     assert trigger["authenticationRef"] == {"name": "orders"}
     assert trigger["metadata"]["sasl"] == "scram_sha512" and trigger["metadata"]["tls"] == "enable"

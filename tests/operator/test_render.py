@@ -10,7 +10,7 @@ from operator_testkit import example, pipeline_body
 
 from offtake.config import load_pipeline, parse_pipeline
 from offtake_operator import names, render
-from offtake_operator.operator_spec import Autoscaling, parse_operator_spec
+from offtake_operator.operator_spec import parse_operator_spec
 from offtake_operator.reconcile import worker_manifest
 from offtake_operator.settings import OperatorConfig
 
@@ -53,14 +53,15 @@ def test_configmap_holds_a_manifest_the_worker_loads(tmp_path: Any) -> None:
 def test_every_child_is_owned_and_labelled() -> None:
     body = example("sidecar.yaml")
     p = parsed(body)
+    scaling = parse_operator_spec({"autoscaling": {"enabled": True}}).autoscaling
     children = [
         render.render_configmap(body),
         render.render_deployment(body, p, CONFIG, replicas=3),
         render.render_service(body, p),
         render.render_pdb(body),
         render.render_service_monitor(body),
-        render.render_hpa(body, Autoscaling(enabled=True), None),
-        render.render_scaled_object(body, p, Autoscaling(enabled=True), None),
+        render.render_hpa(body, scaling, None),
+        render.render_scaled_object(body, p, scaling, None),
     ]
     for child in children:
         (ref,) = child["metadata"]["ownerReferences"]
@@ -213,7 +214,9 @@ def test_autoscalers_never_exceed_the_partition_count(
     partitions: int | None, expected: tuple[int, int]
 ) -> None:
     body = pipeline_body(source={"topics": ["orders"], "groupId": "g1"})
-    scaling = Autoscaling(enabled=True, min_replicas=2, max_replicas=10, target_lag_per_replica=500)
+    scaling = parse_operator_spec(
+        {"autoscaling": {"enabled": True, "minReplicas": 2, "targetLagPerReplica": 500}}
+    ).autoscaling
     hpa = render.render_hpa(body, scaling, partitions)
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == expected
     assert hpa["spec"]["scaleTargetRef"] == {

@@ -78,7 +78,11 @@ def test_operator_spec() -> None:
     assert spec.rewind.timestamp == datetime.datetime(2024, 5, 1, 12, tzinfo=datetime.UTC)
     assert spec.rewind.timestamp_ms == 1714564800000
     assert spec.autoscaling == Autoscaling(
-        enabled=True, min_replicas=1, max_replicas=4, target_lag_per_replica=1000
+        enabled=True,
+        min_replicas=1,
+        max_replicas=4,
+        target_lag_per_replica=1000,
+        scale_down_stabilization_seconds=300,
     )
     assert parse_operator_spec({}).rewind is None
 

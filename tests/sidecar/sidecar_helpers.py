@@ -105,7 +105,8 @@ class References:
 
 
 def spec(port: int, **kw: Any) -> ContainerSpec:
-    return ContainerSpec(image="example", port=port, **kw)
+    given = {"path": "/v1/process", "timeout_seconds": 30.0, "max_batch_records": 500, **kw}
+    return ContainerSpec(image="example", port=port, **given)
 
 
 # -- a scriptable misbehaving sidecar --------------------------------------------------------

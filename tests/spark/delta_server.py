@@ -15,7 +15,8 @@ import sys
 import tarfile
 from pathlib import Path
 
-from offtake.sinks.spark.session import DELTA_CONF, ivy_dir
+from offtake.sinks.spark.cache import ivy_dir
+from offtake.sinks.spark.session import DELTA_CONF
 
 from .connect_server import ConnectServer
 

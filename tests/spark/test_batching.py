@@ -11,6 +11,14 @@ from offtake.sinks.spark.batching import Batcher, BatchId
 from .support import item
 
 
+def batch_spec(
+    max_records: int, max_interval_seconds: float = 60.0, max_bytes: int = 1 << 27
+) -> SparkBatchSpec:
+    return SparkBatchSpec(
+        max_records=max_records, max_interval_seconds=max_interval_seconds, max_bytes=max_bytes
+    )
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 100.0
@@ -20,7 +28,7 @@ class Clock:
 
 
 def test_identity_is_topic_partition_and_offset_range() -> None:
-    b = Batcher(SparkBatchSpec(max_records=3))
+    b = Batcher(batch_spec(max_records=3))
     closed = [c for it in [item(o) for o in (10, 11, 12)] for c in b.add(it)]
     assert len(closed) == 1
     assert closed[0].id == BatchId("orders", 0, 10, 12)
@@ -36,7 +44,7 @@ def test_identity_round_trips_through_its_name_even_with_dashes_in_the_topic() -
 
 
 def test_max_records_bound() -> None:
-    b = Batcher(SparkBatchSpec(max_records=100))
+    b = Batcher(batch_spec(max_records=100))
     closed = [c for it in [item(o) for o in range(250)] for c in b.add(it)]
     assert [str(c.id) for c in closed] == ["orders-0-0-99", "orders-0-100-199"]
     assert [len(c) for c in b.close(None)] == [50]
@@ -44,7 +52,7 @@ def test_max_records_bound() -> None:
 
 def test_max_bytes_bound() -> None:
     one = item(0).record.size
-    b = Batcher(SparkBatchSpec(max_records=1000, max_bytes=one * 4))
+    b = Batcher(batch_spec(max_records=1000, max_bytes=one * 4))
     closed = [c for it in [item(o) for o in range(10)] for c in b.add(it)]
     assert [len(c) for c in closed] == [4, 4]
     assert closed[0].nbytes >= one * 4
@@ -52,7 +60,7 @@ def test_max_bytes_bound() -> None:
 
 def test_interval_bound_counts_from_the_first_item() -> None:
     clock = Clock()
-    b = Batcher(SparkBatchSpec(max_records=1000, max_interval_seconds=5), clock)
+    b = Batcher(batch_spec(max_records=1000, max_interval_seconds=5), clock)
     b.add(item(0))
     clock.now += 4
     b.add(item(1))
@@ -64,7 +72,7 @@ def test_interval_bound_counts_from_the_first_item() -> None:
 
 
 def test_partitions_batch_separately_and_close_selectively() -> None:
-    b = Batcher(SparkBatchSpec(max_records=1000))
+    b = Batcher(batch_spec(max_records=1000))
     for o in range(5):
         b.add(item(o, partition=0))
         b.add(item(o, partition=1))
@@ -74,7 +82,7 @@ def test_partitions_batch_separately_and_close_selectively() -> None:
 
 
 def test_rewind_or_new_epoch_closes_the_batch_so_ranges_stay_exact() -> None:
-    b = Batcher(SparkBatchSpec(max_records=1000))
+    b = Batcher(batch_spec(max_records=1000))
     for o in (5, 6, 7):
         b.add(item(o))
     closed = b.add(item(3))  # a rewind: offsets go back
@@ -85,7 +93,7 @@ def test_rewind_or_new_epoch_closes_the_batch_so_ranges_stay_exact() -> None:
 
 
 def test_rows_count_values_not_items() -> None:
-    b = Batcher(SparkBatchSpec(max_records=1000))
+    b = Batcher(batch_spec(max_records=1000))
     it = item(0)
     it.values = [{"a": 1}, {"a": 2}]
     b.add(it)

@@ -17,6 +17,7 @@ from psycopg import sql
 
 from offtake.metrics import Metrics
 from offtake.sinks.spark import SparkSink
+from offtake.sinks.spark.columns import column_name
 from offtake.sinks.spark.identifiers import (
     ANSI,
     DELTA,
@@ -31,7 +32,6 @@ from offtake.sinks.spark.identifiers import (
     shown,
     table_problem,
 )
-from offtake.sinks.spark.rows import column_name
 from offtake.sinks.spark.writers import STAGING_SUFFIX_CHARS
 
 from .support import Collector, item, pipeline

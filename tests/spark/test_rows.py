@@ -6,13 +6,14 @@ import pyarrow as pa
 
 from offtake.config.spec import SparkBatchSpec
 from offtake.sinks.spark.batching import Batcher
-from offtake.sinks.spark.rows import META_COLUMNS, batch_table
+from offtake.sinks.spark.columns import META_COLUMNS
+from offtake.sinks.spark.rows import batch_table
 
 from .support import item
 
 
 def _batch(values: list[object]):  # type: ignore[no-untyped-def]
-    b = Batcher(SparkBatchSpec())
+    b = Batcher(SparkBatchSpec(max_records=100_000, max_interval_seconds=60.0, max_bytes=1 << 27))
     for o, v in enumerate(values):
         b.add(item(o, v))
     (batch,) = b.close(None)

@@ -151,7 +151,7 @@ def _spark_archive(directory: str | None, force: bool) -> int:
 
     configure_logging(os.environ.get("OFFTAKE_LOG_LEVEL", "INFO"), "spark-archive")
     try:
-        from offtake.sinks.spark.class_archive import ArchiveError, make_archive
+        from offtake.sinks.spark.archive_training import ArchiveError, make_archive
 
         path = make_archive(Path(directory) if directory else None, force=force)
     except ImportError as exc:

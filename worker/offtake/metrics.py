@@ -36,12 +36,19 @@ from offtake.records import TopicPartition
 __all__ = [
     "COMMIT_RESULTS",
     "ERROR_STAGES",
+    "LAG_MESSAGES_METRIC",
+    "LAG_SECONDS_METRIC",
     "OUTCOMES",
     "REBALANCE_KINDS",
     "SPARK_RESULTS",
     "STATES",
     "Metrics",
 ]
+
+# The lag series, by name: the operator's autoscalers and SLO rules query them too.
+LAG_MESSAGES_METRIC = "offtake_consumer_lag_messages"
+#: The age of the oldest uncommitted record, per partition.
+LAG_SECONDS_METRIC = "offtake_consumer_lag_seconds"
 
 # The ``*_created`` gauges the client adds for every counter and histogram would almost double
 # the series count for a value nobody queries (Prometheus handles resets from the counter
@@ -149,13 +156,13 @@ class Metrics:
             registry=r,
         )
         self.lag_messages = Gauge(
-            "offtake_consumer_lag_messages",
+            LAG_MESSAGES_METRIC,
             "Log-end offset minus committed offset of each assigned partition (0 when caught up).",
             ["topic", "partition"],
             registry=r,
         )
         self.lag_seconds = Gauge(
-            "offtake_consumer_lag_seconds",
+            LAG_SECONDS_METRIC,
             "Age of the oldest record not yet committed, from record timestamps "
             "(0 when caught up).",
             ["topic", "partition"],

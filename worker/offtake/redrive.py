@@ -63,16 +63,13 @@ from confluent_kafka import (
 
 from offtake.config import PipelineSpec, RedriveRequest
 from offtake.config.spec import matching_topics
-from offtake.engine.dead_letters import H_TOPIC, read_origin
+from offtake.engine.dead_letters import read_origin
 from offtake.engine.header_values import HeaderError, last
+from offtake.headers import H_REDRIVE_ID, H_REDRIVE_SOURCE, H_TOPIC, OFFTAKE_PREFIX
 from offtake.kafka.config import consumer_config, producer_config
 
 log = logging.getLogger("offtake.redrive")
 
-H_REDRIVE_ID = "offtake.redrive.id"
-H_REDRIVE_SOURCE = "offtake.redrive.source"
-#: Offtake's own headers all start with this: they are dropped from replayed records.
-OFFTAKE_HEADER_PREFIX = "offtake."
 
 BATCH = 500
 MAX_REJECTIONS_SHOWN = 10  # reasons kept for the summary; the log has every one
@@ -238,7 +235,8 @@ class _Replayer:
             return self.reject(msg, str(exc))
         assert origin is not None  # its topic header is there (above)
         topic = origin.topic
-        kept = [(k, v) for k, v in headers if not k.startswith(OFFTAKE_HEADER_PREFIX)]
+        # Offtake's own headers are dropped from replayed records.
+        kept = [(k, v) for k, v in headers if not k.startswith(OFFTAKE_PREFIX)]
         kept += [
             (H_REDRIVE_ID, self.request.id.encode()),
             (H_REDRIVE_SOURCE, f"{msg.topic()}/{msg.partition()}/{msg.offset()}".encode()),

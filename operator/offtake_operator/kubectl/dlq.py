@@ -20,17 +20,20 @@ from typing import Any
 
 import confluent_kafka
 
-from offtake.config import PipelineSpec
-from offtake.engine.dead_letters import (
+from offtake.contract import (
     H_ATTEMPTS,
     H_ERROR_CLASS,
     H_ERROR_MESSAGE,
     H_STAGE,
+    DecodeError,
+    HeaderError,
+    PipelineSpec,
+    decode_value,
     header,
+    make_decoder,
+    read_int,
     read_origin,
 )
-from offtake.engine.header_values import HeaderError, read_int
-from offtake.processing.decode import DecodeError, decode_value, make_decoder
 
 from .errors import PluginError
 from .kafka_view import KafkaAccess

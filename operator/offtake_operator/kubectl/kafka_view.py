@@ -13,8 +13,13 @@ from typing import Any
 import confluent_kafka
 from confluent_kafka.admin import AdminClient
 
-from offtake.config import ConfigError, PipelineSpec, parse_pipeline
-from offtake.kafka.group_view import PartitionPosition, group_positions
+from offtake.contract import (
+    ConfigError,
+    PartitionPosition,
+    PipelineSpec,
+    group_positions,
+    parse_pipeline,
+)
 
 from ..kafka_secret import KafkaSecretError, map_secret, with_cluster_ca
 from ..lag import KafkaAccessError, admin_config

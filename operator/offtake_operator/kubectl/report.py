@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from offtake.redact import redact
+from offtake.contract import redact
 
 from . import status_view, worker_metrics
 from .cluster import JSON, Cluster

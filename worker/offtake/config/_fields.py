@@ -1,12 +1,18 @@
-"""Typed reads from an untrusted mapping, each error naming the field's full path."""
+"""Typed reads from an untrusted mapping, each error naming the field's full path.
+
+Each mapping is read with its node of the CRD's schema (crds/consumerpipeline.yaml): the
+defaults, bounds and choices written there are the only ones; the loader restates none.
+"""
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+Node = Mapping[str, Any]
 
 # A manifest key printed as it is; any other (spaces, control characters, quotes) is quoted,
 # so an error line names the field unambiguously and a stray "\r" cannot garble the output.
@@ -44,23 +50,51 @@ def _kind(value: object) -> str:
     return type(value).__name__
 
 
-class Fields:
-    """One mapping of the manifest being read; remembers which keys were used.
+def with_defaults(value: Any, node: Node) -> Any:
+    """``value`` with the schema's defaults filled in, the way the API server defaults."""
+    if isinstance(value, Mapping):
+        out = dict(value)
+        properties = node.get("properties", {})
+        for key, sub in properties.items():
+            if key not in out and "default" in sub:
+                out[key] = copy.deepcopy(sub["default"])
+            if key in out:
+                out[key] = with_defaults(out[key], sub)
+        extra = node.get("additionalProperties")
+        if isinstance(extra, Mapping):
+            for key in out.keys() - properties.keys():
+                out[key] = with_defaults(out[key], extra)
+        return out
+    if isinstance(value, list) and "items" in node:
+        return [with_defaults(item, node["items"]) for item in value]
+    return value
 
-    Call :meth:`done` after the last read so that misspelt keys are reported instead of
-    silently ignored (a typo in ``maxInFlightMesages`` must not fall back to a default).
+
+class Fields:
+    """One mapping of the manifest being read, with its schema node; remembers which keys were
+    used.
+
+    The node's defaults are filled in as the API server fills them, and its bounds and enums
+    checked on each read: a field that has no value here after that has no default. Call
+    :meth:`done` after the last read so that misspelt keys are reported instead of silently
+    ignored (a typo in ``maxInFlightMesages`` must not fall back to a default).
     """
 
-    def __init__(self, raw: object, path: str) -> None:
+    def __init__(self, raw: object, path: str, node: Node) -> None:
         if not isinstance(raw, Mapping):
             raise ConfigError(path, f"expected a mapping, got {_kind(raw)}")
-        self.raw: Mapping[str, Any] = raw
+        self.raw: Mapping[str, Any] = with_defaults(raw, node)
         self.path = path
+        self.node = node
         self._seen: set[str] = set()
 
     def at(self, key: str) -> str:
         name = field_name(key)
         return f"{self.path}.{name}" if self.path else name
+
+    def _schema(self, key: str) -> Node:
+        node: Node = self.node.get("properties", {}).get(key, {})
+        return node
 
     def _get(self, key: str, required: bool) -> Any:
         self._seen.add(key)
@@ -73,13 +107,17 @@ class Fields:
     def has(self, key: str) -> bool:
         return self.raw.get(key) is not None
 
-    def text(self, key: str, default: str | None = None, *, required: bool = False) -> str:
-        value = self._get(key, required and default is None)
+    def _required(self, key: str, value: T | None) -> T:
+        """``value``, read after the CRD's defaults: None means the field has no default."""
         if value is None:
-            return default  # type: ignore[return-value]
-        if not isinstance(value, str) or not value.strip():
-            raise ConfigError(self.at(key), f"expected a non-empty string, got {_kind(value)}")
+            raise ConfigError(self.at(key), "is required")
         return value
+
+    def text(self, key: str, default: str | None = None) -> str:
+        """A string, required unless the CRD or ``default`` (a value the CRD cannot hold, such
+        as one made of other fields) gives one."""
+        value = self.opt_str(key)
+        return self._required(key, default if value is None else value)
 
     def opt_str(self, key: str) -> str | None:
         value = self._get(key, False)
@@ -89,38 +127,40 @@ class Fields:
             raise ConfigError(self.at(key), f"expected a non-empty string, got {_kind(value)}")
         return value
 
-    def choice(self, key: str, choices: tuple[str, ...], default: str | None = None) -> str:
-        value = self.text(key, default, required=default is None)
+    def choice(self, key: str) -> str:
+        """One of the CRD's enum for the field."""
+        choices = tuple(self._schema(key)["enum"])
+        value = self.text(key)
         if value not in choices:
             raise ConfigError(self.at(key), f"expected one of {', '.join(choices)}, got {value!r}")
         return value
 
-    def integer(
-        self, key: str, default: int, *, minimum: int = 0, maximum: int | None = None
-    ) -> int:
+    def integer(self, key: str) -> int:
+        return self._required(key, self.opt_integer(key))
+
+    def opt_integer(self, key: str) -> int | None:
         value = self._get(key, False)
         if value is None:
-            return default
+            return None
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(self.at(key), f"expected an integer, got {_kind(value)}")
-        self._bounds(key, value, minimum, maximum)
+        self._bounds(key, value)
         return value
 
-    def number(
-        self, key: str, default: float, *, minimum: float = 0.0, maximum: float | None = None
-    ) -> float:
+    def number(self, key: str) -> float:
+        return self._required(key, self.opt_number(key))
+
+    def opt_number(self, key: str) -> float | None:
         value = self._get(key, False)
         if value is None:
-            return default
+            return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(self.at(key), f"expected a number, got {_kind(value)}")
-        self._bounds(key, value, minimum, maximum)
+        self._bounds(key, value)
         return float(value)
 
-    def flag(self, key: str, default: bool) -> bool:
-        value = self._get(key, False)
-        if value is None:
-            return default
+    def flag(self, key: str) -> bool:
+        value = self._get(key, True)
         if not isinstance(value, bool):
             raise ConfigError(self.at(key), f"expected true or false, got {_kind(value)}")
         return value
@@ -164,13 +204,18 @@ class Fields:
             return []
         if not isinstance(value, list):
             raise ConfigError(self.at(key), f"expected a list of mappings, got {_kind(value)}")
-        return [Fields(item, f"{self.at(key)}[{i}]") for i, item in enumerate(value)]
+        items = self._schema(key).get("items", {})
+        return [Fields(item, f"{self.at(key)}[{i}]", items) for i, item in enumerate(value)]
 
     def sub(self, key: str, *, required: bool = False) -> Fields | None:
         value = self._get(key, required)
         if value is None:
             return None
-        return Fields(value, self.at(key))
+        return Fields(value, self.at(key), self._schema(key))
+
+    def section(self, key: str) -> Fields:
+        """The mapping at ``key``, or an empty one (with the CRD's defaults) when absent."""
+        return self.sub(key) or Fields({}, self.at(key), self._schema(key))
 
     def finish(self, value: T) -> T:
         """``value`` (read from these fields) once :meth:`done` found no unknown field."""
@@ -183,8 +228,10 @@ class Fields:
             known = ", ".join(sorted(self._seen)) or "none"
             raise ConfigError(self.at(unknown[0]), f"unknown field (known fields here: {known})")
 
-    def _bounds(self, key: str, value: float, minimum: float, maximum: float | None) -> None:
-        if value < minimum:
+    def _bounds(self, key: str, value: float) -> None:
+        node = self._schema(key)
+        minimum, maximum = node.get("minimum"), node.get("maximum")
+        if minimum is not None and value < minimum:
             raise ConfigError(self.at(key), f"expected at least {minimum}, got {value}")
         if maximum is not None and value > maximum:
             raise ConfigError(self.at(key), f"expected at most {maximum}, got {value}")

@@ -2,14 +2,13 @@
 
 The API server enforces crds/consumerpipeline.yaml; ``offtake validate`` should say "ok" only
 for what it would accept. Rather than a second copy of the rules, this reads the CRD (shipped
-in this package as ``consumerpipeline.yaml``, a link to crds/ in the source tree), applies its
+in this package as ``consumerpipeline.yaml``, a copy crds/generate.py writes), applies its
 defaults as the server does, checks its OpenAPI schema with jsonschema and evaluates its
 ``x-kubernetes-validations`` CEL rules with cel-python. It reports every problem it finds.
 """
 
 from __future__ import annotations
 
-import copy
 import functools
 from collections.abc import Iterator, Mapping
 from importlib import resources
@@ -17,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from offtake.config._fields import field_name
+from offtake.config._fields import field_name, with_defaults
 
 Node = Mapping[str, Any]
 
@@ -30,6 +29,14 @@ def crd_schema() -> dict[str, Any]:
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     assert isinstance(schema, dict)
     return schema
+
+
+def crd_node(*path: str) -> Node:
+    """The schema of the field at ``path`` (``crd_node("spec", "autoscaling")``)."""
+    node: Node = crd_schema()
+    for key in path:
+        node = node["properties"][key]
+    return node
 
 
 def crd_problems(manifest: Mapping[str, Any]) -> list[str]:
@@ -87,26 +94,6 @@ def _out_of_int64(value: Any, path: tuple[Any, ...]) -> Iterator[str]:
     elif isinstance(value, list):
         for i, item in enumerate(value):
             yield from _out_of_int64(item, (*path, i))
-
-
-def with_defaults(value: Any, node: Node) -> Any:
-    """``value`` with the schema's defaults filled in, the way the API server defaults."""
-    if isinstance(value, Mapping):
-        out = dict(value)
-        properties = node.get("properties", {})
-        for key, sub in properties.items():
-            if key not in out and "default" in sub:
-                out[key] = copy.deepcopy(sub["default"])
-            if key in out:
-                out[key] = with_defaults(out[key], sub)
-        extra = node.get("additionalProperties")
-        if isinstance(extra, Mapping):
-            for key in out.keys() - properties.keys():
-                out[key] = with_defaults(out[key], extra)
-        return out
-    if isinstance(value, list) and "items" in node:
-        return [with_defaults(item, node["items"]) for item in value]
-    return value
 
 
 def _where(path: Iterator[Any] | Any) -> str:

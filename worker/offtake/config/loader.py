@@ -21,6 +21,7 @@ from offtake.config.client_properties import (
     map_key,
     refused_reason,
 )
+from offtake.config.crd_check import crd_schema
 from offtake.config.redrive import dlq_topic_of, parse_redrive
 from offtake.config.spark_conf import check_submit_conf
 from offtake.config.spec import (
@@ -102,21 +103,22 @@ def read_manifest(path: str | Path) -> Mapping[str, Any]:
 
 def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
     """Validate one manifest (already parsed) and return its spec."""
-    top = Fields(doc, "")
-    api_version = top.text("apiVersion", required=True)
+    top = Fields(doc, "", crd_schema())
+    api_version = top.text("apiVersion")
     if api_version != API_VERSION:
         raise ConfigError("apiVersion", f"expected {API_VERSION}, got {api_version!r}")
-    top.choice("kind", (KIND,))
+    if top.text("kind") != KIND:
+        raise ConfigError("kind", f"expected {KIND}, got {top.raw['kind']!r}")
     meta = top.sub("metadata", required=True)
     assert meta is not None
-    name = meta.text("name", required=True)
+    name = meta.text("name")
     namespace = meta.text("namespace", "default")
     spec = top.sub("spec", required=True)
     assert spec is not None
     top.has("status")  # status is the operator's; a manifest copied from the cluster may carry it
     top._seen.update({"status"})
     # In this order, so the first error reported is the first field in the manifest's order.
-    mode = spec.choice("mode", MODES, "deployment")
+    mode = spec.choice("mode")
     kafka = _kafka(spec.sub("kafka", required=True))
     source = _source(spec.sub("source", required=True), f"{namespace}.{name}")
     pipeline = PipelineSpec(
@@ -124,15 +126,17 @@ def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
         namespace=namespace,
         kafka=kafka,
         source=source,
-        processor=_processor(spec.sub("processor"), inject=mode == "inject"),
+        processor=_processor(
+            spec.section("processor"), inject=mode == "inject", written=spec.has("processor")
+        ),
         sink=_sink(spec.sub("sink", required=True), source.schema_registry),
-        commit=_commit(spec.sub("commit")),
-        limits=_limits(spec.sub("limits")),
-        errors=_errors(spec.sub("errors")),
-        shutdown=_shutdown(spec.sub("shutdown")),
-        metrics=_metrics(spec.sub("metrics")),
-        replicas=spec.integer("replicas", 1, minimum=0, maximum=1000),
-        paused=spec.flag("paused", False),
+        commit=_commit(spec.section("commit")),
+        limits=_limits(spec.section("limits")),
+        errors=_errors(spec.section("errors")),
+        shutdown=_shutdown(spec.section("shutdown")),
+        metrics=_metrics(spec.section("metrics")),
+        replicas=spec.integer("replicas"),
+        paused=spec.flag("paused"),
         mode=cast(Mode, mode),
     )
     if pipeline.mode == "inject" and pipeline.paused:
@@ -176,17 +180,13 @@ def _kafka(f: Fields | None) -> KafkaSpec:
     secret = f.sub("secretRef")
     config = client_config_map(f, "config", "spec.kafka.secretRef")
     out = KafkaSpec(
-        bootstrap_servers=f.text("bootstrapServers", required=True),
+        bootstrap_servers=f.text("bootstrapServers"),
         config=config,
         secret_ref=_secret_ref(secret),
         ca_secret_ref=_secret_ref(f.sub("caSecretRef")),
-        connect_timeout_seconds=f.number(
-            "connectTimeoutSeconds", 60.0, minimum=1.0, maximum=3600.0
-        ),
-        group_protocol=(
-            f.choice("groupProtocol", GROUP_PROTOCOLS) if f.has("groupProtocol") else None
-        ),
-        static_membership=f.flag("staticMembership", False),
+        connect_timeout_seconds=f.number("connectTimeoutSeconds"),
+        group_protocol=f.choice("groupProtocol") if f.has("groupProtocol") else None,
+        static_membership=f.flag("staticMembership"),
     )
     if out.group_protocol is not None and "partition.assignment.strategy" in config:
         raise ConfigError(
@@ -197,21 +197,16 @@ def _kafka(f: Fields | None) -> KafkaSpec:
     return out
 
 
-GROUP_PROTOCOLS = ("cooperative-sticky", "range", "roundrobin", "consumer")
-
-
 def _secret_ref(f: Fields | None) -> SecretRef | None:
     if f is None:
         return None
-    return f.finish(SecretRef(name=f.text("name", required=True)))
+    return f.finish(SecretRef(name=f.text("name")))
 
 
 def _secret_key_ref(f: Fields | None) -> SecretKeyRef | None:
     if f is None:
         return None
-    return f.finish(
-        SecretKeyRef(name=f.text("name", required=True), key=f.text("key", required=True))
-    )
+    return f.finish(SecretKeyRef(name=f.text("name"), key=f.text("key")))
 
 
 def client_config_map(f: Fields, key: str, secret_field: str) -> dict[str, str]:
@@ -242,15 +237,12 @@ def _no_url_credentials(f: Fields, key: str, url: str | None, instead: str) -> N
         )
 
 
-FORMATS = ("json", "string", "bytes", *SCHEMA_FORMATS)
-
-
 def _source(f: Fields | None, default_group: str) -> SourceSpec:
     assert f is not None
     topics = f.str_list("topics", required=True)
     for i, topic in enumerate(topics):
         _check_topic_pattern(f"{f.at('topics')}[{i}]", topic)
-    fmt = cast(Format, f.choice("format", FORMATS, "json"))
+    fmt = cast(Format, f.choice("format"))
     registry = _schema_registry(f.sub("schemaRegistry"))
     message = f.opt_str("protobufMessage")
     if fmt in SCHEMA_FORMATS and registry is None:
@@ -268,7 +260,7 @@ def _source(f: Fields | None, default_group: str) -> SourceSpec:
         SourceSpec(
             topics=topics,
             group_id=f.text("groupId", default_group),
-            start_from=cast(StartFrom, f.choice("startFrom", ("earliest", "latest"), "earliest")),
+            start_from=cast(StartFrom, f.choice("startFrom")),
             format=fmt,
             schema_registry=registry,
             protobuf_message=message,
@@ -288,33 +280,26 @@ def _check_topic_pattern(path: str, topic: str) -> None:
 def _schema_registry(f: Fields | None) -> SchemaRegistrySpec | None:
     if f is None:
         return None
-    url = f.text("url", required=True)
+    url = f.text("url")
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f.at("url"), f"expected an http:// or https:// URL, got {redact(url)!r}")
     return f.finish(SchemaRegistrySpec(url=url, secret_ref=_secret_ref(f.sub("secretRef"))))
 
 
-#: deployment: the operator runs the workers; inject: the worker is injected into the pods of
-#: the user's own workload that carry the offtake.dev/pipeline annotation.
-MODES = ("deployment", "inject")
-
-
-def _processor(f: Fields | None, *, inject: bool = False) -> ProcessorSpec:
-    if f is None:
-        if inject:
-            raise ConfigError(
-                "spec.processor.container",
-                "required with spec.mode: inject (the port the application container listens "
-                "on for the sidecar protocol)",
-            )
-        return ProcessorSpec()
+def _processor(f: Fields, *, inject: bool, written: bool) -> ProcessorSpec:
+    if inject and not written:
+        raise ConfigError(
+            f.at("container"),
+            "required with spec.mode: inject (the port the application container listens "
+            "on for the sidecar protocol)",
+        )
     function = f.opt_str("function")
     if function is not None and (":" not in function or function.startswith(":")):
         raise ConfigError(f.at("function"), f"expected module:callable, got {function!r}")
     c = f.sub("container")
     container = None
     if c is not None:
-        image = (c.opt_str("image") or "") if inject else c.text("image", required=True)
+        image = (c.opt_str("image") or "") if inject else c.text("image")
         if inject and image:
             raise ConfigError(
                 c.at("image"),
@@ -323,10 +308,10 @@ def _processor(f: Fields | None, *, inject: bool = False) -> ProcessorSpec:
             )
         container = ContainerSpec(
             image=image,
-            port=c.integer("port", 8080, minimum=1, maximum=65535),
-            path=c.text("path", "/v1/process"),
-            timeout_seconds=c.number("timeoutSeconds", 30.0, minimum=0.1),
-            max_batch_records=c.integer("maxBatchRecords", 500, minimum=1),
+            port=c.integer("port"),
+            path=c.text("path"),
+            timeout_seconds=c.number("timeoutSeconds"),
+            max_batch_records=c.integer("maxBatchRecords"),
         )
         c._seen.update(
             {"resources", "env", "envFrom", "command", "args", "imagePullPolicy", "securityContext"}
@@ -334,18 +319,15 @@ def _processor(f: Fields | None, *, inject: bool = False) -> ProcessorSpec:
         c.done()
     if function is not None and container is not None:
         raise ConfigError(f.path, "set either function or container, not both")
-    batch = f.flag("batch", False)
+    batch = f.flag("batch")
     if batch and function is None:
         raise ConfigError(f.at("batch"), "applies to processor.function, which is not set")
-    parallelism = f.integer("parallelism", 1, minimum=1, maximum=64)
+    parallelism = f.integer("parallelism")
     if parallelism > 1 and function is None:
         raise ConfigError(f.at("parallelism"), "applies to processor.function, which is not set")
     # No default: without them the function runs in the worker's thread, the fast path.
-    unset = -1  # a default the bounds refuse, so it can only mean "not written"
-    timeout: float | None = f.number("timeoutSeconds", unset, minimum=0.1)
-    memory: int | None = f.integer("maxMemoryMiB", unset, minimum=32)
-    timeout = None if timeout == unset else timeout
-    memory = None if memory == unset else memory
+    timeout = f.opt_number("timeoutSeconds")
+    memory = f.opt_integer("maxMemoryMiB")
     for key, value in (("timeoutSeconds", timeout), ("maxMemoryMiB", memory)):
         if value is not None and function is None:
             where = " (a sidecar's is processor.container.timeoutSeconds)" if container else ""
@@ -366,11 +348,8 @@ def _processor(f: Fields | None, *, inject: bool = False) -> ProcessorSpec:
     )
 
 
-DELIVERY_MODES = ("at-least-once", "exactly-once")
-
-
 def _sink_kafka(k: Fields, source_registry: SchemaRegistrySpec | None) -> KafkaSinkSpec:
-    fmt = cast(SinkFormat, k.choice("format", ("json", *SCHEMA_FORMATS), "json"))
+    fmt = cast(SinkFormat, k.choice("format"))
     registry = _schema_registry(k.sub("schemaRegistry")) or source_registry
     s = k.sub("schema")
     schema = None
@@ -378,12 +357,12 @@ def _sink_kafka(k: Fields, source_registry: SchemaRegistrySpec | None) -> KafkaS
         schema = SinkSchemaSpec(file=s.opt_str("file"), subject=s.opt_str("subject"))
         s.done()
     message = k.opt_str("protobufMessage")
-    auto_register = k.flag("autoRegister", False)
+    auto_register = k.flag("autoRegister")
     out = KafkaSinkSpec(
-        topic=k.text("topic", required=True),
+        topic=k.text("topic"),
         # The sink's producer reads the pipeline's Kafka Secret: secrets belong there.
         config=client_config_map(k, "config", "spec.kafka.secretRef"),
-        delivery=k.choice("delivery", DELIVERY_MODES, "at-least-once"),
+        delivery=k.choice("delivery"),
         format=fmt,
         schema=schema,
         protobuf_message=message,
@@ -436,12 +415,11 @@ def _sink(f: Fields | None, source_registry: SchemaRegistrySpec | None = None) -
         raise ConfigError(f.path, f"expected exactly one of kafka, spark, log; got {got}")
     sink = SinkSpec()
     if kinds == ["kafka"]:
-        k = f.sub("kafka") or Fields({}, f.at("kafka"))
-        sink = SinkSpec(kafka=_sink_kafka(k, source_registry))
+        sink = SinkSpec(kafka=_sink_kafka(f.section("kafka"), source_registry))
     elif kinds == ["spark"]:
-        sink = SinkSpec(spark=_spark(f.sub("spark") or Fields({}, f.at("spark"))))
+        sink = SinkSpec(spark=_spark(f.section("spark")))
     else:
-        log = f.sub("log") or Fields({}, f.at("log"))
+        log = f.section("log")
         log.done()
         sink = SinkSpec(log=LogSinkSpec())
     f.done()
@@ -449,7 +427,7 @@ def _sink(f: Fields | None, source_registry: SchemaRegistrySpec | None = None) -
 
 
 def _spark(f: Fields) -> SparkSinkSpec:
-    fmt = f.choice("format", ("parquet", "json", "delta", "iceberg", "jdbc"))
+    fmt = f.choice("format")
     path = f.opt_str("path")
     j = f.sub("jdbc")
     jdbc = None
@@ -462,8 +440,8 @@ def _spark(f: Fields) -> SparkSinkSpec:
                 "Secret with user and password in jdbc.secretRef",
             )
         jdbc = JdbcSpec(
-            url=j.text("url", required=True),
-            table=j.text("table", required=True),
+            url=j.text("url"),
+            table=j.text("table"),
             secret_ref=_secret_ref(j.sub("secretRef")),
             user=j.opt_str("user"),
             password_secret_ref=_secret_key_ref(j.sub("passwordSecretRef")),
@@ -478,8 +456,8 @@ def _spark(f: Fields) -> SparkSinkSpec:
     iceberg = None
     if ice is not None:
         iceberg = IcebergSpec(
-            table=ice.text("table", required=True),
-            catalog_uri=ice.text("catalogUri", required=True),
+            table=ice.text("table"),
+            catalog_uri=ice.text("catalogUri"),
             password_secret_ref=_secret_key_ref(ice.sub("passwordSecretRef")),
         )
         _no_url_credentials(ice, "catalogUri", iceberg.catalog_uri, "iceberg.passwordSecretRef")
@@ -498,15 +476,15 @@ def _spark(f: Fields) -> SparkSinkSpec:
         raise ConfigError(f.at("jdbc"), "is required when format is jdbc")
     if fmt != "jdbc" and path is None:
         raise ConfigError(f.at("path"), f"is required when format is {fmt}")
-    b = f.sub("batch") or Fields({}, f.at("batch"))
+    b = f.section("batch")
     batch = SparkBatchSpec(
-        max_records=b.integer("maxRecords", 100_000, minimum=1),
-        max_interval_seconds=b.number("maxIntervalSeconds", 60.0, minimum=0.01),
-        max_bytes=b.integer("maxBytes", 134_217_728, minimum=1),
+        max_records=b.integer("maxRecords"),
+        max_interval_seconds=b.number("maxIntervalSeconds"),
+        max_bytes=b.integer("maxBytes"),
     )
     b.done()
-    s = f.sub("submit") or Fields({}, f.at("submit"))
-    mode = s.choice("mode", ("local", "connect", "kubernetes"), "local")
+    s = f.section("submit")
+    mode = s.choice("mode")
     cluster_only = [k for k in ("image", "serviceAccount", "server", "executors") if k in s.raw]
     if mode != "kubernetes" and cluster_only:
         raise ConfigError(s.at(cluster_only[0]), "is only used when mode is kubernetes")
@@ -516,15 +494,13 @@ def _spark(f: Fields) -> SparkSinkSpec:
             "is not used when mode is kubernetes (the operator runs the pipeline's Spark "
             "Connect server); use mode connect for a server of your own",
         )
-    srv = s.sub("server") or Fields({}, s.at("server"))
-    server = SparkServerSpec(
-        cores=srv.integer("cores", 1, minimum=1), memory=_spark_memory(srv, "memory")
-    )
+    srv = s.section("server")
+    server = SparkServerSpec(cores=srv.integer("cores"), memory=_spark_memory(srv, "memory"))
     srv.done()
-    ex = s.sub("executors") or Fields({}, s.at("executors"))
+    ex = s.section("executors")
     executors = SparkExecutorsSpec(
-        instances=ex.integer("instances", 2, minimum=0),
-        cores=ex.integer("cores", 1, minimum=1),
+        instances=ex.integer("instances"),
+        cores=ex.integer("cores"),
         memory=_spark_memory(ex, "memory"),
     )
     ex.done()
@@ -540,7 +516,7 @@ def _spark(f: Fields) -> SparkSinkSpec:
             )
     submit = SparkSubmitSpec(
         mode=cast(SparkMode, mode),
-        master=s.text("master", "local[*]"),
+        master=s.text("master"),
         connect_url=s.opt_str("connectUrl"),
         token_secret_ref=_secret_key_ref(s.sub("tokenSecretRef")),
         conf=conf,
@@ -577,44 +553,35 @@ def _spark(f: Fields) -> SparkSinkSpec:
 
 def _spark_memory(f: Fields, key: str) -> str:
     """A Spark memory size (``spark.driver.memory`` syntax: 512m, 2g)."""
-    text = f.text(key, "2g")
+    text = f.text(key)
     if not re.fullmatch(r"[0-9]+[kmgtKMGT]?", text):
         raise ConfigError(f.at(key), f"{text!r} is not a Spark memory size such as 512m or 2g")
     return text
 
 
-def _commit(f: Fields | None) -> CommitSpec:
-    if f is None:
-        return CommitSpec()
-    return f.finish(
-        CommitSpec(interval_seconds=f.number("intervalSeconds", 1.0, minimum=0.01, maximum=3600))
-    )
+def _commit(f: Fields) -> CommitSpec:
+    return f.finish(CommitSpec(interval_seconds=f.number("intervalSeconds")))
 
 
-def _limits(f: Fields | None) -> LimitsSpec:
-    if f is None:
-        return LimitsSpec()
+def _limits(f: Fields) -> LimitsSpec:
     return f.finish(
         LimitsSpec(
-            max_in_flight_messages=f.integer("maxInFlightMessages", 10_000, minimum=1),
-            max_in_flight_bytes=f.integer("maxInFlightBytes", 67_108_864, minimum=1024),
+            max_in_flight_messages=f.integer("maxInFlightMessages"),
+            max_in_flight_bytes=f.integer("maxInFlightBytes"),
         )
     )
 
 
-def _errors(f: Fields | None) -> ErrorsSpec:
-    if f is None:
-        return ErrorsSpec()
-    # The default is stop: without an explicit choice, a failing record is never lost.
-    policy = cast(ErrorPolicyName, f.choice("policy", ("dlq", "skip", "stop"), "stop"))
+def _errors(f: Fields) -> ErrorsSpec:
+    policy = cast(ErrorPolicyName, f.choice("policy"))
     d = f.sub("dlq")
     dlq = None
     if d is not None:
-        dlq = DlqSpec(topic=d.text("topic", required=True))
+        dlq = DlqSpec(topic=d.text("topic"))
         d.done()
     if policy == "dlq" and dlq is None:
         raise ConfigError(f.at("dlq.topic"), "is required when policy is dlq")
-    ordering = cast(Ordering, f.choice("ordering", ("relaxed", "strict"), "relaxed"))
+    ordering = cast(Ordering, f.choice("ordering"))
     retry_topics = _retry_topics(f)
     if retry_topics and ordering == "strict":
         raise ConfigError(
@@ -626,8 +593,8 @@ def _errors(f: Fields | None) -> ErrorsSpec:
     return f.finish(
         ErrorsSpec(
             policy=policy,
-            max_retries=f.integer("maxRetries", 3, minimum=0, maximum=100),
-            retry_backoff_seconds=f.number("retryBackoffSeconds", 0.5, minimum=0.0, maximum=3600),
+            max_retries=f.integer("maxRetries"),
+            retry_backoff_seconds=f.number("retryBackoffSeconds"),
             dlq=dlq,
             retry_topics=retry_topics,
             ordering=ordering,
@@ -636,7 +603,6 @@ def _errors(f: Fields | None) -> ErrorsSpec:
 
 
 MAX_RETRY_TOPICS = 10
-MAX_RETRY_DELAY_SECONDS = 604_800  # a week; the retry topic's retention must exceed it
 
 
 def _retry_topics(f: Fields) -> tuple[RetryTopicSpec, ...]:
@@ -647,10 +613,11 @@ def _retry_topics(f: Fields) -> tuple[RetryTopicSpec, ...]:
         )
     out: list[RetryTopicSpec] = []
     for item in items:
-        delay = item.integer("delaySeconds", 0, minimum=1, maximum=MAX_RETRY_DELAY_SECONDS)
+        given = item.opt_integer("delaySeconds")
         item.done()  # first: a misspelt delaySeconds is named as such
-        if not item.has("delaySeconds"):
+        if given is None:
             raise ConfigError(item.at("delaySeconds"), "is required")
+        delay = given
         if any(r.delay_seconds == delay for r in out):
             raise ConfigError(
                 item.at("delaySeconds"),
@@ -660,15 +627,9 @@ def _retry_topics(f: Fields) -> tuple[RetryTopicSpec, ...]:
     return tuple(out)
 
 
-def _shutdown(f: Fields | None) -> ShutdownSpec:
-    if f is None:
-        return ShutdownSpec()
-    return f.finish(
-        ShutdownSpec(drain_timeout_seconds=f.number("drainTimeoutSeconds", 25.0, minimum=0.0))
-    )
+def _shutdown(f: Fields) -> ShutdownSpec:
+    return f.finish(ShutdownSpec(drain_timeout_seconds=f.number("drainTimeoutSeconds")))
 
 
-def _metrics(f: Fields | None) -> MetricsSpec:
-    if f is None:
-        return MetricsSpec()
-    return f.finish(MetricsSpec(port=f.integer("port", 9100, minimum=0, maximum=65535)))
+def _metrics(f: Fields) -> MetricsSpec:
+    return f.finish(MetricsSpec(port=f.integer("port")))

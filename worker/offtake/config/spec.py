@@ -1,7 +1,9 @@
 """The ConsumerPipeline spec as typed, validated values.
 
-Field names and defaults follow crds/consumerpipeline.yaml (documented in docs/worker.md); a test
-(tests/contract/test_crd_matches_spec.py) keeps this module and the CRD in step.
+Field names follow crds/consumerpipeline.yaml (documented in docs/worker.md). The defaults are
+the CRD's alone: the loader fills them in from it (offtake.config._fields), so a field the CRD
+gives a default has none here; the defaults left (None, empty) mean "not set". Classes where
+such a field precedes one the CRD defaults are keyword-only.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class SecretKeyRef:
     key: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KafkaSpec:
     bootstrap_servers: str
     config: dict[str, str] = field(default_factory=dict)
@@ -44,13 +46,13 @@ class KafkaSpec:
     #: A Secret whose ca.crt verifies the brokers (Strimzi's <cluster>-cluster-ca-cert); the
     #: operator mounts it with the credentials as ssl.ca.pem.
     ca_secret_ref: SecretRef | None = None
-    connect_timeout_seconds: float = 60.0
+    connect_timeout_seconds: float
     #: cooperative-sticky, range, roundrobin (classic protocol, client-side assignors) or
     #: consumer (KIP-848: the broker assigns); None: kafka.config's strategy, else
     #: cooperative-sticky.
     group_protocol: str | None = None
     #: group.instance.id from the pod name (KIP-345): a restarted container keeps its partitions.
-    static_membership: bool = False
+    static_membership: bool
 
 
 @dataclass(frozen=True)
@@ -67,8 +69,8 @@ class SourceSpec:
     #: Topic names, or regular expressions starting with ``^`` (librdkafka's subscription).
     topics: tuple[str, ...]
     group_id: str
-    start_from: StartFrom = "earliest"
-    format: Format = "json"
+    start_from: StartFrom
+    format: Format
     schema_registry: SchemaRegistrySpec | None = None
     #: protobuf: the generated message class values decode into (module:Class).
     protobuf_message: str | None = None
@@ -101,20 +103,20 @@ def matching_topics(entries: Iterable[str], existing: Iterable[str]) -> list[str
 @dataclass(frozen=True)
 class ContainerSpec:
     image: str
-    port: int = 8080
-    path: str = "/v1/process"
-    timeout_seconds: float = 30.0
-    max_batch_records: int = 500
+    port: int
+    path: str
+    timeout_seconds: float
+    max_batch_records: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProcessorSpec:
     function: str | None = None
     container: ContainerSpec | None = None
     # The function takes a list of records and returns one result per record (in order).
-    batch: bool = False
+    batch: bool
     # Processes running the function (CPU-bound code); order and commits as with one.
-    parallelism: int = 1
+    parallelism: int
     # Set either, and the function runs in pool processes (processing/parallel.py): a call
     # past the timeout is killed (that record's error), a process past the memory is replaced.
     # Unset (the default): the function runs in the worker's thread, no timeout, no recycling.
@@ -144,20 +146,20 @@ class SinkSchemaSpec:
     subject: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KafkaSinkSpec:
     topic: str
     config: dict[str, str] = field(default_factory=dict)
     # "exactly-once": produced records and consumed offsets commit in one Kafka transaction.
-    delivery: str = "at-least-once"
+    delivery: str
     #: json: bytes as they are, text as UTF-8, anything else as JSON (no schema); the others
     #: encode in the schema registry wire format.
-    format: SinkFormat = "json"
+    format: SinkFormat
     schema: SinkSchemaSpec | None = None
     #: protobuf: the generated message class values are encoded as (module:Class).
     protobuf_message: str | None = None
     #: Register the schema if it is not (off by default: registries are usually governed).
-    auto_register: bool = False
+    auto_register: bool
     #: The registry to encode with (the loader fills in source.schemaRegistry when unset).
     schema_registry: SchemaRegistrySpec | None = None
 
@@ -191,32 +193,32 @@ class IcebergSpec:
 
 @dataclass(frozen=True)
 class SparkBatchSpec:
-    max_records: int = 100_000
-    max_interval_seconds: float = 60.0
-    max_bytes: int = 134_217_728
+    max_records: int
+    max_interval_seconds: float
+    max_bytes: int
 
 
 @dataclass(frozen=True)
 class SparkServerSpec:
     """The Spark Connect server's pod (mode kubernetes)."""
 
-    cores: int = 1
-    memory: str = "2g"
+    cores: int
+    memory: str
 
 
 @dataclass(frozen=True)
 class SparkExecutorsSpec:
     """The Spark Connect server's executor pods (mode kubernetes)."""
 
-    instances: int = 2
-    cores: int = 1
-    memory: str = "2g"
+    instances: int
+    cores: int
+    memory: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SparkSubmitSpec:
-    mode: SparkMode = "local"
-    master: str = "local[*]"
+    mode: SparkMode
+    master: str
     connect_url: str | None = None
     #: mode connect: the server's token (``;token=`` of the URL), from a Secret.
     token_secret_ref: SecretKeyRef | None = None
@@ -224,11 +226,11 @@ class SparkSubmitSpec:
     # mode kubernetes: the SparkConnect the operator makes.
     image: str | None = None
     service_account: str | None = None
-    server: SparkServerSpec = field(default_factory=SparkServerSpec)
-    executors: SparkExecutorsSpec = field(default_factory=SparkExecutorsSpec)
+    server: SparkServerSpec
+    executors: SparkExecutorsSpec
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SparkSinkSpec:
     format: SparkFormat
     path: str | None = None
@@ -237,8 +239,8 @@ class SparkSinkSpec:
     partition_by: tuple[str, ...] = ()
     transform: str | None = None
     sql: str | None = None
-    batch: SparkBatchSpec = field(default_factory=SparkBatchSpec)
-    submit: SparkSubmitSpec = field(default_factory=SparkSubmitSpec)
+    batch: SparkBatchSpec
+    submit: SparkSubmitSpec
     packages: tuple[str, ...] = ()
 
 
@@ -259,13 +261,13 @@ class SinkSpec:
 
 @dataclass(frozen=True)
 class CommitSpec:
-    interval_seconds: float = 1.0
+    interval_seconds: float
 
 
 @dataclass(frozen=True)
 class LimitsSpec:
-    max_in_flight_messages: int = 10_000
-    max_in_flight_bytes: int = 67_108_864
+    max_in_flight_messages: int
+    max_in_flight_bytes: int
 
 
 @dataclass(frozen=True)
@@ -285,16 +287,16 @@ def retry_topic_name(topic: str, delay_seconds: int) -> str:
     return f"{topic}.retry-{delay_seconds}s"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ErrorsSpec:
-    policy: ErrorPolicyName = "stop"
-    max_retries: int = 3
-    retry_backoff_seconds: float = 0.5
+    policy: ErrorPolicyName
+    max_retries: int
+    retry_backoff_seconds: float
     dlq: DlqSpec | None = None
     #: Non-blocking retries, in order, before the policy applies (docs/worker.md, Errors).
     retry_topics: tuple[RetryTopicSpec, ...] = ()
     #: "strict": a failing record holds the records behind it on its partition until settled.
-    ordering: Ordering = "relaxed"
+    ordering: Ordering
 
     def retry_topic_names(self, source_topics: tuple[str, ...]) -> list[str]:
         """Every retry topic the pipeline produces to and consumes, per source topic in order."""
@@ -305,12 +307,12 @@ class ErrorsSpec:
 
 @dataclass(frozen=True)
 class ShutdownSpec:
-    drain_timeout_seconds: float = 25.0
+    drain_timeout_seconds: float
 
 
 @dataclass(frozen=True)
 class MetricsSpec:
-    port: int = 9100
+    port: int
 
 
 @dataclass(frozen=True)
@@ -322,13 +324,13 @@ class PipelineSpec:
     kafka: KafkaSpec
     source: SourceSpec
     sink: SinkSpec
-    processor: ProcessorSpec = field(default_factory=ProcessorSpec)
-    commit: CommitSpec = field(default_factory=CommitSpec)
-    limits: LimitsSpec = field(default_factory=LimitsSpec)
-    errors: ErrorsSpec = field(default_factory=ErrorsSpec)
-    shutdown: ShutdownSpec = field(default_factory=ShutdownSpec)
-    metrics: MetricsSpec = field(default_factory=MetricsSpec)
-    replicas: int = 1
-    paused: bool = False
+    processor: ProcessorSpec
+    commit: CommitSpec
+    limits: LimitsSpec
+    errors: ErrorsSpec
+    shutdown: ShutdownSpec
+    metrics: MetricsSpec
+    replicas: int
+    paused: bool
     #: deployment: the operator's own Deployment of workers; inject: a sidecar of the user's pods.
-    mode: Mode = "deployment"
+    mode: Mode

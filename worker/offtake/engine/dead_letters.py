@@ -14,20 +14,29 @@ from offtake.engine.header_values import (
     read_partition,
     read_topic,
 )
+
+# Header names: offtake.headers (the contract with users' DLQ tooling, docs/worker.md).
+from offtake.headers import (
+    H_ATTEMPTS,
+    H_ERROR_CLASS,
+    H_ERROR_MESSAGE,
+    H_OFFSET,
+    H_PARTITION,
+    H_REASON,
+    H_RETRY_DUE,
+    H_RETRY_TOPIC,
+    H_SCHEMA_ID,
+    H_STAGE,
+    H_TIMESTAMP,
+    H_TOPIC,
+    OFFTAKE_PREFIX,
+    PRODUCER_PREFIX,
+    REDRIVE_PREFIX,
+)
 from offtake.kafka.produce import produce_waiting
 from offtake.kafka.protocols import ProducerLike
 from offtake.records import Record
 from offtake.redact import redact
-
-# Header names are part of the contract with users' DLQ tooling (docs/worker.md, dead letters).
-H_TOPIC = "offtake.original.topic"
-H_PARTITION = "offtake.original.partition"
-H_OFFSET = "offtake.original.offset"
-H_TIMESTAMP = "offtake.original.timestamp"
-H_ERROR_CLASS = "offtake.error.class"
-H_ERROR_MESSAGE = "offtake.error.message"
-H_ATTEMPTS = "offtake.attempts"
-H_STAGE = "offtake.error.stage"
 
 
 def describe_error(error: BaseException) -> str:
@@ -43,12 +52,7 @@ def describe_error(error: BaseException) -> str:
     return redact(f"{type(error).__name__}: {error}")
 
 
-H_RETRY_DUE = "offtake.retry.due"  # on retry topics: when to process it, ms since the epoch
-H_RETRY_TOPIC = "offtake.retry.topic"  # on retry topics: the retry topic it was sent to
 _ORIGIN = (H_TOPIC, H_PARTITION, H_OFFSET, H_TIMESTAMP)
-# A schema decode error's (offtake.processing.schema_formats): the schema id and the reason.
-H_SCHEMA_ID = "offtake.schema.id"
-H_REASON = "offtake.error.reason"
 _OURS = frozenset(
     {
         *_ORIGIN,
@@ -62,14 +66,6 @@ _OURS = frozenset(
         H_REASON,
     }
 )
-#: Offtake's own headers all start with this.
-OFFTAKE_PREFIX = "offtake."
-#: Set by ``offtake redrive`` on the records it replays into a source topic; a replayed record
-#: that fails again keeps them (the redrive recognises its own records by them).
-REDRIVE_PREFIX = "offtake.redrive."
-#: A producer's own ``offtake.*`` headers, moved aside on a dead letter or retry record:
-#: ``offtake.original.topic`` becomes ``producer.offtake.original.topic``. Kept, never read.
-PRODUCER_PREFIX = "producer."
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from offtake.config.spec import ErrorsSpec, retry_topic_name
-from offtake.engine.dead_letters import H_ATTEMPTS, H_RETRY_DUE, H_RETRY_TOPIC, dlq_headers
+from offtake.engine.dead_letters import dlq_headers
 from offtake.engine.header_values import HeaderError, HeaderList, read_int
+from offtake.headers import H_ATTEMPTS, H_RETRY_DUE, H_RETRY_TOPIC
 from offtake.kafka.produce import produce_waiting
 from offtake.kafka.protocols import ProducerLike
 from offtake.records import Record

@@ -27,9 +27,9 @@ import pyarrow as pa
 from offtake.config.spec import Format
 from offtake.sinks.encoding import encode_value
 from offtake.sinks.spark.batching import Batch
+from offtake.sinks.spark.columns import META_COLUMNS, column_name
 from offtake.sinks.spark.schema_columns import TypedColumns
 
-META_COLUMNS = ("topic", "partition", "offset", "timestamp", "key")
 VALUE_COLUMN = "value"
 
 _META_SCHEMA = pa.schema(
@@ -96,11 +96,6 @@ def _json_columns(values: Sequence[Any]) -> Iterable[tuple[str, pa.Array]]:
         text = [None if isinstance(v, dict) or v is None else _as_json(v) for v in values]
         name = VALUE_COLUMN if VALUE_COLUMN not in fields else f"{VALUE_COLUMN}_json"
         yield name, pa.array(text, pa.string())
-
-
-def column_name(field: str) -> str:
-    # A JSON field must not shadow the Kafka metadata the sink's idempotence and users rely on.
-    return f"value_{field}" if field in META_COLUMNS or field.startswith("_offtake_") else field
 
 
 def _infer(column: list[Any], name: str) -> pa.Array:

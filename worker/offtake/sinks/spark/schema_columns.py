@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from offtake.schema_registry import is_outage, load_message_class
 from offtake.sinks.base import SinkHalt
+from offtake.sinks.spark.columns import field_name
 from offtake.sinks.spark.schema_types import (
     Column,
     DoesNotFit,
@@ -239,13 +240,9 @@ def existing_value_types(session: Any, fmt: str, path: str | None) -> dict[str, 
     except Exception as exc:  # no table yet (PATH_NOT_FOUND, UNABLE_TO_INFER_SCHEMA), or unreadable
         log.debug("no existing columns read from %s: %s", path, str(exc).splitlines()[0:1])
         return {}
-    from offtake.sinks.spark.rows import META_COLUMNS  # rows imports this module
-
     types = {}
     for f in schema.fields:
-        if f.name in META_COLUMNS or f.name.startswith("_offtake_"):
-            continue
-        # rows.py writes a value field named like a metadata column as value_<name>.
-        name = f.name[6:] if f.name.startswith("value_") and f.name[6:] in META_COLUMNS else f.name
-        types[name] = to_arrow_type(f.dataType, timezone="UTC")
+        name = field_name(f.name)
+        if name is not None:
+            types[name] = to_arrow_type(f.dataType, timezone="UTC")
     return types

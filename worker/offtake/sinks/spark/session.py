@@ -20,12 +20,13 @@ import logging
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from offtake.config.secret_env import SPARK_CONNECT_TOKEN_ENV, read_secret_env
 from offtake.config.spec import SparkSinkSpec
 from offtake.redact import redact
+from offtake.sinks.spark.cache import ivy_dir
+from offtake.sinks.spark.class_archive import java_options
 
 log = logging.getLogger(__name__)
 
@@ -134,11 +135,8 @@ def session_config(
     if spec.format == "delta":
         conf.update(DELTA_CONF)
     if submit.mode == "local":
-        # The class-data archive, if `offtake spark-archive` made one (class_archive.py, which
-        # builds its training session with this module: imported here, not at the top).
+        # The class-data archive, if `offtake spark-archive` made one (class_archive.py).
         # Default options, not extra ones: spark.driver.extraJavaOptions stays the user's.
-        from offtake.sinks.spark.class_archive import java_options
-
         archive = java_options()
         if archive is not None:
             conf["spark.driver.defaultJavaOptions"] = archive
@@ -176,19 +174,6 @@ def base_conf() -> dict[str, str]:
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.jars.ivy": str(ivy_dir()),
     }
-
-
-def cache_root() -> Path:
-    """Where the worker caches what it fetches or makes once: ``$OFFTAKE_CACHE``, else
-    ~/.cache/offtake."""
-    return Path(os.environ.get("OFFTAKE_CACHE", Path.home() / ".cache" / "offtake"))
-
-
-def ivy_dir() -> Path:
-    """Ivy's cache for resolved packages: ``$OFFTAKE_CACHE/ivy`` or ~/.cache/offtake/ivy."""
-    path = cache_root() / "ivy"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def create_session(cfg: SessionConfig) -> Any:

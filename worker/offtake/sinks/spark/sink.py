@@ -41,9 +41,10 @@ from offtake.metrics import Metrics
 from offtake.records import TopicPartition
 from offtake.sinks.base import OnCompleteBatch, Sink, SinkError, SinkHalt, SinkItem
 from offtake.sinks.spark.batching import Batch, Batcher, BatchId
+from offtake.sinks.spark.columns import column_name
 from offtake.sinks.spark.errors import describe, unavailable
 from offtake.sinks.spark.identifiers import NameCheck, dialect_of
-from offtake.sinks.spark.rows import batch_table, column_name
+from offtake.sinks.spark.rows import batch_table
 from offtake.sinks.spark.schema_columns import TypedColumns, existing_value_types
 from offtake.sinks.spark.session import create_session, session_config
 from offtake.sinks.spark.transform import make_transform

@@ -1,0 +1,20 @@
+"""Where the Spark sink caches what it fetches or makes once (resolved packages, class-data
+archives). A leaf: the session and the class-data archive both use it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_root() -> Path:
+    """Where the worker caches what it fetches or makes once: ``$OFFTAKE_CACHE``, else
+    ~/.cache/offtake."""
+    return Path(os.environ.get("OFFTAKE_CACHE", Path.home() / ".cache" / "offtake"))
+
+
+def ivy_dir() -> Path:
+    """Ivy's cache for resolved packages: ``$OFFTAKE_CACHE/ivy`` or ~/.cache/offtake/ivy."""
+    path = cache_root() / "ivy"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
