@@ -8,11 +8,8 @@ import socket
 import pytest
 
 from offtake.config.spec import SchemaRegistrySpec
-from offtake.processing.schema_formats import (
-    RegistryUnavailable,
-    SchemaDecodeError,
-    SchemaValueDecoder,
-)
+from offtake.formats.errors import RegistryUnavailable, SchemaDecodeError
+from offtake.formats.resolve import schema_decoder
 from offtake.schema_registry import make_client
 
 
@@ -24,9 +21,9 @@ def _closed_port() -> int:
 
 def test_a_refused_connection_is_an_outage_and_bad_bytes_are_not() -> None:
     client = make_client(SchemaRegistrySpec(f"http://127.0.0.1:{_closed_port()}"))
-    decoder = SchemaValueDecoder("avro", client)
+    decoder = schema_decoder("avro", client)
     with pytest.raises(RegistryUnavailable, match="schema registry"):
-        decoder.decode(b"\x00\x00\x00\x00\x07payload", "orders")
+        decoder.value(b"\x00\x00\x00\x00\x07payload", "orders")
     with pytest.raises(SchemaDecodeError) as bad:
-        decoder.decode(b'{"id": 1}', "orders")
+        decoder.value(b'{"id": 1}', "orders")
     assert bad.value.headers == {"offtake.schema.id": "", "offtake.error.reason": "not-wire-format"}

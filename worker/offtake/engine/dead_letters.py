@@ -14,6 +14,9 @@ from offtake.engine.header_values import (
     read_partition,
     read_topic,
 )
+
+# A schema decode error's headers (the schema id and the reason), named where it is raised.
+from offtake.formats.errors import H_REASON, H_SCHEMA_ID
 from offtake.kafka.produce import produce_waiting
 from offtake.kafka.protocols import ProducerLike
 from offtake.records import Record
@@ -46,9 +49,6 @@ def describe_error(error: BaseException) -> str:
 H_RETRY_DUE = "offtake.retry.due"  # on retry topics: when to process it, ms since the epoch
 H_RETRY_TOPIC = "offtake.retry.topic"  # on retry topics: the retry topic it was sent to
 _ORIGIN = (H_TOPIC, H_PARTITION, H_OFFSET, H_TIMESTAMP)
-# A schema decode error's (offtake.processing.schema_formats): the schema id and the reason.
-H_SCHEMA_ID = "offtake.schema.id"
-H_REASON = "offtake.error.reason"
 _OURS = frozenset(
     {
         *_ORIGIN,
