@@ -31,15 +31,24 @@ def _is_bytes(schema: Any) -> bool:
     return schema == "bytes" or (isinstance(schema, dict) and schema.get("type") == "bytes")
 
 
+def _payload(raw: bytes) -> bytes:
+    # confluent-kafka's deserializer refuses a value with no payload byte (even one its
+    # serializer wrote, an empty ``bytes``): read alike.
+    if len(raw) <= HEADER_SIZE:
+        raise ValueError(f"no payload after the {HEADER_SIZE}-byte header")
+    return raw[HEADER_SIZE:]
+
+
 class AvroDecoder(SchemaDecoder):
     format = "avro"
 
     def reader(self, schema: Schema) -> Reader:
         writer = parsed(schema.schema_str or "")
         if _is_bytes(writer):
-            return lambda raw, topic: raw[HEADER_SIZE:]
+            return lambda raw, topic: _payload(raw)
 
         def read(raw: bytes, topic: str) -> Any:
+            _payload(raw)
             stream = io.BytesIO(raw)
             stream.seek(HEADER_SIZE)
             return schemaless_reader(stream, writer, None)

@@ -72,6 +72,11 @@ class ProtobufDecoder(SchemaDecoder):
     def _fetch(self, schema_id: int) -> Schema:
         return self._client.get_schema(schema_id, fmt="serialized")
 
+    def needs_serde(self, schema: Schema) -> bool:
+        # The message class reads the payload whatever the writer schema imports (references
+        # are only needed to parse the writer schema, which the fast path does not): rules only.
+        return bool(schema.rule_set)
+
     def reader(self, schema: Schema) -> Reader:
         parse = self._cls.FromString
 

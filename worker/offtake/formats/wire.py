@@ -106,12 +106,15 @@ class SchemaDecoder(Decoder):
                 UNKNOWN_SCHEMA,
             ) from None
         # A schema that does not parse fails this record (not cached: tried again).
-        read = self._serde_reader() if needs_serde(schema) else self.reader(schema)
+        read = self._serde_reader() if self.needs_serde(schema) else self.reader(schema)
         self._readers[schema_id] = read
         return read
 
     def _fetch(self, schema_id: int) -> Schema:
         return self._client.get_schema(schema_id)
+
+    def needs_serde(self, schema: Schema) -> bool:
+        return needs_serde(schema)
 
     def _serde_reader(self) -> Reader:
         if self._serde is None:
