@@ -48,10 +48,7 @@ class AvroDecoder(SchemaDecoder):
             return lambda raw, topic: _payload(raw)
 
         def read(raw: bytes, topic: str) -> Any:
-            _payload(raw)
-            stream = io.BytesIO(raw)
-            stream.seek(HEADER_SIZE)
-            return schemaless_reader(stream, writer, None)
+            return schemaless_reader(io.BytesIO(_payload(raw)), writer, None)
 
         return read
 

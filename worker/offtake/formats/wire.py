@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
@@ -63,6 +62,10 @@ def context(topic: str) -> SerializationContext:
     return SerializationContext(topic, MessageField.VALUE)
 
 
+class _NotKnown(Exception):
+    """Not for the fast path: read carefully."""
+
+
 class SchemaDecoder(Decoder):
     """A schema'd format's decoder: wire framing, one registry lookup per schema id."""
 
@@ -91,8 +94,18 @@ class SchemaDecoder(Decoder):
             ) from None
 
     def fast(self, topic: str) -> tuple[Callable[[bytes], Any], tuple[type[Exception], ...]]:
-        # Nothing faster than value() itself: a failure is already a SchemaDecodeError.
-        return partial(self.value, topic=topic), (DecodeError,)
+        # A known schema id's reader, called directly; anything else (a new id, bytes outside
+        # the wire format, a value its reader refuses) is value()'s to fetch, sort and explain.
+        readers = self._readers
+
+        def read(raw: bytes) -> Any:
+            if raw[:1] == b"\x00":
+                reader = readers.get(int.from_bytes(raw[1:HEADER_SIZE], "big"))
+                if reader is not None:
+                    return reader(raw, topic)
+            raise _NotKnown
+
+        return read, (Exception,)
 
     def _reader(self, schema_id: int) -> Reader:
         try:
