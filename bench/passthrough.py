@@ -89,6 +89,7 @@ LATENCY_RATE = 10_000
 # --profile DIR: where py-spy writes the Offtake runs' profiles (None: not profiled).
 PROFILE_DIR: Path | None = None
 WARMUP_RECORDS = 100
+COST_ROUNDS = 5  # per_record_costs: best of
 
 
 @dataclass(frozen=True)
@@ -923,22 +924,20 @@ def per_record_costs(
     decoder, encoder = decoder_for(source), encoder_for(sink)
     decoder.records(messages[:1], topic, 0)  # the writer schema's one registry lookup
     batches = [messages[i : i + 1000] for i in range(0, len(messages), 1000)]
-    began = time.perf_counter()
-    decoded = [decoder.records(batch, topic, 0) for batch in batches]
-    decode = time.perf_counter() - began
-    records = [record for batch in decoded for record, _ in batch]
-    began = time.perf_counter()
-    values = [bench_workloads.offtake_enrich(record) for record in records]
-    function = time.perf_counter() - began
-    began = time.perf_counter()
-    encoder.encode_many(values)
-    encode = time.perf_counter() - began
+    best = {"decode": math.inf, "function": math.inf, "encode": math.inf}
+    for _ in range(COST_ROUNDS):  # best of: the other jobs on a shared machine only add
+        began = time.perf_counter()
+        decoded = [decoder.records(batch, topic, 0) for batch in batches]
+        best["decode"] = min(best["decode"], time.perf_counter() - began)
+        records = [record for batch in decoded for record, _ in batch]
+        began = time.perf_counter()
+        values = [bench_workloads.offtake_enrich(record) for record in records]
+        best["function"] = min(best["function"], time.perf_counter() - began)
+        began = time.perf_counter()
+        encoder.encode_many(values)
+        best["encode"] = min(best["encode"], time.perf_counter() - began)
     n = len(messages) or 1
-    return {
-        "decode_us": round(decode / n * 1e6, 2),
-        "function_us": round(function / n * 1e6, 2),
-        "encode_us": round(encode / n * 1e6, 2),
-    }
+    return {f"{part}_us": round(seconds / n * 1e6, 2) for part, seconds in best.items()}
 
 
 def with_engine(costs: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
@@ -949,7 +948,8 @@ def with_engine(costs: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any
         rate = summary.get(workload, {}).get("offtake", {}).get("records_per_second")
         total = 1e6 / rate if rate else None
         own = sum(parts.values())
-        engine = round(total - own, 2) if total else None
+        # None when the rate (a short run's, on a busy machine) says less than the parts.
+        engine = round(total - own, 2) if total and total > own else None
         out[workload] = {**parts, "engine_us": engine, "total_us": total and round(total, 2)}
     return out
 
