@@ -66,3 +66,13 @@ def test_json_values_the_fast_decoder_refuses_are_still_read() -> None:
         decode(b"{", "t")
     with pytest.raises(DecodeError, match=r"not valid json.*utf-8"):
         decode(b'"\xff"', "t")
+
+
+def test_the_json_encoder_lets_the_kafka_sink_forward_consumed_bytes() -> None:
+    """Pass-through forwarding is for a sink without a schema: the JSON encoder's encode is
+    the plain function the Kafka sink recognises."""
+    from offtake.config.spec import KafkaSinkSpec
+    from offtake.formats.resolve import encoder_for
+    from offtake.sinks.kafka import KafkaSink
+
+    assert KafkaSink(object(), "out", encoder_for(KafkaSinkSpec("out")).encode).forwards  # type: ignore[arg-type]
