@@ -1,10 +1,13 @@
 """The Python contenders of bench/passthrough.py, each run as its own process.
 
     python bench/bench_contenders.py {loop,quix,arroyo} --bootstrap B --input T --output O \
-        --group G --workload {bytes,json,cpu} [--parallelism N]
+        --group G --workload {bytes,json,cpu,avro,protobuf,jsonschema} [--parallelism N] \
+        [--registry URL]
 
 Each consumes ``--input`` from the earliest offset in group ``--group``, applies the workload's
-function from bench_workloads.py and produces to ``--output`` at least once (an input offset is
+function from bench_workloads.py and produces to ``--output`` at least once (the schema'd
+workloads read and write the schema registry wire format with the registry at ``--registry``,
+the output schema registered under the output topic's subject on first use) (an input offset is
 committed only after its output was acknowledged), until SIGTERM; then it stops the way its
 library stops gracefully (committing what it finished). The harness decides when a run is done
 by watching the output topic, so nothing here counts or times anything.
@@ -24,7 +27,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_schemas as schemas
 import bench_workloads as workloads
+
+SCHEMA_KINDS = ("avro", "protobuf", "jsonschema")
 
 
 def hand_written_loop(args: argparse.Namespace) -> None:
@@ -42,11 +48,11 @@ def hand_written_loop(args: argparse.Namespace) -> None:
     def enrich_orjson(value: bytes) -> bytes:
         return orjson.dumps(workloads.enrich(orjson.loads(value)))
 
-    transform: Callable[[bytes], bytes] | None = {
-        "bytes": None,
-        "json": enrich_orjson,
-        "cpu": workloads.burn,
-    }[args.workload]
+    transform: Callable[[bytes], bytes] | None
+    if args.workload in SCHEMA_KINDS:
+        transform = confluent_enrich(args)
+    else:
+        transform = {"bytes": None, "json": enrich_orjson, "cpu": workloads.burn}[args.workload]
     consumer = Consumer(
         {
             "bootstrap.servers": args.bootstrap,
@@ -102,6 +108,91 @@ def hand_written_loop(args: argparse.Namespace) -> None:
     consumer.close()
 
 
+def confluent_enrich(args: argparse.Namespace) -> Callable[[bytes], bytes]:
+    """The loop's schema'd enrich: confluent-kafka's own deserializer and serializer (what its
+    documentation shows), the writer schema cached by its registry client."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient({"url": args.registry})
+    ctx_in = SerializationContext(args.input, MessageField.VALUE)
+    ctx_out = SerializationContext(args.output, MessageField.VALUE)
+    enrich = workloads.enrich
+    if args.workload == "avro":
+        from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+
+        avro_in, avro_out = (
+            AvroDeserializer(client),
+            AvroSerializer(client, schemas.SCHEMAS["avro"][1]),
+        )
+        return lambda raw: avro_out(enrich(avro_in(raw, ctx_in)), ctx_out)
+    if args.workload == "jsonschema":
+        from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+
+        json_in = JSONDeserializer(None, schema_registry_client=client)
+        json_out = JSONSerializer(schemas.SCHEMAS["jsonschema"][1], client)
+        return lambda raw: json_out(enrich(json_in(raw, ctx_in)), ctx_out)
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+    from google.protobuf.json_format import MessageToDict, ParseDict
+
+    conf = {"use.deprecated.format": False}
+    pb_in = ProtobufDeserializer(schemas.BenchOrder, conf)
+    out_class = schemas.BenchOrderOut
+    pb_out = ProtobufSerializer(out_class, client, conf)
+
+    def enrich_protobuf(raw: bytes) -> bytes:
+        value = MessageToDict(  # with its fields at their default (0, ""): enrich reads them
+            pb_in(raw, ctx_in),
+            preserving_proto_field_name=True,
+            always_print_fields_with_no_presence=True,
+        )
+        return pb_out(ParseDict(enrich(value), out_class()), ctx_out)
+
+    return enrich_protobuf
+
+
+def quix_serde(args: argparse.Namespace) -> tuple[Any, Any]:
+    """Quix Streams' value deserializer and serializer for the workload."""
+    import json
+
+    if args.workload not in SCHEMA_KINDS:
+        serial = "json" if args.workload == "json" else "bytes"
+        return serial, serial
+    from quixstreams.models import SchemaRegistryClientConfig
+
+    registry = SchemaRegistryClientConfig(url=args.registry)
+    if args.workload == "avro":
+        from quixstreams.models.serializers.avro import AvroDeserializer, AvroSerializer
+
+        return (
+            AvroDeserializer(schema_registry_client_config=registry),
+            AvroSerializer(schemas.AVRO_OUT, schema_registry_client_config=registry),
+        )
+    if args.workload == "jsonschema":
+        from quixstreams.models.serializers.json import JSONDeserializer, JSONSerializer
+
+        return (
+            JSONDeserializer(
+                schema=json.loads(schemas.SCHEMAS["jsonschema"][0]),
+                schema_registry_client_config=registry,
+            ),
+            JSONSerializer(
+                schema=json.loads(schemas.SCHEMAS["jsonschema"][1]),
+                schema_registry_client_config=registry,
+            ),
+        )
+    from quixstreams.models.serializers.protobuf import ProtobufDeserializer, ProtobufSerializer
+
+    return (
+        ProtobufDeserializer(
+            schemas.BenchOrder,
+            preserving_proto_field_name=True,
+            schema_registry_client_config=registry,
+        ),
+        ProtobufSerializer(schemas.BenchOrderOut, schema_registry_client_config=registry),
+    )
+
+
 def quix(args: argparse.Namespace) -> None:
     """Quix Streams: ``app.dataframe(topic).to_topic(out)``, at-least-once (its default)."""
     from quixstreams import Application
@@ -113,11 +204,11 @@ def quix(args: argparse.Namespace) -> None:
         processing_guarantee="at-least-once",
         loglevel="WARNING",
     )
-    serial = "json" if args.workload == "json" else "bytes"
-    source = app.topic(args.input, key_deserializer="bytes", value_deserializer=serial)
-    sink = app.topic(args.output, key_serializer="bytes", value_serializer=serial)
+    deserializer, serializer = quix_serde(args)
+    source = app.topic(args.input, key_deserializer="bytes", value_deserializer=deserializer)
+    sink = app.topic(args.output, key_serializer="bytes", value_serializer=serializer)
     sdf = app.dataframe(source)
-    if args.workload == "json":
+    if args.workload == "json" or args.workload in SCHEMA_KINDS:
         sdf = sdf.apply(workloads.enrich)
     elif args.workload == "cpu":
         sdf = sdf.apply(workloads.burn)
@@ -234,8 +325,10 @@ def main() -> None:
     parser.add_argument("--input", required=True)
     parser.add_argument("--output", required=True)
     parser.add_argument("--group", required=True)
-    parser.add_argument("--workload", choices=("bytes", "json", "cpu"), default="bytes")
+    kinds = ("bytes", "json", "cpu", *SCHEMA_KINDS)
+    parser.add_argument("--workload", choices=kinds, default="bytes")
     parser.add_argument("--parallelism", type=int, default=1)
+    parser.add_argument("--registry", help="the schema registry's URL (schema'd workloads)")
     args = parser.parse_args()
     CONTENDERS[args.contender](args)
 

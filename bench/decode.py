@@ -4,13 +4,13 @@
     python bench/decode.py                 # 50,000 records per format, 3 rounds (~2 minutes)
     python bench/decode.py --records 10000 --rounds 1
 
-What is timed is the worker's decode step itself (offtake.processing.decode.to_record with the
-decoder the worker builds for the format) over real confluent_kafka Message objects, read back
-from a real broker (the test bed's Kafka) where confluent-kafka's serializers wrote them with
-schemas registered in a real registry (the test bed's Apicurio). Writer schemas are fetched on
-the first record and cached, as in the worker. Best of the rounds; formats run in a rotated
-order each round. The figures are records/s and the ratio to json in the same run, so machines
-compare by ratio.
+What is timed is the worker's decode step itself (``Decoder.records``, the batch path of the
+decoder the worker builds for the format: offtake.formats.resolve) over real confluent_kafka
+Message objects, read back from a real broker (the test bed's Kafka) where confluent-kafka's
+serializers wrote them with schemas registered in a real registry (the test bed's Apicurio).
+Writer schemas are fetched on the first record and cached, as in the worker. Best of the
+rounds; formats run in a rotated order each round. The figures are records/s and the ratio
+to json in the same run, so machines compare by ratio.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from offtake.config.spec import SchemaRegistrySpec, SourceSpec
-from offtake.processing.decode import make_decoder, to_record
+from offtake.formats.resolve import decoder_for
 from offtake_testbed.apicurio import ApicurioRegistry
 from offtake_testbed.kafka import KafkaBroker, read_topic
 
@@ -75,11 +75,12 @@ def main(argv: list[str] | None = None) -> int:
                     schema_registry=SchemaRegistrySpec(registry.url) if fmt != "json" else None,
                     protobuf_message="support.orders_pb:Order" if fmt == "protobuf" else None,
                 )
-                decoder = make_decoder(source)  # a new one per round: the first lookup counts
+                decoder = decoder_for(source)  # a new one per round: the first lookup counts
                 started = time.perf_counter()
-                for msg in messages[fmt]:
-                    record, error = to_record(msg, decoder)
-                    assert error is None, error
+                for i in range(0, len(messages[fmt]), 1000):  # as the worker: a poll at a time
+                    decoded = decoder.records(messages[fmt][i : i + 1000], "t", 0)
+                    assert all(error is None for _, error in decoded), decoded
+                record = decoded[-1][0]
                 rate = args.records / (time.perf_counter() - started)
                 best[fmt] = max(best.get(fmt, 0.0), rate)
                 assert record.value == order(args.records - 1), record.value

@@ -51,6 +51,7 @@ bench/results/passthrough-<date>.json (or ``--json``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -88,6 +89,7 @@ LATENCY_RATE = 10_000
 # --profile DIR: where py-spy writes the Offtake runs' profiles (None: not profiled).
 PROFILE_DIR: Path | None = None
 WARMUP_RECORDS = 100
+COST_ROUNDS = 5  # per_record_costs: best of
 
 
 @dataclass(frozen=True)
@@ -101,9 +103,14 @@ class Workload:
 WORKLOADS = (
     Workload("bytes", "bytes", 1, 1.0),
     Workload("json", "json", 1, 0.5),
+    # json's enrich on values in the schema registry wire format, registry on both sides.
+    Workload("avro", "avro", 1, 0.3),
+    Workload("protobuf", "protobuf", 1, 0.3),
+    Workload("jsonschema", "jsonschema", 1, 0.3),
     Workload("cpu-p1", "cpu", 1, 0.1),
     Workload("cpu-p2", "cpu", 2, 0.1),
 )
+SCHEMA_KINDS = ("avro", "protobuf", "jsonschema")
 
 
 # -- the check every run's output gets --------------------------------------------------------
@@ -287,6 +294,7 @@ class Job:
     output: str
     group: str
     workload: Workload
+    registry: str | None = None  # the schema registry's URL (schema'd workloads)
 
 
 def command(
@@ -300,7 +308,7 @@ def command(
     if name in ("offtake", "offtake-eos"):
         manifest = work / f"{job.group}.yaml"
         # JSON is YAML: no YAML library needed to write the manifest.
-        doc = offtake_manifest(job, exactly_once=name == "offtake-eos")
+        doc = offtake_manifest(job, work, exactly_once=name == "offtake-eos")
         manifest.write_text(json.dumps(doc, indent=2))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), str(BENCH)) if p)
         argv = [sys.executable, "-m", "offtake.cli", "worker", "--pipeline", str(manifest)]
@@ -311,24 +319,41 @@ def command(
     argv = [str(python), str(BENCH / "bench_contenders.py"), name]
     argv += ["--bootstrap", job.bootstrap, "--input", job.input, "--output", job.output]
     argv += ["--group", job.group, "--workload", job.workload.kind]
+    if job.registry is not None:
+        argv += ["--registry", job.registry]
     return [*argv, "--parallelism", str(job.workload.parallelism)], env
 
 
-def offtake_manifest(job: Job, exactly_once: bool = False) -> dict[str, Any]:
+def offtake_manifest(job: Job, work: Path, exactly_once: bool = False) -> dict[str, Any]:
     kind = job.workload.kind
     spec: dict[str, Any] = {
         "kafka": {"bootstrapServers": job.bootstrap},
         "source": {
             "topics": [job.input],
             "groupId": job.group,
-            "format": "json" if kind == "json" else "bytes",
+            "format": kind if kind in ("json", *SCHEMA_KINDS) else "bytes",
         },
         "sink": {"kafka": {"topic": job.output}},
     }
+    if kind in SCHEMA_KINDS:
+        # Registry on both sides: the output schema registered under the output topic's
+        # subject at start, as the other contenders' serializers do on first use.
+        import bench_schemas
+
+        spec["source"]["schemaRegistry"] = {"url": job.registry}
+        sink = spec["sink"]["kafka"]
+        sink.update(format=kind, autoRegister=True)
+        if kind == "protobuf":
+            spec["source"]["protobufMessage"] = bench_schemas.PROTOBUF_IN
+            sink["protobufMessage"] = bench_schemas.PROTOBUF_OUT
+        else:
+            schema_file = work / f"{job.group}-out.schema.json"
+            schema_file.write_text(bench_schemas.SCHEMAS[kind][1])
+            sink["schema"] = {"file": str(schema_file)}
     if exactly_once:
         spec["sink"]["kafka"]["delivery"] = "exactly-once"
     if kind != "bytes":
-        function = "offtake_enrich" if kind == "json" else "offtake_burn"
+        function = "offtake_burn" if kind == "cpu" else "offtake_enrich"
         spec["processor"] = {"function": f"bench_workloads:{function}"}
         if job.workload.parallelism > 1:
             spec["processor"]["parallelism"] = job.workload.parallelism
@@ -344,6 +369,8 @@ def supports(name: str, workload: Workload) -> str | None:
     """None when ``name`` runs ``workload``; else why not (shown as n/a)."""
     if name == "c" and workload.kind != "bytes":
         return "the C forwarder is the pass-through ceiling only"
+    if name == "arroyo" and workload.kind in SCHEMA_KINDS:
+        return "schema'd workloads: the loop, Quix Streams and Offtake"
     if name in ("loop", "quix") and workload.parallelism > 1:
         return "runs its function in one process only"
     return None
@@ -405,14 +432,42 @@ def record_value(i: int) -> bytes:
     return head + b"x" * max(0, VALUE_BYTES - len(head) - 2) + b'"}'
 
 
-def fill(bootstrap: str, topic: str, records: int) -> None:
+def wire_encoder(kind: str, registry: str, topic: str) -> Any:
+    """A JSON record's value -> the same record in ``kind``'s wire format, written by
+    confluent-kafka's serializer (the input schema registered under the topic's subject)."""
+    import bench_schemas
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient({"url": registry})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    if kind == "avro":
+        from confluent_kafka.schema_registry.avro import AvroSerializer
+
+        avro = AvroSerializer(client, bench_schemas.SCHEMAS["avro"][0])
+        return lambda value: avro(json.loads(value), ctx)
+    if kind == "jsonschema":
+        from confluent_kafka.schema_registry.json_schema import JSONSerializer
+
+        js = JSONSerializer(bench_schemas.SCHEMAS["jsonschema"][0], client)
+        return lambda value: js(json.loads(value), ctx)
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+    cls = bench_schemas.BenchOrder
+    pb = ProtobufSerializer(cls, client, {"use.deprecated.format": False})
+    return lambda value: pb(cls(**json.loads(value)), ctx)
+
+
+def fill(bootstrap: str, topic: str, records: int, encode: Any = None) -> None:
+    """``records`` JSON records into ``topic``; ``encode``: their value in another format."""
     producer = Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 50, "queue.buffering.max.messages": 500_000}
     )
     for i in range(records):
+        value = record_value(i) if encode is None else encode(record_value(i))
         while True:
             try:
-                producer.produce(topic, record_value(i), key=b"%d" % i)
+                producer.produce(topic, value, key=b"%d" % i)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -492,10 +547,12 @@ def throughput_run(
     records: int,
     tag: str,
     work: Path,
+    registry: str | None = None,
 ) -> dict[str, Any]:
     output = f"out-{tag}"
     create_output(broker, output)
-    job = Job(broker.bootstrap, source, output, f"bench-{tag}-{uuid.uuid4().hex[:6]}", workload)
+    group = f"bench-{tag}-{uuid.uuid4().hex[:6]}"
+    job = Job(broker.bootstrap, source, output, group, workload, registry)
     argv, env = command(name, job, contenders, work)
     began = time.monotonic()
     process = Process(argv, env, work, tag, profile=name.startswith("offtake"))
@@ -693,9 +750,15 @@ def main(argv: list[str] | None = None) -> int:
     load_at_start = os.getloadavg()[0]
     throughput: dict[str, dict[str, Any]] = {w.name: {} for w in workloads}
     latency: dict[str, Any] = {}
+    costs: dict[str, Any] = {}
     counts = {w.name: max(2, int(records * w.share)) for w in workloads}
     try:
-        with KafkaBroker() as broker:
+        with KafkaBroker() as broker, contextlib.ExitStack() as stack:
+            registry = None
+            if any(w.kind in SCHEMA_KINDS for w in workloads):
+                from offtake_testbed.apicurio import ApicurioRegistry
+
+                registry = stack.enter_context(ApicurioRegistry()).url
             watcher = Watcher(broker.bootstrap)
             try:
                 measure(
@@ -710,6 +773,8 @@ def main(argv: list[str] | None = None) -> int:
                     work,
                     throughput,
                     latency,
+                    costs,
+                    registry,
                 )
             finally:
                 watcher.close()
@@ -738,6 +803,11 @@ def main(argv: list[str] | None = None) -> int:
             "after a warm-up, pass-through workload"
         ),
         "summary": summary,
+        "costs_measure": (
+            "us per record of Offtake's decode, function and encode in the bench's process (the "
+            "worker's decoder and encoder); engine: 1e6 / Offtake's rate - their sum"
+        ),
+        "costs": with_engine(costs, summary),
         "throughput": throughput,
         "latency": latency,
     }
@@ -760,6 +830,8 @@ def measure(
     work: Path,
     throughput: dict[str, dict[str, Any]],
     latency: dict[str, Any],
+    costs: dict[str, Any],
+    registry: str | None = None,
 ) -> None:
     """Fill the inputs, run every round, then the latency runs; results go into the dicts."""
     sources: dict[str, str] = {}
@@ -767,7 +839,9 @@ def measure(
         sources[w.name] = f"in-{w.name}"
         broker.create_topic(sources[w.name], PARTITIONS)
         began = time.monotonic()
-        fill(broker.bootstrap, sources[w.name], counts[w.name])
+        assert registry is not None or w.kind not in SCHEMA_KINDS
+        encode = wire_encoder(w.kind, registry, sources[w.name]) if w.kind in SCHEMA_KINDS else None
+        fill(broker.bootstrap, sources[w.name], counts[w.name], encode)
         log(
             f"filled {sources[w.name]}: {counts[w.name]:,} records "
             f"in {time.monotonic() - began:.1f}s"
@@ -794,15 +868,90 @@ def measure(
                     counts[w.name],
                     tag,
                     work,
+                    registry,
                 )
                 runs["rounds"].append(got)
                 if got["status"] == "not supported":
                     runs.update(status="not supported", reason=got.get("reason"))
                 log(f"round {r + 1} {w.name:<7} {name:<11} {_describe(got)}")
+    for w in workloads:
+        if w.kind in ("json", "avro") and "offtake" in names:
+            costs[w.name] = per_record_costs(
+                broker.bootstrap, registry, sources[w.name], w.kind, work
+            )
+            log(f"costs {w.name:<7} {costs[w.name]}")
     if latency_seconds > 0:
         for name in names:
             latency[name] = latency_run(broker, watcher, contenders, name, latency_seconds, work)
             log(f"latency {name:<11} {_describe_latency(latency[name])}")
+
+
+def per_record_costs(
+    bootstrap: str, registry: str | None, topic: str, kind: str, work: Path
+) -> dict[str, float]:
+    """Microseconds per record of Offtake's decode, the workload's function and encode: the
+    worker's own decoder and encoder (built from a spec as it builds them) over the input
+    topic's records, in this process, after a first batch that fetched the writer schema."""
+    import bench_schemas
+    import bench_workloads
+
+    from offtake.config.spec import KafkaSinkSpec, SchemaRegistrySpec, SinkSchemaSpec, SourceSpec
+    from offtake.formats.resolve import decoder_for, encoder_for
+    from offtake_testbed.kafka import read_topic
+
+    schema_registry = SchemaRegistrySpec(registry) if registry and kind in SCHEMA_KINDS else None
+    source = SourceSpec(
+        topics=(topic,),
+        group_id="costs",
+        format=kind,  # type: ignore[arg-type]
+        schema_registry=schema_registry,
+        protobuf_message=bench_schemas.PROTOBUF_IN if kind == "protobuf" else None,
+    )
+    schema = None
+    if kind in ("avro", "jsonschema"):
+        schema_file = work / f"costs-{kind}.schema.json"
+        schema_file.write_text(bench_schemas.SCHEMAS[kind][1])
+        schema = SinkSchemaSpec(file=str(schema_file))
+    sink = KafkaSinkSpec(
+        f"costs-{kind}",
+        format=kind if kind in SCHEMA_KINDS else "json",  # type: ignore[arg-type]
+        schema=schema,
+        protobuf_message=bench_schemas.PROTOBUF_OUT if kind == "protobuf" else None,
+        auto_register=True,
+        schema_registry=schema_registry,
+    )
+    messages = read_topic(bootstrap, topic)
+    decoder, encoder = decoder_for(source), encoder_for(sink)
+    decoder.records(messages[:1], topic, 0)  # the writer schema's one registry lookup
+    batches = [messages[i : i + 1000] for i in range(0, len(messages), 1000)]
+    best = {"decode": math.inf, "function": math.inf, "encode": math.inf}
+    for _ in range(COST_ROUNDS):  # best of: the other jobs on a shared machine only add
+        began = time.perf_counter()
+        decoded = [decoder.records(batch, topic, 0) for batch in batches]
+        best["decode"] = min(best["decode"], time.perf_counter() - began)
+        records = [record for batch in decoded for record, _ in batch]
+        began = time.perf_counter()
+        values = [bench_workloads.offtake_enrich(record) for record in records]
+        best["function"] = min(best["function"], time.perf_counter() - began)
+        began = time.perf_counter()
+        encoder.encode_many(values)
+        best["encode"] = min(best["encode"], time.perf_counter() - began)
+    n = len(messages) or 1
+    return {f"{part}_us": round(seconds / n * 1e6, 2) for part, seconds in best.items()}
+
+
+def with_engine(costs: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """The costs, each with what the rest of the worker took per record (poll, dispatch,
+    produce, commit: the engine), from Offtake's measured rate."""
+    out: dict[str, Any] = {}
+    for workload, parts in costs.items():
+        rate = summary.get(workload, {}).get("offtake", {}).get("records_per_second")
+        total = 1e6 / rate if rate else None
+        own = sum(parts.values())
+        # None when the rate (a short run's, on a busy machine) says less than the parts.
+        engine = round(total - own, 2) if total and total > own else None
+        out[workload] = {**parts, "engine_us": engine, "total_us": total and round(total, 2)}
+    return out
 
 
 def summarize(throughput: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -868,6 +1017,21 @@ def render(report: dict[str, Any]) -> str:
                 note += f": {e['reason'].splitlines()[-1][:80]}"
             lines.append(" ".join(cells) + f"  {note}".rstrip())
         lines.append(f"{'':<8} ({n:,} records)")
+    if report["costs"]:
+        lines += [
+            "",
+            "where Offtake's time goes per record, us (decode, function, encode measured "
+            "in-process; engine: the rest of 1/rate):",
+            f"{'workload':<10}"
+            + "".join(f" {h:>8}" for h in ("decode", "function", "encode", "engine", "total")),
+        ]
+        for workload, c in report["costs"].items():
+            parts = ("decode", "function", "encode", "engine", "total")
+            cells = [c[f"{p}_us"] for p in parts]
+            lines.append(
+                f"{workload:<10}"
+                + "".join(f" {v:>8.1f}" if v is not None else f" {'-':>8}" for v in cells)
+            )
     if report["latency"]:
         lines += [
             "",

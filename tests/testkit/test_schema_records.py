@@ -12,7 +12,7 @@ import pytest
 from support.orders_pb import Order
 from support.schemas import ORDER_AVRO, ORDER_JSON_SCHEMA, order
 
-from offtake.processing.schema_formats import SchemaValueDecoder
+from offtake.formats.resolve import schema_decoder
 from offtake.records import Record
 from offtake.testing import MemoryBroker, encode, in_memory_registry, process, run_pipeline
 
@@ -98,9 +98,9 @@ def test_a_pipeline_decodes_avro_and_encodes_jsonschema_without_a_registry() -> 
     }
     run = run_pipeline(copy.deepcopy(doc), broker, processor=total, schema_registry=registry)
     assert run.ok, run
-    decoder = SchemaValueDecoder("jsonschema", registry)
+    decoder = schema_decoder("jsonschema", registry)
     values = sorted(
-        (decoder.decode(m.value(), "totals") for m in run.output_messages), key=lambda v: v["id"]
+        (decoder.value(m.value(), "totals") for m in run.output_messages), key=lambda v: v["id"]
     )
     assert values == [{"id": i, "total": i * 3.0} for i in range(50)]
     (dead,) = run.dlq

@@ -1,4 +1,4 @@
-"""What a processor may return, and how it goes on the wire (offtake.sinks.encoding)."""
+"""What a processor may return, and how it goes on the wire (offtake.formats.plain)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import uuid
 
 import pytest
 
-from offtake.sinks.encoding import UnsendableValueError, encode_value
+from offtake.formats.errors import DecodeError, UnsendableValueError
+from offtake.formats.plain import JsonDecoder, encode_value
 
 
 def test_plain_values_keep_their_wire_form() -> None:
@@ -57,12 +58,21 @@ def test_json_the_fast_encoder_refuses_still_goes_out_as_before() -> None:
 
 
 def test_json_values_the_fast_decoder_refuses_are_still_read() -> None:
-    from offtake.processing.decode import decode_value
-
-    value = decode_value(b'{"big": 123456789012345678901234567890, "n": NaN}', "json")
+    decode = JsonDecoder().value
+    value = decode(b'{"big": 123456789012345678901234567890, "n": NaN}', "t")
     assert value["big"] == 123456789012345678901234567890
     assert value["n"] != value["n"]  # NaN
-    with pytest.raises(json.JSONDecodeError):
-        decode_value(b"{", "json")
-    with pytest.raises(UnicodeDecodeError):
-        decode_value(b'"\xff"', "json")
+    with pytest.raises(DecodeError, match="not valid json"):
+        decode(b"{", "t")
+    with pytest.raises(DecodeError, match=r"not valid json.*utf-8"):
+        decode(b'"\xff"', "t")
+
+
+def test_the_json_encoder_lets_the_kafka_sink_forward_consumed_bytes() -> None:
+    """Pass-through forwarding is for a sink without a schema: the JSON encoder's encode is
+    the plain function the Kafka sink recognises."""
+    from offtake.config.spec import KafkaSinkSpec
+    from offtake.formats.resolve import encoder_for
+    from offtake.sinks.kafka import KafkaSink
+
+    assert KafkaSink(object(), "out", encoder_for(KafkaSinkSpec("out")).encode).forwards  # type: ignore[arg-type]

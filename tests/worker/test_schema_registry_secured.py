@@ -26,7 +26,8 @@ from support.workers import (
 )
 
 from offtake.config.spec import SchemaRegistrySpec, SecretRef
-from offtake.processing.schema_formats import RegistryUnavailable, SchemaValueDecoder
+from offtake.formats.errors import RegistryUnavailable
+from offtake.formats.resolve import schema_decoder
 from offtake.schema_registry import SECRET_DIR_ENV, make_client
 from offtake_testbed._pki import CertificateAuthority
 from offtake_testbed.apicurio import ApicurioRegistry, ApicurioTestbedError, RegistryTls
@@ -136,6 +137,6 @@ def test_a_worker_reads_credentials_and_ca_from_the_secret_and_decodes_everythin
     # The Secret with a wrong password: the registry's 401 is an outage, not a dead letter.
     wrong = _secret(tmp_path / "wrong", secured_registry, "not-the-password")
     spec = SchemaRegistrySpec(secured_registry.url, SecretRef("registry-credentials"))
-    decoder = SchemaValueDecoder("avro", make_client(spec, str(wrong)))
+    decoder = schema_decoder("avro", make_client(spec, str(wrong)))
     with pytest.raises(RegistryUnavailable, match=r"401|nauthorized"):
-        decoder.decode(encode(order(1)), src)
+        decoder.value(encode(order(1)), src)

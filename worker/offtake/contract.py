@@ -29,13 +29,15 @@ from offtake.config.secret_env import secret_envs
 from offtake.config.spec import is_topic_pattern, matching_topics
 from offtake.engine.dead_letters import header, read_origin
 from offtake.engine.header_values import HeaderError, read_int
+from offtake.formats.base import Decoder
+from offtake.formats.errors import DecodeError
+from offtake.formats.resolve import decoder_for
 from offtake.headers import H_ATTEMPTS, H_ERROR_CLASS, H_ERROR_MESSAGE, H_STAGE
 from offtake.kafka.config import client_config
 from offtake.kafka.group_view import PartitionPosition, group_positions
 from offtake.kafka.oldest_record import read_timestamps
 from offtake.kafka.protocols import ConsumerLike
 from offtake.metrics import LAG_MESSAGES_METRIC, LAG_SECONDS_METRIC
-from offtake.processing.decode import DecodeError, decode_value, make_decoder
 from offtake.records import TopicPartition
 from offtake.redact import redact
 from offtake.redrive import RedriveResult, read_progress
@@ -52,6 +54,7 @@ __all__ = [
     "ConfigError",
     "ConsumerLike",
     "DecodeError",
+    "Decoder",
     "HeaderError",
     "PartitionPosition",
     "PipelineSpec",
@@ -60,12 +63,11 @@ __all__ = [
     "TopicPartition",
     "client_config",
     "crd_node",
-    "decode_value",
+    "decoder_for",
     "dlq_topic_of",
     "group_positions",
     "header",
     "is_topic_pattern",
-    "make_decoder",
     "matching_topics",
     "operator_client_properties",
     "parse_pipeline",

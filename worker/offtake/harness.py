@@ -21,6 +21,8 @@ import yaml
 
 from offtake.config.loader import load_pipeline, parse_pipeline
 from offtake.config.spec import PipelineSpec, is_topic_pattern, matching_topics
+from offtake.formats.plain import encode_value
+from offtake.formats.resolve import PLAIN_DECODERS, schema_decoder
 from offtake.kafka.memory import (
     ClientKilled,
     GroupEvent,
@@ -29,10 +31,8 @@ from offtake.kafka.memory import (
     MemoryMessage,
 )
 from offtake.processing.base import Processor
-from offtake.processing.decode import decode_value
 from offtake.processing.function import FunctionProcessor, load_function, values_of
 from offtake.records import Record
-from offtake.sinks.encoding import encode_value
 
 log = logging.getLogger("offtake.testing")  # the name users know it by
 
@@ -533,8 +533,6 @@ def process(
     function = load_function(fn) if isinstance(fn, str) else fn
     raw: bytes | None
     if format in SCHEMA_FORMATS:
-        from offtake.processing.schema_formats import SchemaValueDecoder
-
         if isinstance(record_value, bytes):
             if registry is None:
                 raise ValueError("wire-format bytes need registry=, the client with their schema")
@@ -545,10 +543,10 @@ def process(
             registry = registry or in_memory_registry()
             raw = encode(format, record_value, schema, registry=registry, topic=topic)
         message_class = schema if format == "protobuf" else None
-        value = SchemaValueDecoder(format, registry, message_class).decode(raw, topic)
+        value = schema_decoder(format, registry, message_class).value(raw, topic)
     elif format is not None:
         raw = record_value.encode("utf-8") if isinstance(record_value, str) else record_value
-        value = decode_value(raw, format)
+        value = None if raw is None else PLAIN_DECODERS[format]().value(raw, topic)
     else:
         raw, value = encode_value(record_value), record_value
     record = Record(

@@ -19,7 +19,7 @@ H_ERROR_CLASS = "offtake.error.class"
 H_ERROR_MESSAGE = "offtake.error.message"
 H_ATTEMPTS = "offtake.attempts"
 H_STAGE = "offtake.error.stage"
-# A schema decode error's (offtake.processing.schema_formats): the schema id and the reason.
+# A schema decode error's (offtake.formats.errors.SchemaDecodeError): the schema id and the reason.
 H_SCHEMA_ID = "offtake.schema.id"
 H_REASON = "offtake.error.reason"
 

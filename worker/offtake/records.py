@@ -58,7 +58,7 @@ class Record:
 
 # Setting a frozen dataclass's fields through its generated __init__ costs a call of
 # object.__setattr__ per field; the slots' own setters do the same in about half the time.
-# The engine makes one Record per record processed, so it uses make_record (decode.py).
+# The engine makes one Record per record processed, so it uses make_record (offtake.formats.base).
 _new_record = object.__new__
 _SETTERS = tuple(
     getattr(Record, name).__set__

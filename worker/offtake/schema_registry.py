@@ -22,7 +22,7 @@ from offtake.config.spec import SchemaRegistrySpec
 
 SECRET_DIR = "/etc/offtake/schema-registry-secrets"
 SECRET_DIR_ENV = "OFFTAKE_SCHEMA_REGISTRY_SECRETS_DIR"
-# Our own backoff decides how long an outage is retried (see schema_formats); the client's
+# Our own backoff decides how long an outage is retried (RegistryUnavailable); the client's
 # built-in retries would only make each attempt block longer.
 _CLIENT_RETRIES = 0
 _TIMEOUT_S = 10

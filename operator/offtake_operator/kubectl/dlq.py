@@ -26,11 +26,11 @@ from offtake.contract import (
     H_ERROR_MESSAGE,
     H_STAGE,
     DecodeError,
+    Decoder,
     HeaderError,
     PipelineSpec,
-    decode_value,
+    decoder_for,
     header,
-    make_decoder,
     read_int,
     read_origin,
 )
@@ -119,28 +119,27 @@ def read(access: KafkaAccess, topic: str, query: Query, timeout: float) -> list[
     return letters[: query.limit]
 
 
-def _decoded(raw: bytes | None, spec: PipelineSpec, topic: str, decoder: Any) -> Any:
+def _decoded(raw: bytes | None, topic: str, decoder: Decoder) -> Any:
+    if raw is None:
+        return None
     try:
-        if isinstance(decoder, str):
-            value = decode_value(raw, decoder)
-            if isinstance(value, bytes):
-                return {"base64": base64.b64encode(value).decode()}
-            return value
-        return None if raw is None else decoder.decode(raw, topic)
-    except (UnicodeDecodeError, ValueError, DecodeError) as exc:
+        value = decoder.value(raw, topic)
+    except DecodeError as exc:
         # A record that failed to decode is a common dead letter: show what it holds.
-        shown = raw[:200].decode("utf-8", "replace") if raw else raw
-        return {"undecodable": f"not valid {spec.source.format}: {exc}", "raw": shown}
+        return {"undecodable": str(exc), "raw": raw[:200].decode("utf-8", "replace")}
+    if isinstance(value, bytes):
+        return {"base64": base64.b64encode(value).decode()}
+    return value
 
 
-_DECODERS: dict[int, Any] = {}
+_DECODERS: dict[int, Decoder] = {}
 
 
-def _decoder(spec: PipelineSpec) -> Any:
+def _decoder(spec: PipelineSpec) -> Decoder:
     # One per spec per run: a schema format's decoder holds a registry client and its cache.
     key = id(spec)
     if key not in _DECODERS:
-        _DECODERS[key] = make_decoder(spec.source)
+        _DECODERS[key] = decoder_for(spec.source)
     return _DECODERS[key]
 
 
@@ -171,7 +170,7 @@ def describe(msg: Any, spec: PipelineSpec) -> JSON:
         },
         "attempts": attempts,
         "key": None if key is None else key.decode("utf-8", "replace"),
-        "value": _decoded(msg.value(), spec, source_topic, _decoder(spec)),
+        "value": _decoded(msg.value(), source_topic, _decoder(spec)),
     }
     if bad_header is not None:
         out["headerError"] = bad_header

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable
 from typing import Any
 
 from offtake.config import ConfigError
-from offtake.config.spec import KafkaSinkSpec, PipelineSpec
+from offtake.config.spec import PipelineSpec
 from offtake.engine.completions import Completions
 from offtake.engine.dead_letters import DeadLetterQueue
 from offtake.engine.errors import ErrorPolicy
 from offtake.engine.processing_stage import ProcessingStage
 from offtake.engine.retry_topics import RetryRoute, RetrySender
 from offtake.engine.worker import Worker, WorkerParts
+from offtake.formats.resolve import decoder_for, encoder_for
 from offtake.health import Health
 from offtake.kafka.config import (
     consumer_config,
@@ -31,7 +31,6 @@ from offtake.kafka.protocols import ClientFactory, ConsumerLike
 from offtake.kafka.source import KafkaSource
 from offtake.metrics import Metrics
 from offtake.processing.base import Processor
-from offtake.processing.decode import make_decoder
 from offtake.processing.function import (
     BatchFunctionProcessor,
     FunctionProcessor,
@@ -39,7 +38,6 @@ from offtake.processing.function import (
     load_function,
 )
 from offtake.sinks.base import Sink
-from offtake.sinks.encoding import encode_value
 from offtake.sinks.kafka_transactional import TransactionalKafkaSink
 from offtake.sinks.log import LogSink
 
@@ -88,7 +86,7 @@ def build_worker(
         processor,
         sink,
         policy,
-        make_decoder(spec.source, schema_registry),
+        decoder_for(spec.source, schema_registry),
         completions,
         metrics,
         spec.errors.max_retries,
@@ -153,15 +151,6 @@ def make_processor(spec: PipelineSpec) -> Processor:
     return PassThrough()
 
 
-def sink_encoder(kafka: KafkaSinkSpec, registry: Any = None) -> Callable[[Any], bytes | None]:
-    """How the Kafka sink turns values into bytes: as they are / JSON, or with a schema."""
-    if kafka.format == "json":
-        return encode_value
-    from offtake.sinks.schema_encoding import schema_encoder
-
-    return schema_encoder(kafka, registry)
-
-
 def make_sink(
     spec: PipelineSpec,
     clients: ClientFactory,
@@ -183,7 +172,7 @@ def make_sink(
             producer,
             sink.kafka.topic,
             clients.topic_partition,
-            encode=sink_encoder(sink.kafka, schema_registry),
+            encode=encoder_for(sink.kafka, schema_registry).encode,
         )
     if sink.kafka is not None:
         from offtake.sinks.kafka import KafkaSink
@@ -191,7 +180,7 @@ def make_sink(
         return KafkaSink(
             clients.producer(producer_config(spec, sink.kafka.config)),
             sink.kafka.topic,
-            sink_encoder(sink.kafka, schema_registry),
+            encoder_for(sink.kafka, schema_registry).encode,
         )
     if sink.spark is not None:
         from offtake.sinks.spark import make_spark_sink

@@ -44,14 +44,14 @@ from typing import TypeVar
 
 from offtake.engine.completions import Completions
 from offtake.engine.errors import ErrorPolicy
+from offtake.formats.base import Decoded, Decoder
+from offtake.formats.errors import DecodeError, RegistryUnavailable
 from offtake.health import Health
 from offtake.kafka.protocols import MessageLike
 from offtake.metrics import Metrics
 from offtake.processing.base import Backpressure as SlowDown
 from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
-from offtake.processing.decode import DecodeError, ValueDecoder, to_record, to_records
 from offtake.processing.function import PassThrough
-from offtake.processing.schema_formats import RegistryUnavailable
 from offtake.records import Record, TopicPartition
 from offtake.sinks.base import Forward, Sink, SinkItem
 
@@ -102,7 +102,7 @@ class ProcessingStage:
         processor: Processor,
         sink: Sink,
         policy: ErrorPolicy,
-        fmt: str | ValueDecoder,
+        decoder: Decoder,
         completions: Completions,
         metrics: Metrics,
         max_retries: int,
@@ -114,7 +114,7 @@ class ProcessingStage:
         self.health = health
         self.sink = sink
         self.policy = policy
-        self.fmt = fmt
+        self.decoder = decoder
         self.completions = completions
         self.metrics = metrics
         self.max_retries = max_retries
@@ -122,7 +122,9 @@ class ProcessingStage:
         # Pass-through (no processor, format bytes) into a sink that can write consumed
         # records as they are: a poll's records of a partition go to the sink as one Forward,
         # with no Record, Outcome or SinkItem made per record (docs/architecture.md).
-        self.forwarding = isinstance(processor, PassThrough) and fmt == "bytes" and sink.forwards
+        self.forwarding = (
+            isinstance(processor, PassThrough) and decoder.format == "bytes" and sink.forwards
+        )
         self._blocked: dict[TopicPartition, _Block] = {}
         self._unblocked: list[TopicPartition] = []
         self.abort = threading.Event()  # set to give up on queued work (drain budget spent)
@@ -343,15 +345,9 @@ class ProcessingStage:
             self._serve()
             return
         todo: list[tuple[Record, int, int]] = []
-        if isinstance(self.fmt, str):  # json, string, bytes: decoded in one pass
-            decoded_all = to_records(work.messages, work.tp.topic, work.tp.partition, self.fmt)
-        else:  # a schema format: its decoder may wait out a registry outage
-            decoded_all = []
-            for msg in work.messages:
-                decoded = self._decode(msg)
-                if decoded is None:
-                    return  # given up while the registry was unreachable (drain budget spent)
-                decoded_all.append(decoded)
+        decoded_all = self._decode(work)
+        if decoded_all is None:
+            return  # given up while the registry was unreachable (drain budget spent)
         for record, decode_error in decoded_all:
             block = self._block_of(record.tp, epoch) if self._blocked else None
             if block is not None:  # behind a parked record of its partition
@@ -364,14 +360,14 @@ class ProcessingStage:
         for i in range(0, len(todo), CHUNK):
             self._process(todo[i : i + CHUNK])
 
-    def _decode(self, msg: MessageLike) -> tuple[Record, DecodeError | None] | None:
-        """The decoded record; while the schema registry is unreachable this waits and retries
-        with backoff (not the record's fault: no dead letter), and the in-flight bound then
+    def _decode(self, work: Work) -> list[Decoded] | None:
+        """The poll's decoded records; while the schema registry is unreachable this waits and
+        retries with backoff (not the record's fault: no dead letter), and the in-flight bound then
         pauses the partitions (backpressure). None once the stage aborts."""
         outage = 0
         while True:
             try:
-                return to_record(msg, self.fmt)
+                return self.decoder.records(work.messages, *work.tp)
             except RegistryUnavailable as exc:
                 outage += 1
                 delay = min(max(self.policy.backoff(outage), 0.1), UNAVAILABLE_BACKOFF_CAP)
@@ -537,7 +533,7 @@ class ProcessingStage:
         if offsets:
             self.completions.put_many(forward.tp, offsets, forward.epoch, "delivered")
         for i, error in failed.items():  # a failing record does not fail its neighbours
-            record, _ = to_record(forward.messages[i], self.fmt)
+            record, _ = self.decoder.record(forward.messages[i])
             self.policy.exhausted(record, forward.epoch, error, 1, "sink")
 
     def _on_sink_batch_complete(

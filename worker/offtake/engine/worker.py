@@ -371,8 +371,9 @@ class Worker:
                 "revoked %d partition(s)%s%s",
                 len(partitions),
                 "" if drained else " (drain budget spent: unfinished records will be redelivered)",
-                "" if committed else " (uncommitted: their records since the last commit "
-                "will be redelivered)",
+                ""
+                if committed
+                else " (uncommitted: their records since the last commit will be redelivered)",
             )
         finally:
             self._release(partitions)

@@ -17,11 +17,11 @@ import threading
 from collections.abc import Callable, Collection
 from typing import Any
 
+from offtake.formats.plain import encode_value
 from offtake.kafka.produce import produce_waiting
 from offtake.kafka.protocols import ProducerLike
 from offtake.records import TopicPartition
 from offtake.sinks.base import Forward, Sink, SinkError, SinkItem
-from offtake.sinks.encoding import encode_value
 
 
 class _Batch:
@@ -131,7 +131,7 @@ class KafkaSink(Sink):
         topic: str,
         encode: Callable[[Any], bytes | None] = encode_value,
     ) -> None:
-        """``encode``: a value to bytes; a schema format's encoder (sinks.schema_encoding)."""
+        """``encode``: a value to bytes; a format's encoder (offtake.formats)."""
         super().__init__()
         self.producer = producer
         self.topic = topic

@@ -14,10 +14,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from offtake.formats.plain import encode_value
 from offtake.kafka.protocols import ProducerLike
 from offtake.records import TopicPartition
 from offtake.sinks.base import OnComplete, OnCompleteBatch, SinkError
-from offtake.sinks.encoding import encode_value
 from offtake.sinks.kafka import KafkaSink
 
 log = logging.getLogger("offtake.sinks.kafka")

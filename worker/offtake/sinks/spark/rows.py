@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from offtake.config.spec import Format
-from offtake.sinks.encoding import encode_value
+from offtake.formats.plain import encode_value
 from offtake.sinks.spark.batching import Batch
 from offtake.sinks.spark.columns import META_COLUMNS, column_name
 from offtake.sinks.spark.schema_columns import TypedColumns

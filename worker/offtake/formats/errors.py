@@ -1,0 +1,49 @@
+"""What can go wrong turning bytes into values and back, told apart because the error policy
+treats each differently (the leaf every format module imports; it imports none of them):
+
+- :class:`DecodeError`: the record's value is not valid for its format: the record's fault,
+  so it goes to the error policy; :class:`SchemaDecodeError` adds the schema id and the reason
+  in one word, written as dead-letter headers (docs/worker.md, "Formats");
+- :class:`RegistryUnavailable`: the schema registry did not answer: not the record's fault,
+  the caller waits and retries (never a dead letter);
+- :class:`UnsendableValueError`: a processed value has no faithful wire form.
+"""
+
+from __future__ import annotations
+
+# Dead-letter headers: which schema id, and why in one word (names: offtake.headers).
+from offtake.headers import H_REASON, H_SCHEMA_ID
+
+NOT_WIRE_FORMAT = "not-wire-format"
+UNKNOWN_SCHEMA = "unknown-schema-id"
+SCHEMA_MISMATCH = "schema-mismatch"
+
+
+class DecodeError(ValueError):
+    """A record's value is not valid for ``source.format``; names the record."""
+
+
+class SchemaDecodeError(DecodeError):
+    """The record's value cannot be decoded with a registered schema; names id and reason."""
+
+    def __init__(self, message: str, schema_id: int | None, reason: str) -> None:
+        super().__init__(message)
+        self.schema_id = schema_id
+        self.reason = reason
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Extra dead-letter headers."""
+        return {
+            H_SCHEMA_ID: "" if self.schema_id is None else str(self.schema_id),
+            H_REASON: self.reason,
+        }
+
+
+class RegistryUnavailable(Exception):
+    """The schema registry did not answer (or answered 5xx/429): retry later, not the record's
+    fault."""
+
+
+class UnsendableValueError(TypeError):
+    """A processor returned a value that has no faithful wire form (the error names its type)."""

@@ -1,0 +1,109 @@
+"""Protobuf in the wire format: the message index (zigzag varints) skipped, the payload parsed
+with the pipeline's message class (``protobufMessage``, as confluent-kafka's
+ProtobufDeserializer does with the class it is given) and turned into a dict.
+
+Values are protobuf's JSON mapping with the field names as declared, fields at their default
+(0, "") present, int64 as numbers where the protobuf runtime can (6.31+), not the mapping's
+strings; the sink reads the same mapping back (``ParseDict``) and writes the message with the
+header and message index its schema was registered with.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.serialization import SerializationContext
+from google.protobuf.json_format import MessageToDict, ParseDict
+
+from offtake.formats.base import Encoder
+from offtake.formats.wire import HEADER_SIZE, Reader, SchemaDecoder
+from offtake.schema_registry import load_message_class
+
+_TO_DICT: dict[str, Any] = {
+    "preserving_proto_field_name": True,
+    "always_print_fields_with_no_presence": True,
+}
+if "unquote_int64_if_possible" in inspect.signature(MessageToDict).parameters:
+    _TO_DICT["unquote_int64_if_possible"] = True
+
+
+def message_class(message: Any) -> Any:
+    """The generated class, from itself or its ``module:Class`` path."""
+    return load_message_class(message) if isinstance(message, str) else message
+
+
+def payload_start(raw: bytes) -> int:
+    """Where the message starts: after the header and the message index (a count, then that
+    many indexes; a count of 0 is the first message of the file)."""
+    pos = HEADER_SIZE
+    count, pos = _varint(raw, pos)
+    count = (count >> 1) ^ -(count & 1)
+    if count < 0 or count > 100_000:
+        raise ValueError(f"invalid message index length {count}")
+    for _ in range(count):
+        _, pos = _varint(raw, pos)
+    return pos
+
+
+def _varint(raw: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(raw):
+            raise ValueError("the message index ends early")
+        byte = raw[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+class ProtobufDecoder(SchemaDecoder):
+    format = "protobuf"
+
+    def __init__(self, client: SchemaRegistryClient, message: Any) -> None:
+        super().__init__(client)
+        assert message is not None, "the loader requires source.protobufMessage"
+        self._cls = message_class(message)
+
+    def _fetch(self, schema_id: int) -> Schema:
+        return self._client.get_schema(schema_id, fmt="serialized")
+
+    def needs_serde(self, schema: Schema) -> bool:
+        # The message class reads the payload whatever the writer schema imports (references
+        # are only needed to parse the writer schema, which the fast path does not): rules only.
+        return bool(schema.rule_set)
+
+    def reader(self, schema: Schema) -> Reader:
+        parse = self._cls.FromString
+
+        def read(raw: bytes, topic: str) -> Any:
+            return MessageToDict(parse(raw[payload_start(raw) :]), **_TO_DICT)
+
+        return read
+
+    def serde(self) -> Callable[[bytes, SerializationContext], Any]:
+        from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+
+        deserialize = ProtobufDeserializer(self._cls, {}, self._client)
+        return lambda raw, ctx: MessageToDict(deserialize(raw, ctx), **_TO_DICT)
+
+
+class ProtobufEncoder(Encoder):
+    """Values (protobuf's JSON mapping) as the message class, after ``prefix``: the header and
+    message index the sink's schema was resolved with."""
+
+    format = "protobuf"
+
+    def __init__(self, message: Any, prefix: bytes) -> None:
+        self._cls = message_class(message)
+        self._prefix = prefix
+
+    def encode(self, value: Any) -> bytes | None:
+        if value is None:
+            return None
+        data: bytes = ParseDict(value, self._cls()).SerializeToString()
+        return self._prefix + data

@@ -1,0 +1,144 @@
+"""The schema registry wire format, and what the schema'd decoders share.
+
+A value is a magic byte 0, the writer's schema id (4 bytes, big-endian) and the encoded data
+(protobuf: first the message index, zigzag varints). A :class:`SchemaDecoder` asks the
+registry for a schema id once, keeps a reader for it (the parsed writer schema, the message
+class, the compiled validator) and reads every later value of that id with no registry
+round trip and none of the serializer framework's per-call work.
+
+A schema that uses what only confluent-kafka's own deserializer implements (references to
+other schemas, a rule set, inline ``confluent:`` rules or tags) is read by that deserializer,
+for that schema id only, so nothing a registry can express is read differently.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from offtake.formats.base import Decoder
+from offtake.formats.errors import (
+    NOT_WIRE_FORMAT,
+    SCHEMA_MISMATCH,
+    UNKNOWN_SCHEMA,
+    DecodeError,
+    RegistryUnavailable,
+    SchemaDecodeError,
+)
+from offtake.schema_registry import is_outage
+
+MAGIC_BYTE = 0
+HEADER_SIZE = 5
+Reader = Callable[[bytes, str], Any]  # a whole wire-format value and its topic -> the value
+
+
+def wire_schema_id(raw: bytes) -> int:
+    """The schema id of a wire-format value; SchemaDecodeError if it is not one."""
+    if len(raw) < HEADER_SIZE or raw[0] != MAGIC_BYTE:
+        first = f"0x{raw[0]:02x}" if raw else "nothing"
+        raise SchemaDecodeError(
+            f"value is not in the schema registry wire format (magic byte 0 and a 4-byte schema "
+            f"id): {len(raw)} byte(s), first byte {first}",
+            None,
+            NOT_WIRE_FORMAT,
+        )
+    return int.from_bytes(raw[1:HEADER_SIZE], "big")
+
+
+def header(schema_id: int) -> bytes:
+    return bytes((MAGIC_BYTE,)) + schema_id.to_bytes(4, "big")
+
+
+def needs_serde(schema: Schema) -> bool:
+    """Whether a schema uses what only confluent-kafka's serializers implement."""
+    return bool(schema.references or schema.rule_set or "confluent:" in (schema.schema_str or ""))
+
+
+def context(topic: str) -> SerializationContext:
+    return SerializationContext(topic, MessageField.VALUE)
+
+
+class _NotKnown(Exception):
+    """Not for the fast path: read carefully."""
+
+
+class SchemaDecoder(Decoder):
+    """A schema'd format's decoder: wire framing, one registry lookup per schema id."""
+
+    def __init__(self, client: SchemaRegistryClient) -> None:
+        self._client = client
+        self._readers: dict[int, Reader] = {}
+        self._serde: Reader | None = None
+
+    def value(self, raw: bytes, topic: str) -> Any:
+        schema_id = wire_schema_id(raw)
+        try:
+            read = self._readers.get(schema_id)
+            if read is None:
+                read = self._reader(schema_id)
+            return read(raw, topic)
+        except (DecodeError, RegistryUnavailable):
+            raise
+        except Exception as exc:
+            if is_outage(exc):  # a lookup confluent-kafka's deserializer made itself
+                raise RegistryUnavailable(f"schema registry: {exc}") from exc
+            raise SchemaDecodeError(
+                f"value does not decode as {self.format} with schema id {schema_id}: "
+                f"{type(exc).__name__}: {exc}",
+                schema_id,
+                SCHEMA_MISMATCH,
+            ) from None
+
+    def fast(self, topic: str) -> tuple[Callable[[bytes], Any], tuple[type[Exception], ...]]:
+        # A known schema id's reader, called directly; anything else (a new id, bytes outside
+        # the wire format, a value its reader refuses) is value()'s to fetch, sort and explain.
+        readers = self._readers
+
+        def read(raw: bytes) -> Any:
+            if raw[:1] == b"\x00":
+                reader = readers.get(int.from_bytes(raw[1:HEADER_SIZE], "big"))
+                if reader is not None:
+                    return reader(raw, topic)
+            raise _NotKnown
+
+        return read, (Exception,)
+
+    def _reader(self, schema_id: int) -> Reader:
+        try:
+            schema = self._fetch(schema_id)
+        except Exception as exc:
+            if is_outage(exc):
+                raise RegistryUnavailable(f"schema registry: {exc}") from exc
+            raise SchemaDecodeError(
+                f"schema id {schema_id} is not known to the schema registry: {exc}",
+                schema_id,
+                UNKNOWN_SCHEMA,
+            ) from None
+        # A schema that does not parse fails this record (not cached: tried again).
+        read = self._serde_reader() if self.needs_serde(schema) else self.reader(schema)
+        self._readers[schema_id] = read
+        return read
+
+    def _fetch(self, schema_id: int) -> Schema:
+        return self._client.get_schema(schema_id)
+
+    def needs_serde(self, schema: Schema) -> bool:
+        return needs_serde(schema)
+
+    def _serde_reader(self) -> Reader:
+        if self._serde is None:
+            deserialize = self.serde()
+            self._serde = lambda raw, topic: deserialize(raw, context(topic))
+        return self._serde
+
+    @abstractmethod
+    def reader(self, schema: Schema) -> Reader:
+        """The fast reader of values written with ``schema``."""
+
+    @abstractmethod
+    def serde(self) -> Callable[[bytes, SerializationContext], Any]:
+        """confluent-kafka's deserializer for this format (values as the fast reader's)."""
