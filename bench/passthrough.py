@@ -903,6 +903,7 @@ def per_record_costs(
     source = SourceSpec(
         topics=(topic,),
         group_id="costs",
+        start_from="earliest",
         format=kind,  # type: ignore[arg-type]
         schema_registry=schema_registry,
         protobuf_message=bench_schemas.PROTOBUF_IN if kind == "protobuf" else None,
@@ -913,7 +914,8 @@ def per_record_costs(
         schema_file.write_text(bench_schemas.SCHEMAS[kind][1])
         schema = SinkSchemaSpec(file=str(schema_file))
     sink = KafkaSinkSpec(
-        f"costs-{kind}",
+        topic=f"costs-{kind}",
+        delivery="at-least-once",
         format=kind if kind in SCHEMA_KINDS else "json",  # type: ignore[arg-type]
         schema=schema,
         protobuf_message=bench_schemas.PROTOBUF_OUT if kind == "protobuf" else None,

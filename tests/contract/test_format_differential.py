@@ -189,7 +189,14 @@ def test_avro_reads_and_writes_as_confluent_kafka_does() -> None:
     client.register_schema(subject, Schema(json.dumps(AVRO), "AVRO"))
     theirs = AvroSerializer(client, json.dumps(AVRO), conf={"auto.register.schemas": False})
     ours = encoder_for(
-        KafkaSinkSpec(TOPIC, format="avro", schema=SinkSchemaSpec(subject=subject)), client
+        KafkaSinkSpec(
+            topic=TOPIC,
+            delivery="at-least-once",
+            auto_register=False,
+            format="avro",
+            schema=SinkSchemaSpec(subject=subject),
+        ),
+        client,
     )
     values = _corpus(_avro_value, 24)
     written = [bytes(theirs(v, CTX)) for v in values]
@@ -216,7 +223,12 @@ def test_avro_of_every_writer_schema_id_and_the_plain_schemas() -> None:
         theirs = AvroSerializer(client, plain)
         written = [bytes(theirs(v, CTX)) for v in values]
         _reads_alike("avro", client, written, AvroDeserializer(client))
-        ours = encoder_for(KafkaSinkSpec(TOPIC, format="avro"), client)
+        ours = encoder_for(
+            KafkaSinkSpec(
+                topic=TOPIC, delivery="at-least-once", auto_register=False, format="avro"
+            ),
+            client,
+        )
         assert [ours.encode(v) for v in values] == written
 
 
@@ -224,7 +236,10 @@ def test_avro_values_that_do_not_fit_are_refused_by_both() -> None:
     client = _registry()
     client.register_schema(f"{TOPIC}-value", Schema(json.dumps(AVRO), "AVRO"))
     theirs = AvroSerializer(client, json.dumps(AVRO))
-    ours = encoder_for(KafkaSinkSpec(TOPIC, format="avro"), client)
+    ours = encoder_for(
+        KafkaSinkSpec(topic=TOPIC, delivery="at-least-once", auto_register=False, format="avro"),
+        client,
+    )
     good = _avro_value(random.Random(1))
     for bad in (
         {**good, "id": "one"},
@@ -263,7 +278,12 @@ def test_json_schema_reads_writes_and_refuses_as_confluent_kafka_does() -> None:
     subject = f"{TOPIC}-value"
     client.register_schema(subject, Schema(json.dumps(JSON_SCHEMA), "JSON"))
     theirs = JSONSerializer(json.dumps(JSON_SCHEMA), client, conf={"auto.register.schemas": False})
-    ours = encoder_for(KafkaSinkSpec(TOPIC, format="jsonschema"), client)
+    ours = encoder_for(
+        KafkaSinkSpec(
+            topic=TOPIC, delivery="at-least-once", auto_register=False, format="jsonschema"
+        ),
+        client,
+    )
     written, refused = [], 0
     for value in _corpus(_json_value, 27):
         try:
@@ -356,7 +376,13 @@ def test_protobuf_reads_and_writes_as_confluent_kafka_does() -> None:
         lambda raw, ctx: MessageToDict(deserializer(raw, ctx), **_PB_TO_DICT),
     )
     ours = encoder_for(
-        KafkaSinkSpec(TOPIC, format="protobuf", protobuf_message="support.diff_pb:Everything"),
+        KafkaSinkSpec(
+            topic=TOPIC,
+            delivery="at-least-once",
+            auto_register=False,
+            format="protobuf",
+            protobuf_message="support.diff_pb:Everything",
+        ),
         client,
     )
     decoder = decoder_for(_source("protobuf"), client)
@@ -382,6 +408,7 @@ def _source(fmt: str) -> SourceSpec:
     return SourceSpec(
         topics=(TOPIC,),
         group_id="g",
+        start_from="earliest",
         format=fmt,  # type: ignore[arg-type]
         protobuf_message="support.diff_pb:Everything" if fmt == "protobuf" else None,
     )

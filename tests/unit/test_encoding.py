@@ -75,4 +75,10 @@ def test_the_json_encoder_lets_the_kafka_sink_forward_consumed_bytes() -> None:
     from offtake.formats.resolve import encoder_for
     from offtake.sinks.kafka import KafkaSink
 
-    assert KafkaSink(object(), "out", encoder_for(KafkaSinkSpec("out")).encode).forwards  # type: ignore[arg-type]
+    assert KafkaSink(
+        object(),
+        "out",
+        encoder_for(
+            KafkaSinkSpec(topic="out", delivery="at-least-once", format="json", auto_register=False)
+        ).encode,
+    ).forwards  # type: ignore[arg-type]
