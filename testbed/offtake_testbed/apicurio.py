@@ -47,16 +47,8 @@ from typing import IO, NamedTuple
 
 from ._cache import Progress, cache_dir, folder_size, megabytes
 from ._service import Service
-from .kafka import (
-    _die_with_parent_fn,
-    _find_java,
-    _free_port,
-    _locked,
-    _maven_errors,
-    _tail_text,
-    _terminate,
-    run_maven,
-)
+from .maven import find_java, maven_errors, run_maven
+from .process import die_with_parent, file_lock, free_port, tail, terminate
 
 __all__ = [
     "APICURIO_VERSION",
@@ -125,7 +117,7 @@ def install_apicurio(
     if _is_installed(marker, app):
         say.cached(f"{what} ({_summary(app)})", app)
         return _runner(app)
-    with _locked(version_dir / f".install{flavour}.lock"):
+    with file_lock(version_dir / f".install{flavour}.lock"):
         if _is_installed(marker, app):
             say.cached(f"{what} ({_summary(app)})", app)
             return _runner(app)
@@ -205,7 +197,7 @@ def _run_maven(command: list[str], work: Path, say: Progress) -> None:
     if code is None:
         raise ApicurioTestbedError(f"Maven did not build the registry in {_MVN_TIMEOUT_S:.0f}s")
     if code != 0:
-        tail = _maven_errors(output)
+        tail = maven_errors(output)
         raise ApicurioTestbedError(f"building Apicurio Registry failed:\n{tail}")
 
 
@@ -378,7 +370,7 @@ class ApicurioRegistry(Service):
             raise ApicurioTestbedError(f"the registry is already running on {self.url}")
         self._workdir = Path(tempfile.mkdtemp(prefix=f"offtake-apicurio-{os.getpid()}-"))
         try:
-            self._port = self._requested_port or _free_port()
+            self._port = self._requested_port or free_port()
             self._launch()
         except BaseException:
             self.stop()
@@ -391,7 +383,7 @@ class ApicurioRegistry(Service):
         if self._process is None:
             raise ApicurioTestbedError("the registry is not running; call start() first")
         self.thaw()
-        _terminate(self._process, timeout)
+        terminate(self._process, timeout)
 
     def restart(self) -> ApicurioRegistry:
         """Start the process ended by :meth:`stop_process` again, on the same port; returns
@@ -405,7 +397,7 @@ class ApicurioRegistry(Service):
 
     def _launch(self) -> None:
         assert self._workdir is not None and self._port is not None
-        java = _find_java()
+        java = find_java(ApicurioTestbedError)
         runner = install_apicurio(self.version, basic_auth=bool(self.users))
         env = dict(os.environ)
         if self.durable:
@@ -436,7 +428,7 @@ class ApicurioRegistry(Service):
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent_fn(),
+                preexec_fn=die_with_parent(),
             )
         atexit.unregister(self._kill_at_exit)
         atexit.register(self._kill_at_exit)
@@ -470,7 +462,7 @@ class ApicurioRegistry(Service):
         if self._process is not None:
             if self._process.poll() is None:
                 self.thaw()  # a frozen JVM cannot act on SIGTERM
-                _terminate(self._process, timeout)
+                terminate(self._process, timeout)
             self._process = None
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
@@ -501,7 +493,7 @@ class ApicurioRegistry(Service):
     def log_tail(self, lines: int = 40) -> str:
         path = self._workdir / "registry.log" if self._workdir is not None else None
         text = path.read_text(errors="replace") if path is not None and path.is_file() else ""
-        return _tail_text(text, lines) or "(the registry wrote no output)"
+        return tail(text, lines) or "(the registry wrote no output)"
 
     def _wait_until_ready(self) -> None:
         deadline = time.monotonic() + self.start_timeout

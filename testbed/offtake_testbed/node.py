@@ -49,8 +49,11 @@ from pathlib import Path
 from typing import IO
 
 from . import kube
-from ._cache import cache_dir
+from ._cache import cache_dir, cache_lock
 from ._service import Service
+from .gobuild import KubeBuildError, go_build, init_module, run_go, write_tools
+from .kube.install import kube_version_ldflags
+from .process import die_with_parent, file_tail, free_port, terminate
 from .prometheus_adapter import install_prometheus_adapter
 
 __all__ = [
@@ -97,7 +100,7 @@ class NodePaths:
 
 
 def _go(args: Sequence[str], *, cwd: Path, log: Path, what: str, **env: str) -> str:
-    return kube._run_go(args, cwd=cwd, log=log, what=what, extra_env=env)
+    return run_go(args, cwd=cwd, log=log, what=what, extra_env=env)
 
 
 def _missing_runc_build_deps() -> list[str]:
@@ -144,10 +147,10 @@ def _build_runc(bin_dir: Path, log: Path) -> None:
     does not ship, so the published selinux release stands in (as for kubernetes' staging)."""
     _ensure_runc_build_deps(log)
     src = cache_dir("kube", "node", "src", f"runc-{RUNC_VERSION}")
-    kube._init_module(src, "offtake.local/runcbuild", log)
+    init_module(src, "offtake.local/runcbuild", log)
     module = "github.com/opencontainers/runc"
     _go(["mod", "edit", f"-require={module}@{RUNC_VERSION}"], cwd=src, log=log, what="runc mod")
-    kube._write_tools(src, [module])
+    write_tools(src, [module])
     _go(["mod", "tidy"], cwd=src, log=log, what="go mod tidy (runc)")
     _go(
         ["build", "-tags", "seccomp", "-o", str(bin_dir / "runc"), module],
@@ -187,7 +190,7 @@ def install_node(*, progress: IO[str] | None = None) -> NodePaths:
 
 def _build_node(bin_dir: Path, progress: IO[str] | None, say: Callable[[str], None]) -> None:
     control = kube.install_control_plane(progress=progress)
-    with kube._lock(f"node-{kube.KUBE_VERSION}"):
+    with cache_lock(f"node-{kube.KUBE_VERSION}"):
         if _installed(bin_dir):
             return
         log = cache_dir("kube", kube.KUBE_VERSION, "logs") / "node-build.log"
@@ -202,11 +205,11 @@ def _build_node(bin_dir: Path, progress: IO[str] | None, say: Callable[[str], No
             shutil.copy(control_src / name, src / name)
         packages = {"kubelet": "k8s.io/kubernetes/cmd/kubelet"}
         packages["kube-scheduler"] = "k8s.io/kubernetes/cmd/kube-scheduler"
-        kube._write_tools(src, list(packages.values()))
+        write_tools(src, list(packages.values()))
         _go(["mod", "tidy"], cwd=src, log=log, what="go mod tidy (kubelet)")
-        ldflags = kube._kube_version_ldflags(kube.KUBE_VERSION, "1970-01-01T00:00:00Z")
+        ldflags = kube_version_ldflags(kube.KUBE_VERSION, "1970-01-01T00:00:00Z")
         for name, package in packages.items():
-            timings[name] = kube._go_build(src, package, bin_dir / name, log, ldflags)
+            timings[name] = go_build(src, package, bin_dir / name, log, ldflags)
             say(f"built {name} in {timings[name]} s")
         gobin = {"GOBIN": str(bin_dir), "GOFLAGS": "-trimpath -buildvcs=false"}
         ctr = "github.com/containerd/containerd/v2/cmd"
@@ -438,7 +441,7 @@ class Node(Service):
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
-            preexec_fn=kube._set_parent_death_signal,  # sets PR_SET_PDEATHSIG only
+            preexec_fn=die_with_parent(),
         )
 
     def _paths_or_install(self) -> NodePaths:
@@ -448,7 +451,7 @@ class Node(Service):
 
     def _tails(self) -> str:
         return "\n".join(
-            f"--- {name}.log ---\n{kube._file_tail(self.workdir / f'{name}.log', 15)}"
+            f"--- {name}.log ---\n{file_tail(self.workdir / f'{name}.log', 15)}"
             for name in ("containerd", "kubelet", "scheduler")
         )
 
@@ -479,7 +482,7 @@ class Node(Service):
             result = self.ctr("images", "import", str(image_archive(image)))
             if result.returncode != 0:
                 raise NodeError(f"importing {image} failed: {result.stderr.strip()}")
-        port, healthz, sched = (kube._free_port() for _ in range(3))
+        port, healthz, sched = (free_port() for _ in range(3))
         (work / "kubelet.json").write_text(_kubelet_config(work, port, healthz))
         kc = str(self._cp.kubeconfig)
         self._spawn(
@@ -547,14 +550,8 @@ class Node(Service):
 
     def _terminate(self, name: str) -> None:
         proc = self._procs.pop(name, None)
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if proc is not None:
+            terminate(proc, 20)
 
     def _shims(self) -> list[int]:
         """Shim processes serving this node's containerd (each leads its process group, with
@@ -593,7 +590,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "install":
         try:
             print(install_node(progress=sys.stderr).bin_dir)
-        except (NodeError, kube.KubeBuildError) as exc:
+        except (NodeError, KubeBuildError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     return 0

@@ -3,8 +3,6 @@ and bytes outside the wire format are the record's fault without asking the regi
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from offtake.config.spec import SchemaRegistrySpec
@@ -14,16 +12,11 @@ from offtake.processing.schema_formats import (
     SchemaValueDecoder,
 )
 from offtake.schema_registry import make_client
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])  # closed again when the block ends: nothing listens
+from offtake_testbed.process import free_port
 
 
 def test_a_refused_connection_is_an_outage_and_bad_bytes_are_not() -> None:
-    client = make_client(SchemaRegistrySpec(f"http://127.0.0.1:{_closed_port()}"))
+    client = make_client(SchemaRegistrySpec(f"http://127.0.0.1:{free_port()}"))
     decoder = SchemaValueDecoder("avro", client)
     with pytest.raises(RegistryUnavailable, match="schema registry"):
         decoder.decode(b"\x00\x00\x00\x00\x07payload", "orders")
