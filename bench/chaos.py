@@ -7,8 +7,9 @@ a three-broker KRaft cluster from the Maven Central jars, the real kube-apiserve
 controller-manager from the Go module proxy, real ``offtake worker`` and ``offtake-operator``
 processes, the reference sidecar), bounded in time, and writes docs/reliability.md: scenario,
 records, faults injected, records lost, records duplicated, time to recover, peak RSS where
-memory is the question. The scenario bodies are tests/support/chaos.py, the same ones the
-short variants in tests/chaos/ run in the default suite with smaller sizes.
+memory is the question. The scenario bodies are tests/support/chaos/ (one module a scenario,
+numbered as below), the same ones the short variants in tests/chaos/ run in the default suite
+with smaller sizes.
 
 1. three workers, 500,000 records, a random worker SIGKILLed every few seconds and restarted;
 2. the three-broker cluster: the input's leading broker SIGKILLed and brought back, then all
@@ -53,11 +54,19 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # the scenario bodies: tests/support/chaos.py
+sys.path.insert(0, str(REPO / "tests"))  # the scenario bodies: tests/support/chaos/
 
 from spark.connect_server import ConnectServer  # noqa: E402
-from support import cgroups, chaos  # noqa: E402
-from support.chaos import Outcome  # noqa: E402
+from support import cgroups  # noqa: E402
+from support.chaos import (  # noqa: E402
+    s01_worker_kills,
+    s02_broker_failover,
+    s03_sink_outages,
+    s04_operator_kills,
+    s05_bad_input,
+    s06_sidecar_outages,
+)
+from support.chaos.common import Outcome  # noqa: E402
 from support.schemas import FORMATS as SCHEMA_FORMATS  # noqa: E402
 
 from offtake_testbed.apicurio import ApicurioRegistry  # noqa: E402
@@ -121,7 +130,7 @@ class Beds:
 
             paths = install_control_plane(KUBE_VERSION, progress=sys.stderr)
             self.control_plane = ControlPlane(paths).start()
-            chaos.apply_crd(self.control_plane)
+            s04_operator_kills.apply_crd(self.control_plane)
         return self.control_plane
 
     def stop(self) -> None:
@@ -131,27 +140,27 @@ class Beds:
 
 
 def scenario_kills(beds: Beds, work: Path, size: dict[str, Any]) -> list[Outcome]:
-    return [chaos.worker_kills(beds.kafka(), work, **size)]
+    return [s01_worker_kills.worker_kills(beds.kafka(), work, **size)]
 
 
 def scenario_brokers(beds: Beds, work: Path, size: dict[str, Any]) -> list[Outcome]:
-    return [chaos.broker_failover(beds.kafka_cluster(), work, **size)]
+    return [s02_broker_failover.broker_failover(beds.kafka_cluster(), work, **size)]
 
 
 def scenario_sink(beds: Beds, work: Path, size: dict[str, Any]) -> list[Outcome]:
     cluster = beds.kafka_cluster()
     pids = [cluster.node_pid(n) for n in cluster.node_ids]
-    rows = [chaos.sink_broker_outage(beds.kafka(), cluster, pids, work, **size["kafka"])]
+    rows = [s03_sink_outages.sink_broker_outage(beds.kafka(), cluster, pids, work, **size["kafka"])]
     # The Spark halves get a PostgreSQL and a Spark Connect server of their own: both are
     # taken down on purpose.
     with PostgresServer() as postgres:
-        target = chaos.PostgresDown(postgres)
-        rows.append(chaos.spark_sink_outage(beds.kafka(), work, target, **size["jdbc"]))
+        target = s03_sink_outages.PostgresDown(postgres)
+        rows.append(s03_sink_outages.spark_sink_outage(beds.kafka(), work, target, **size["jdbc"]))
     connect = ConnectServer(conf={"spark.sql.shuffle.partitions": "2"}).start()
     try:
-        killed = chaos.ConnectKilled(connect, work / "connect-table")
+        killed = s03_sink_outages.ConnectKilled(connect, work / "connect-table")
         rows.append(
-            chaos.spark_sink_outage(
+            s03_sink_outages.spark_sink_outage(
                 beds.kafka(), work, killed, restart_on_exit=True, **size["connect"]
             )
         )
@@ -165,7 +174,7 @@ def scenario_operator(beds: Beds, work: Path, size: dict[str, Any]) -> list[Outc
     namespace = f"chaos-{uuid.uuid4().hex[:8]}"
     kube.kubectl("create", "namespace", namespace)
     try:
-        return [chaos.operator_kills(kube, namespace, work, **size)]
+        return [s04_operator_kills.operator_kills(kube, namespace, work, **size)]
     finally:
         kube.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
@@ -175,21 +184,25 @@ PLAIN_FORMATS = ("json", "string", "bytes")
 
 def scenario_bad_input(beds: Beds, work: Path, size: dict[str, Any]) -> list[Outcome]:
     broker, count = beds.kafka(), size["count"]
-    rows = [chaos.fuzzed_format(broker, work, fmt, count, seed=17) for fmt in PLAIN_FORMATS]
+    rows = [s05_bad_input.fuzzed_format(broker, work, fmt, count, seed=17) for fmt in PLAIN_FORMATS]
     registry = beds.schema_registry()
     rows += [
-        chaos.fuzzed_schema_format(broker, work, fmt, count, seed=17, registry_url=registry.url)
+        s05_bad_input.fuzzed_schema_format(
+            broker, work, fmt, count, seed=17, registry_url=registry.url
+        )
         for fmt in SCHEMA_FORMATS
     ]
-    rows.append(chaos.oversize_records(broker, work, count))
-    rows.append(chaos.failing_processor(broker, work, count))
-    rows.append(chaos.hung_processor(broker, work, count, hangs=size["hangs"]))
-    rows.append(chaos.leaking_processor(broker, work, count, leak_kib=size["leak_kib"]))
+    rows.append(s05_bad_input.oversize_records(broker, work, count))
+    rows.append(s05_bad_input.failing_processor(broker, work, count))
+    rows.append(s05_bad_input.hung_processor(broker, work, count, hangs=size["hangs"]))
+    rows.append(s05_bad_input.leaking_processor(broker, work, count, leak_kib=size["leak_kib"]))
     no_cgroup = cgroups.unavailable()
     if no_cgroup is None:
         # At least 3,000 records: 128 KiB kept per record must outgrow the 256 MiB limit.
         oom_count = max(3_000, 2 * count)
-        rows.append(chaos.leak_under_memory_limit(broker, work, oom_count, seconds=oom_count / 500))
+        rows.append(
+            s05_bad_input.leak_under_memory_limit(broker, work, oom_count, seconds=oom_count / 500)
+        )
     else:
         print(f"skipped the OOM-killed worker: {no_cgroup}", flush=True)
     rows.append(_manifests(size))
@@ -235,7 +248,7 @@ def _manifests(size: dict[str, Any]) -> Outcome:
 
 
 def scenario_sidecar(beds: Beds, work: Path, size: dict[str, Any]) -> list[Outcome]:
-    return [chaos.sidecar_outages(beds.kafka(), work, **size)]
+    return [s06_sidecar_outages.sidecar_outages(beds.kafka(), work, **size)]
 
 
 SCENARIOS: dict[str, tuple[str, Callable[[Beds, Path, dict[str, Any]], list[Outcome]]]] = {
@@ -355,7 +368,8 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, took: float) ->
         "",
         "## What each scenario does",
         "",
-        "See `bench/chaos.py` and `tests/support/chaos.py`. Scenario 3's peak RSS is the worker's",
+        "See `bench/chaos.py` and `tests/support/chaos/` (one module a scenario, `s01_*.py`",
+        "... `s06_*.py`). Scenario 3's peak RSS is the worker's",
         "own process; in the JDBC row its Spark driver JVM (local mode) is a child process",
         "whose heap `spark.driver.memory` bounds, not counted. The Connect row's time to recover",
         "counts from when the restarted server listened again. Scenario 5's hung processor:",

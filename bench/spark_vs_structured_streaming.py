@@ -34,7 +34,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,8 @@ import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
+
+from offtake_testbed.process import free_port
 
 PARTITIONS = 4
 MASTER = "local[2]"
@@ -264,10 +265,6 @@ def run_anchor_any(bootstrap: str, topic: str, path: str, work: Path) -> dict[st
 
 
 # -- Offtake ---------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def pipeline_doc(

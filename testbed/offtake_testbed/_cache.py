@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from .process import file_lock
+
 
 def cache_dir(*parts: str) -> Path:
     """Return (and create) a folder in the cache: ``$OFFTAKE_CACHE`` or ~/.cache/offtake."""
@@ -16,6 +18,12 @@ def cache_dir(*parts: str) -> Path:
     path = root.joinpath(*parts)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def cache_lock(name: str) -> contextlib.AbstractContextManager[None]:
+    """An exclusive inter-process lock named ``name`` in the cache, so that parallel test runs
+    do not build the same thing twice."""
+    return file_lock(cache_dir("locks") / f"{name}.lock")
 
 
 def folder_size(path: Path) -> tuple[int, int]:

@@ -13,7 +13,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from offtake_testbed.kafka import KafkaBroker, install_kafka, read_topic
+from offtake_testbed.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "kafka-to-kafka.yaml"
@@ -85,12 +85,6 @@ def scrape(port: int) -> dict[str, float]:
                 key = f"{key}[{sample.labels['result']}]"
             totals[key] = totals.get(key, 0.0) + sample.value
     return totals
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run(count: int) -> int:

@@ -31,21 +31,18 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from ._service import Service
-from .kafka import (
-    KAFKA_VERSION,
-    KafkaTestbedError,
-    _admin_client,
-    _create_topic,
-    _find_java,
-    _format_storage,
-    _free_port,
-    _launch_broker,
-    _log_tail,
-    _port_open,
-    _write_server_config,
-    install_kafka,
+from .kafka.install import KAFKA_VERSION, KafkaTestbedError, install_kafka
+from .kafka.jvm import (
+    admin_client,
+    create_topic,
+    format_storage,
+    launch_broker,
+    log_tail,
     new_cluster_id,
+    write_server_config,
 )
+from .maven import find_java
+from .process import free_port, port_open
 
 __all__ = ["KafkaCluster", "main"]
 
@@ -67,7 +64,7 @@ class _Node:
         return self.process is not None and self.process.poll() is None
 
     def log_tail(self, lines: int = 30) -> str:
-        return _log_tail(self.workdir, lines, f"node {self.node_id}")
+        return log_tail(self.workdir, lines, f"node {self.node_id}")
 
 
 class KafkaCluster(Service):
@@ -143,7 +140,7 @@ class KafkaCluster(Service):
         """Format every node with one cluster id, launch all of them, wait for the quorum."""
         if self._nodes:
             raise KafkaTestbedError("the Kafka cluster is already running")
-        self._java = _find_java()
+        self._java = find_java(KafkaTestbedError)
         self._libs = install_kafka(self.version)
         self._root = Path(tempfile.mkdtemp(prefix=f"{_WORKDIR_PREFIX}{os.getpid()}-"))
         try:
@@ -151,9 +148,7 @@ class KafkaCluster(Service):
             for node_id in range(1, self.size + 1):
                 ports = []
                 for _ in range(2):
-                    port = _free_port()
-                    while port in taken:
-                        port = _free_port()
+                    port = free_port(taken)
                     taken.add(port)
                     ports.append(port)
                 workdir = self._root / f"node-{node_id}"
@@ -161,9 +156,9 @@ class KafkaCluster(Service):
                 self._nodes.append(_Node(node_id, workdir, ports[0], ports[1]))
             cluster_id = new_cluster_id()
             for node in self._nodes:
-                _write_server_config(node.workdir, self._properties(node))
+                write_server_config(node.workdir, self._properties(node))
                 what = f"node {node.node_id}'s KRaft storage"
-                _format_storage(self._java, self._libs, node.workdir, cluster_id, what, [])
+                format_storage(self._java, self._libs, node.workdir, cluster_id, what, [])
             for node in self._nodes:
                 self._launch(node)
             atexit.register(self._kill_at_exit)
@@ -208,7 +203,7 @@ class KafkaCluster(Service):
             raise KafkaTestbedError(f"node {node_id} is already running")
         self._launch(node)
         deadline = time.monotonic() + self.start_timeout
-        while not _port_open(node.port):
+        while not port_open(node.port):
             self._check_alive(node)
             if time.monotonic() > deadline:
                 raise KafkaTestbedError(f"node {node_id} did not listen again:\n{node.log_tail()}")
@@ -272,7 +267,7 @@ class KafkaCluster(Service):
 
     def admin(self) -> AdminClient:
         if self._admin is None:
-            self._admin = _admin_client(self.bootstrap)
+            self._admin = admin_client(self.bootstrap)
         return self._admin
 
     def create_topic(
@@ -283,7 +278,7 @@ class KafkaCluster(Service):
         timeout: float = 60.0,
     ) -> None:
         """Create ``name`` replicated on every node; return once all replicas are in sync."""
-        _create_topic(self.admin(), name, partitions, self.size, config, timeout)
+        create_topic(self.admin(), name, partitions, self.size, config, timeout)
         self.wait_fully_replicated(name, timeout)
 
     # -- internals ----------------------------------------------------------------------------
@@ -338,7 +333,7 @@ class KafkaCluster(Service):
         return props
 
     def _launch(self, node: _Node) -> None:
-        node.process = _launch_broker(
+        node.process = launch_broker(
             self._java, self._libs, node.workdir, self.heap, initial_heap="96m"
         )
 

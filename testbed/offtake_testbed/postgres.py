@@ -24,6 +24,7 @@ from typing import IO
 
 from ._cache import Progress
 from ._service import Service
+from .process import free_port
 
 __all__ = ["PostgresServer", "PostgresTestbedError", "install_postgres"]
 
@@ -65,12 +66,6 @@ def install_postgres(*, progress: IO[str] | None = None) -> Path:
     if bindir is None:
         raise PostgresTestbedError("apt-get installed postgresql but no initdb was found")
     return bindir
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PostgresServer(Service):
@@ -117,7 +112,7 @@ class PostgresServer(Service):
             ),
             "initdb",
         )
-        self.port = _free_port()
+        self.port = free_port()
         self._opts = (
             f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self._dir} "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"

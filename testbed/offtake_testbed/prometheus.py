@@ -15,7 +15,6 @@ import atexit
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import yaml
 
 from ._cache import Progress
 from ._service import Service
+from .process import free_port, terminate
 
 __all__ = [
     "Prometheus",
@@ -109,12 +109,6 @@ def promtool(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProc
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Prometheus(Service):
     """One Prometheus server on 127.0.0.1 with its own config and TSDB folder."""
 
@@ -157,7 +151,7 @@ class Prometheus(Service):
         }
         config_path = self._dir / "prometheus.yml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.port = _free_port()
+        self.port = free_port()
         log = self.log_path.open("wb")
         self._proc = subprocess.Popen(
             [
@@ -241,13 +235,8 @@ class Prometheus(Service):
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            terminate(proc, 10)
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from . import kube
-from ._cache import cache_dir
+from ._cache import cache_dir, cache_lock
+from .gobuild import KubeBuildError, go_build, init_module, run_go, write_tools
 
 __all__ = ["PROMETHEUS_ADAPTER_VERSION", "install_prometheus_adapter"]
 
@@ -59,7 +59,7 @@ def install_prometheus_adapter(*, progress: IO[str] | None = None) -> Path:
     if _installed(bin_dir):
         say(f"found prometheus-adapter {PROMETHEUS_ADAPTER_VERSION} in the cache: {binary}")
         return binary
-    with kube._lock(f"prometheus-adapter-{PROMETHEUS_ADAPTER_VERSION}"):
+    with cache_lock(f"prometheus-adapter-{PROMETHEUS_ADAPTER_VERSION}"):
         if _installed(bin_dir):
             return binary
         log = cache_dir("kube", "prometheus-adapter", "logs") / "build.log"
@@ -67,17 +67,17 @@ def install_prometheus_adapter(*, progress: IO[str] | None = None) -> Path:
         say(f"building prometheus-adapter {PROMETHEUS_ADAPTER_VERSION} (log: {log})")
         started = time.monotonic()
         src = cache_dir("kube", "prometheus-adapter", PROMETHEUS_ADAPTER_VERSION, "src")
-        kube._init_module(src, "offtake.local/adapterbuild", log)
-        kube._run_go(
+        init_module(src, "offtake.local/adapterbuild", log)
+        run_go(
             ["mod", "edit", f"-require={_MODULE}@{PROMETHEUS_ADAPTER_VERSION}"],
             cwd=src,
             log=log,
             what="go mod edit (prometheus-adapter)",
         )
-        kube._write_tools(src, [_PACKAGE])
-        kube._run_go(["mod", "tidy"], cwd=src, log=log, what="go mod tidy (prometheus-adapter)")
+        write_tools(src, [_PACKAGE])
+        run_go(["mod", "tidy"], cwd=src, log=log, what="go mod tidy (prometheus-adapter)")
         download = round(time.monotonic() - started, 1)
-        build = kube._go_build(src, _PACKAGE, binary, log)
+        build = go_build(src, _PACKAGE, binary, log)
         marker = {
             "recipe": _RECIPE,
             "version": PROMETHEUS_ADAPTER_VERSION,
@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "install":
         try:
             print(install_prometheus_adapter(progress=sys.stderr))
-        except kube.KubeBuildError as exc:
+        except KubeBuildError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     return 0

@@ -28,8 +28,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from . import kube
-from ._cache import Progress, cache_dir
+from ._cache import Progress, cache_dir, cache_lock
+from .gobuild import KubeBuildError, run_go
+from .kube.install import KUBE_VERSION
 
 __all__ = [
     "CHECKOV_VERSION",
@@ -91,7 +92,7 @@ def _cached(
     if _installed(folder, name, version, path):
         say.cached(f"{name} {version}", path)
         return path
-    with kube._lock(f"scanners-{name}-{version}"):
+    with cache_lock(f"scanners-{name}-{version}"):
         if _installed(folder, name, version, path):
             return path
         log = folder / "build.log"
@@ -105,7 +106,7 @@ def _cached(
 
 
 def _go_install(package: str, version: str, folder: Path, log: Path) -> None:
-    kube._run_go(
+    run_go(
         ["install", "-ldflags=-s -w", f"{package}@{version}"],
         cwd=folder,
         log=log,
@@ -169,7 +170,7 @@ def _run(cmd: list[str], log: Path, what: str) -> None:
         out.flush()
         code = subprocess.run(cmd, stdout=out, stderr=out, check=False).returncode
     if code != 0:
-        raise kube.KubeBuildError(f"{what} failed (exit {code}); log: {log}")
+        raise KubeBuildError(f"{what} failed (exit {code}); log: {log}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -251,14 +252,12 @@ def write_schemas(swagger: Mapping[str, Any], folder: Path) -> int:
     return count
 
 
-def kubernetes_schemas(
-    version: str = kube.KUBE_VERSION, *, progress: IO[str] | None = None
-) -> Path:
+def kubernetes_schemas(version: str = KUBE_VERSION, *, progress: IO[str] | None = None) -> Path:
     """kubeconform schemas of Kubernetes ``version``, made once from its swagger.json."""
 
     def build(folder: Path, log: Path) -> None:
         info = json.loads(
-            kube._run_go(
+            run_go(
                 ["mod", "download", "-json", f"k8s.io/kubernetes@{version}"],
                 cwd=folder,
                 log=log,
@@ -297,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.parse_args(argv)
     try:
         paths = install_scanners(progress=sys.stderr)
-    except kube.KubeBuildError as exc:
+    except KubeBuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(json.dumps({k: str(v) for k, v in asdict(paths).items()}, indent=2))

@@ -12,8 +12,8 @@ import json
 import shutil
 from pathlib import Path
 
-from offtake_testbed._cache import cache_dir
-from offtake_testbed.kube import _lock, _run_go
+from offtake_testbed._cache import cache_dir, cache_lock
+from offtake_testbed.gobuild import run_go
 
 MODULE = "github.com/kubeflow/spark-operator/v2"
 VERSION = "v2.3.0"
@@ -27,10 +27,10 @@ def spark_connect_crd(version: str = VERSION) -> Path:
     crd = home / CRD_FILE
     if crd.exists():
         return crd
-    with _lock(f"spark-operator-{version}"):
+    with cache_lock(f"spark-operator-{version}"):
         if crd.exists():
             return crd
-        out = _run_go(
+        out = run_go(
             ["mod", "download", "-json", f"{MODULE}@{version}"],
             cwd=home,
             log=home / "download.log",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.chaos import apply_crd, operator_kills
+from support.chaos.s04_operator_kills import apply_crd, operator_kills
 from support.reports import report
 
 from offtake_testbed.kube import ControlPlane

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.chaos import sidecar_outages
+from support.chaos.s06_sidecar_outages import sidecar_outages
 from support.reports import report
 
 from offtake_testbed.kafka import KafkaBroker

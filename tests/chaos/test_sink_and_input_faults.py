@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from support import cgroups
-from support.chaos import (
+from support.chaos.s03_sink_outages import sink_broker_outage
+from support.chaos.s05_bad_input import (
     failing_processor,
     fuzzed_format,
     fuzzed_schema_format,
@@ -20,7 +21,6 @@ from support.chaos import (
     leak_under_memory_limit,
     leaking_processor,
     oversize_records,
-    sink_broker_outage,
 )
 from support.reports import report
 from support.schemas import FORMATS

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from spark.connect_server import ConnectServer
-from support.chaos import ConnectKilled, PostgresDown, spark_sink_outage
+from support.chaos.s03_sink_outages import ConnectKilled, PostgresDown, spark_sink_outage
 from support.reports import report
 from support.servers import started
 

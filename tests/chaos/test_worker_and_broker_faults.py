@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.chaos import broker_failover, worker_kills
+from support.chaos.s01_worker_kills import worker_kills
+from support.chaos.s02_broker_failover import broker_failover
 from support.reports import report
 
 from offtake_testbed.kafka import KafkaBroker

@@ -86,7 +86,7 @@ def test_cached_install_builds_nothing(
     def build_again(*args: object, **kwargs: object) -> str:
         raise AssertionError("a cached install ran the Go tool again")
 
-    monkeypatch.setattr("offtake_testbed.kube._run_go", build_again)
+    monkeypatch.setattr("offtake_testbed.kube.install.run_go", build_again)
     paths = install_control_plane()
     assert paths.version == KUBE_VERSION
     assert control_plane.paths.kube_apiserver.is_file()

@@ -37,6 +37,7 @@ from support.workers import served_port
 from offtake.config import load_pipeline
 from offtake_testbed.kafka import SCRAM_TLS_LISTENER, KafkaBroker
 from offtake_testbed.kube import ControlPlane
+from offtake_testbed.process import free_port
 from offtake_testbed.pytest_plugin import SCRAM_USER, TopicFactory
 from offtake_testbed.pytest_plugin_kube import Kubectl
 
@@ -396,12 +397,6 @@ def test_a_spec_the_worker_rejects_degrades_and_keeps_the_deployment(
 
 
 # ------------------------------------------------------------------------- the full loop
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client, config, watch
-from support.chaos import rss_mib, stop_process
+from support.chaos.common import rss_mib
 from support.manifest_corpus import one_replica
 
 from offtake_testbed.kube import ControlPlane
+from offtake_testbed.process import terminate
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
@@ -54,7 +55,7 @@ def operator_process(
     try:
         yield proc
     finally:
-        stop_process(proc)
+        terminate(proc, 30)
         tail = (tmp_path / "operator.log").read_text(errors="replace").splitlines()[-15:]
         print("\noperator log tail:\n" + "\n".join(tail))
 

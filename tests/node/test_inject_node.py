@@ -31,7 +31,8 @@ from support.kube import get, wait_for
 from offtake_testbed._cache import cache_dir
 from offtake_testbed.kafka import KafkaBroker, read_topic
 from offtake_testbed.kube import ControlPlane
-from offtake_testbed.node import GATEWAY_IP, Node, _buildah, image_archive
+from offtake_testbed.node import GATEWAY_IP, Node, image_archive
+from offtake_testbed.node.install import _buildah
 
 os.environ.setdefault("OFFTAKE_TICK_SECONDS", "1")
 

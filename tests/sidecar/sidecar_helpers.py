@@ -7,8 +7,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,16 +21,11 @@ import pytest
 
 from offtake.config.spec import ContainerSpec
 from offtake_testbed._cache import cache_dir
+from offtake_testbed.process import free_port, terminate
 
 ROOT = Path(__file__).resolve().parents[2]
 PY_REFERENCE = ROOT / "examples" / "sidecar" / "processor.py"
 GO_REFERENCE = ROOT / "examples" / "sidecar" / "go"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def go_binary() -> Path | None:
@@ -62,13 +55,7 @@ class Reference:
     proc: subprocess.Popen[str]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc, 10)
 
 
 @dataclass

@@ -7,9 +7,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from sidecar_helpers import References, free_port
+from sidecar_helpers import References
 
 from offtake.testing import MemoryBroker, headers_of, run_pipeline
+from offtake_testbed.process import free_port
 
 
 def manifest(port: int, *, batch: int = 16) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sidecar_helpers import References, free_port
+from sidecar_helpers import References
 
 from offtake.processing.base import ProcessorUnavailable
 from offtake.processing.sidecar import (
@@ -19,6 +19,7 @@ from offtake.processing.sidecar import (
     SidecarUnavailable,
 )
 from offtake.records import Record
+from offtake_testbed.process import free_port
 
 Make = Callable[..., SidecarProcessor]
 

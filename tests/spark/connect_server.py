@@ -14,6 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from offtake_testbed.process import free_port
+
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
@@ -21,12 +23,6 @@ def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ConnectServer:

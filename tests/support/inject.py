@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,16 +16,11 @@ from offtake_operator.context import OperatorContext
 from offtake_operator.settings import OperatorConfig
 from offtake_testbed._pki import CertificateAuthority
 from offtake_testbed.kube import ControlPlane
+from offtake_testbed.process import free_port
 from offtake_testbed.pytest_plugin_kube import Kubectl
 from support.kube import get, operator_running, wait_for
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "offtake"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def make_namespace(kubectl: Kubectl, prefix: str) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from offtake_testbed import kube
+from offtake_testbed.kube import install as kube
 
 HELM_GO_MOD = "module helm.sh/helm/v3\n\nrequire (\n\tk8s.io/client-go v0.34.2\n)\n"
 
@@ -58,7 +58,7 @@ def test_a_helm_built_without_them_is_rebuilt_once(
         assert extra_env is not None and extra_env["GOBIN"] == str(bin_dir)
         return ""
 
-    monkeypatch.setattr(kube, "_run_go", run_go)
+    monkeypatch.setattr(kube, "run_go", run_go)
     assert kube.install_helm("v3.19.5") == old
     (download, install) = calls
     assert download[:3] == ["mod", "download", "-json"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from offtake_testbed.kafka import (
     KafkaTestbedError,
     install_kafka,
 )
+from offtake_testbed.process import free_port
 from offtake_testbed.pytest_plugin import SCRAM_USER, TopicFactory
 
 MESSAGES = 1000
@@ -45,7 +45,7 @@ def test_cached_install_is_complete_and_not_repeated(monkeypatch: pytest.MonkeyP
     def resolve_again(*args: object) -> None:
         raise AssertionError("a cached install resolved the jars again")
 
-    monkeypatch.setattr("offtake_testbed.kafka._resolve_with_maven", resolve_again)
+    monkeypatch.setattr("offtake_testbed.kafka.install._resolve_with_maven", resolve_again)
     libs = install_kafka()
     assert (libs / f"kafka_2.13-{KAFKA_VERSION}.jar").is_file()
     assert any(p.name.startswith("log4j-slf4j") for p in libs.iterdir())
@@ -71,7 +71,7 @@ def test_broker_answers_metadata_on_loopback(kafka_broker: KafkaBroker) -> None:
 
 
 def test_context_manager_takes_a_port_and_cleans_up() -> None:
-    port = _free_port()
+    port = free_port()
     with KafkaBroker(port=port) as broker:
         assert broker.bootstrap == f"127.0.0.1:{port}"
         assert broker.admin().list_topics(timeout=10).brokers[1].port == port
@@ -119,13 +119,6 @@ def test_produce_consume_and_commit_in_a_group(
     committed = _committed_offsets(kafka_broker, group)
     assert committed == _high_watermarks(kafka_broker.bootstrap, topic, 12)
     assert sum(committed.values()) == MESSAGES
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _produce(bootstrap: str, topic: str, count: int) -> list[bytes]:
@@ -192,7 +185,7 @@ def test_a_cluster_id_starting_with_a_dash_is_not_taken_for_an_option(
 ) -> None:
     import base64
 
-    import offtake_testbed.kafka as testbed_kafka
+    import offtake_testbed.kafka.jvm as testbed_kafka
 
     real = base64.urlsafe_b64encode
     monkeypatch.setattr(testbed_kafka.base64, "urlsafe_b64encode", lambda raw: b"-" + real(raw)[1:])
@@ -292,7 +285,7 @@ def test_secured_listeners_refuse_wrong_credentials(secured_kafka_broker: KafkaB
 def test_cli_run_refuses_a_scram_user_without_a_password(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from offtake_testbed.kafka import main
+    from offtake_testbed.kafka.cli import main
 
     assert main(["run", "--scram-user", "alice"]) == 1
     assert "--scram-user 'alice': expected NAME:PASSWORD" in capsys.readouterr().err

@@ -25,7 +25,7 @@ def test_cached_install_is_not_built_again(monkeypatch: pytest.MonkeyPatch) -> N
     def build_again(*args: object) -> None:
         raise AssertionError("a cached install built the registry again")
 
-    monkeypatch.setattr("offtake_testbed.apicurio._build", build_again)
+    monkeypatch.setattr("offtake_testbed.apicurio.install._build", build_again)
     runner = install_apicurio()
     assert runner.name.endswith("-runner.jar")
     assert (runner.parent / "lib").is_dir()

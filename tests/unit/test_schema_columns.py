@@ -155,16 +155,13 @@ def test_values_a_processor_reshaped_fall_back_to_inferred_columns() -> None:
 
 
 def test_a_registry_that_cannot_be_reached_is_a_sink_outage_not_a_bad_batch() -> None:
-    import socket
-
     from offtake.config.spec import SchemaRegistrySpec
     from offtake.schema_registry import make_client
     from offtake.sinks.spark.errors import unavailable
     from offtake.sinks.spark.schema_columns import RegistryUnreachable
+    from offtake_testbed.process import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again when the block ends: nothing listens
+    port = free_port()  # closed again: nothing listens
     typed = TypedColumns("avro", make_client(SchemaRegistrySpec(f"http://127.0.0.1:{port}")))
     with pytest.raises(RegistryUnreachable) as caught:
         typed.columns([{"id": 1}], [b"\x00\x00\x00\x00\x07payload"])

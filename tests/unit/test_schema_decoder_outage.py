@@ -3,24 +3,17 @@ and bytes outside the wire format are the record's fault without asking the regi
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from offtake.config.spec import SchemaRegistrySpec
 from offtake.formats.errors import RegistryUnavailable, SchemaDecodeError
 from offtake.formats.resolve import schema_decoder
 from offtake.schema_registry import make_client
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])  # closed again when the block ends: nothing listens
+from offtake_testbed.process import free_port
 
 
 def test_a_refused_connection_is_an_outage_and_bad_bytes_are_not() -> None:
-    client = make_client(SchemaRegistrySpec(f"http://127.0.0.1:{_closed_port()}"))
+    client = make_client(SchemaRegistrySpec(f"http://127.0.0.1:{free_port()}"))
     decoder = schema_decoder("avro", client)
     with pytest.raises(RegistryUnavailable, match="schema registry"):
         decoder.value(b"\x00\x00\x00\x00\x07payload", "orders")
@@ -34,7 +27,7 @@ def test_the_batch_path_raises_an_outage_and_returns_the_records_fault() -> None
     and decodes the poll again), a record's own fault comes back with its record, named."""
     from confluent_kafka import Message
 
-    client = make_client(SchemaRegistrySpec(f"http://127.0.0.1:{_closed_port()}"))
+    client = make_client(SchemaRegistrySpec(f"http://127.0.0.1:{free_port()}"))
     decoder = schema_decoder("avro", client)
     poison = Message(topic="orders", partition=2, offset=7, value=b'{"id": 1}')
     needs_registry = Message(topic="orders", partition=2, offset=8, value=b"\x00\x00\x00\x00\x07x")

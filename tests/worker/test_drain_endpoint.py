@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from offtake.health import HEADER_DEADLINE_SECONDS
 from offtake_testbed.kafka import KafkaBroker, read_topic
+from offtake_testbed.process import free_port
 from offtake_testbed.pytest_plugin import TopicFactory
 
 
@@ -39,12 +40,6 @@ def outside_address() -> str:
         address = str(s.getsockname()[0])
     assert not address.startswith("127."), f"this host has no non-loopback address: {address}"
     return address
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def call(port: int, path: str, host: str = "127.0.0.1", timeout: float = 60) -> tuple[int, str]:

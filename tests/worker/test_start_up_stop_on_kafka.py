@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from support.workers import (
 )
 
 from offtake_testbed.kafka import KafkaBroker
+from offtake_testbed.process import free_port
 
 STOPPED_STARTING = re.compile(
     r"received SIGTERM (before|while) [^:]*: exiting before the first assignment, nothing "
@@ -85,9 +85,7 @@ def test_sigterm_while_starting_exits_0_having_consumed_and_committed_nothing(
 
 
 def test_sigterm_while_the_broker_is_unreachable_exits_0_at_once(tmp_path: Path) -> None:
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        nowhere = f"127.0.0.1:{s.getsockname()[1]}"
+    nowhere = f"127.0.0.1:{free_port()}"  # a port nothing listens on
     doc = manifest("unreachable", nowhere, ["orders"], sink={"kafka": {"topic": "out"}})
     doc["spec"]["kafka"]["connectTimeoutSeconds"] = 60
     worker = WorkerProcess(write_manifest(tmp_path / "p.yaml", doc), tmp_path / "w.log").start()

@@ -7,7 +7,6 @@ raw ``%3|...|FAIL|`` line and a JSON warning), many lines a second.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -16,14 +15,9 @@ from pathlib import Path
 
 import yaml
 
+from offtake_testbed.process import free_port
+
 CONNECT_TIMEOUT_S = 4
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound for a moment by us, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def offtake_command() -> list[str]:
@@ -46,7 +40,7 @@ def readyz(port: int) -> int | None:
 def test_a_worker_gives_up_on_an_unreachable_broker_with_one_error_and_exit_code_3(
     tmp_path: Path,
 ) -> None:
-    servers = f"127.0.0.1:{closed_port()}"
+    servers = f"127.0.0.1:{free_port()}"
     manifest = tmp_path / "pipeline.yaml"
     manifest.write_text(
         yaml.safe_dump(
@@ -67,7 +61,7 @@ def test_a_worker_gives_up_on_an_unreachable_broker_with_one_error_and_exit_code
             }
         )
     )
-    metrics_port = closed_port()
+    metrics_port = free_port()
     command = [*offtake_command(), "worker", "--pipeline", str(manifest)]
     worker = subprocess.Popen(
         [*command, "--metrics-port", str(metrics_port)],

@@ -1,0 +1,100 @@
+"""Scenario 2 of docs/reliability.md: brokers killed under the workers (the three-broker
+cluster: the leaders' broker SIGKILLed, then every broker restarted together)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Protocol
+
+from ..workers import WorkerProcess
+from .common import (
+    Bed,
+    Outcome,
+    ProgressMonitor,
+    all_alive,
+    count_output,
+    new_topic,
+    pipeline,
+    running,
+    start_producing,
+)
+
+
+class Cluster(Bed, Protocol):
+    def leaders(self, topic: str) -> dict[int, int]: ...
+    def kill_node(self, node_id: int) -> None: ...
+    def start_node(self, node_id: int) -> None: ...
+    def restart_all(self) -> None: ...
+    def wait_until_serving(self, timeout: float = 120.0) -> None: ...
+    def wait_fully_replicated(self, topic: str, timeout: float = 120.0) -> None: ...
+
+
+def broker_failover(
+    cluster: Cluster,
+    workdir: Path,
+    *,
+    records: int,
+    outage: float,
+    full_restart: bool = True,
+    partitions: int = 6,
+    max_in_flight: int = 2000,
+) -> Outcome:
+    """Two workers on the three-broker cluster: the broker leading most partitions of the
+    input is SIGKILLed mid-run and started again after ``outage`` seconds; then every broker
+    restarts together. The workers must ride both out without being restarted."""
+    src, out = (
+        new_topic(cluster, "brokers-in", partitions),
+        new_topic(cluster, "brokers-out", partitions),
+    )
+    path, group = pipeline(
+        cluster,
+        workdir,
+        "brokers",
+        src,
+        out,
+        partitions,
+        limits={"maxInFlightMessages": max_in_flight},
+    )
+    producer = start_producing(cluster.bootstrap, src, records, seconds=max(10.0, records / 10_000))
+    workers = [WorkerProcess(path, workdir / f"brokers-w{i}.log").start() for i in range(2)]
+    alive = all_alive(workers)
+    notes = []
+    with running(workers), ProgressMonitor(cluster.bootstrap, group, src, partitions) as monitor:
+        monitor.wait_for(records // 5, 300, alive)
+        leaders = list(cluster.leaders(src).values())
+        victim = max(set(leaders), key=leaders.count)
+        cluster.kill_node(victim)
+        first = time.monotonic()
+        time.sleep(outage)
+        alive()
+        cluster.start_node(victim)
+        cluster.wait_until_serving()
+        cluster.wait_fully_replicated(src)
+        monitor.wait_for(min(records, monitor.latest() + records // 10), 300, alive)
+        faults = [first]
+        if full_restart:
+            cluster.restart_all()
+            faults.append(time.monotonic())
+            cluster.wait_until_serving(180)
+            notes.append(
+                f"full restart: brokers serving again after {time.monotonic() - faults[-1]:.1f}s"
+            )
+        producer.join(600)
+        monitor.wait_for(records, 600, alive)
+        recover = max(monitor.recovery(t, records) for t in faults)
+        codes = [w.terminate() for w in workers]
+    assert codes == [0, 0], codes
+    lost, dup = count_output(cluster.bootstrap, out, records)
+    return Outcome(
+        "2. three brokers (RF 3, min.insync 2): leaders' broker killed, then all restarted",
+        records,
+        f"leader broker SIGKILLed for {outage:g}s"
+        + ("; all 3 brokers restarted together" if full_restart else ""),
+        len(faults),
+        lost,
+        dup,
+        len(faults) * 2 * max_in_flight,
+        recover,
+        notes=notes,
+    )
