@@ -34,6 +34,7 @@ from offtake.kafka.config import (
 )
 from offtake.kafka.protocols import ClientFactory, ConsumerLike
 from offtake.kafka.source import KafkaSource
+from offtake.kafka.transactional_producer import TransactionalProducer
 from offtake.metrics import Metrics
 from offtake.processing.base import Processor
 from offtake.processing.decode import make_decoder
@@ -198,8 +199,8 @@ def make_sink(
     sink = spec.sink
     if sink.kafka is not None and sink.kafka.exactly_once:
         config = transactional_producer_config(spec, sink.kafka.config, instance(instance_id))
-        producer = clients.producer(config)
-        if not hasattr(producer, "init_transactions"):
+        producer = TransactionalProducer(lambda: clients.producer(config))
+        if not producer.transactional:
             raise ConfigError(
                 "spec.sink.kafka.delivery",
                 "exactly-once needs Kafka transactions, which these clients do not offer "
@@ -209,6 +210,7 @@ def make_sink(
             producer,
             sink.kafka.topic,
             clients.topic_partition,
+            commit_timeout=max(5.0, int(config["transaction.timeout.ms"]) / 1000),
             encode=sink_encoder(sink.kafka, schema_registry),
         )
     if sink.kafka is not None:
