@@ -98,6 +98,12 @@ class TransactionalProducer:
     def abort_transaction(self, timeout: float) -> None:
         self._client.abort_transaction(timeout)
 
+    def close(self) -> None:
+        """Close the current client where the client can (confluent-kafka 2.16's producers)."""
+        close = getattr(self._client, "close", None)
+        if close is not None:
+            close()
+
     def renew(self, init_timeout: float) -> None:
         """Drop the current client (what it still holds belongs to an aborted transaction)
         and start a new one with the same ``transactional.id``: a new epoch, nothing open.

@@ -145,6 +145,8 @@ class Transactional(DeliveryPolicy):
     def revoking(self, partitions: set[TopicPartition], deadline: float) -> Released:
         # One transaction holds every partition: commit it whole, or consume it all again.
         committed = self._commit_transaction()
+        if not committed:
+            self.loop.abandon(partitions)  # their records go to the partitions' next owner
         return Released(committed, committed)
 
     def lost(self, partitions: set[TopicPartition]) -> None:
