@@ -47,13 +47,15 @@ class Capabilities:
     ``abandon_withholds_writes``: an abandoned item's values are never written (a batch sink
     holds them until its job); a record sink has sent them already and cannot take them back.
     ``failure``: how a destination that refuses writes shows: an error completion of each
-    item, or ``submit`` raising (a sink that writes synchronously).
+    item, ``submit`` raising (a sink that writes synchronously), or the open transaction doomed
+    (the exactly-once sink: a record's fate is its transaction's; the commit aborts, and the
+    engine consumes the records again).
     ``can_hold``: the harness can hold writes at the destination, so a drain can run out of
     time; a sink that writes inside ``submit`` has nothing left to wait for.
     """
 
     abandon_withholds_writes: bool
-    failure: Literal["error-completion", "submit-raises"]
+    failure: Literal["error-completion", "submit-raises", "dooms-transaction"]
     can_hold: bool
 
 
@@ -230,6 +232,8 @@ class RealKafkaTransactionalCase(RealKafkaCase):
     the engine commits it after a drain (the consumed offsets are the engine's business, so
     none are sent here).
     """
+
+    caps = Capabilities(abandon_withholds_writes=False, failure="dooms-transaction", can_hold=False)
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         from offtake.engine.assembly import default_clients

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from offtake.engine.commits import Committer
 from offtake.engine.completions import Settled, SettledMany
 from offtake.engine.delivery.at_least_once import COMMIT_RETRY_FLOOR, AtLeastOnce
@@ -13,6 +15,7 @@ from offtake.engine.exit_codes import EXIT_FATAL
 from offtake.engine.offsets import OffsetTracker
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
+from offtake.sinks.base import SinkError
 from offtake.sinks.kafka_transactional import TransactionFailed
 
 TP = TopicPartition("in", 0)
@@ -122,13 +125,25 @@ def test_the_commit_before_letting_go_may_retry_past_a_spent_drain_budget() -> N
 
 class FakeTransactionalSink:
     commit_timeout = 1.0
+    call_timeout = 1.0
 
-    def __init__(self, refuse: str | None = None, fenced: bool = False) -> None:
+    def __init__(
+        self, refuse: str | None = None, fenced: bool = False, renewable: bool = True
+    ) -> None:
         self.refuse = refuse
         self.fenced = fenced
+        self.renewable = renewable
         self.in_transaction = True
         self.committed: list[dict[TopicPartition, int]] = []
         self.aborts = 0
+        self.renewals = 0
+
+    def renew(self) -> None:
+        """A new producer epoch: what a fenced producer needs (see kafka_transactional)."""
+        if not self.renewable:
+            raise SinkError("the coordinator is unreachable (fake)")
+        self.renewals += 1
+        self.in_transaction = True
 
     def commit_transaction(self, offsets: dict[TopicPartition, int], metadata: Any) -> None:
         if self.refuse is not None:
@@ -193,22 +208,40 @@ def test_a_transaction_refused_by_a_rebalance_consumes_its_records_again() -> No
     assert loop.failures == [] and policy.committer.broken is None  # commits again
 
 
-def test_a_fenced_producer_or_an_unfinished_drain_stops_the_worker() -> None:
+def test_a_fenced_producer_is_renewed_and_its_records_consumed_again() -> None:
     loop, sink = FakeLoop(), FakeTransactionalSink(refuse="fenced", fenced=True)
-    policy, _, epoch = transactional(loop, sink)
+    policy, source, epoch = transactional(loop, sink)
     policy.settle(SettledMany(TP, [10, 11, 12], epoch, "delivered"))
     policy.step(time.monotonic())
-    assert [code for code, _ in loop.failures] == [EXIT_FATAL]
+    assert sink.renewals == 1 and loop.failures == []  # a new epoch, no restart
+    assert source.seeks == [(TP, 10)] and policy.tracker.epoch(TP) != epoch
+
+
+def test_an_unfinished_drain_abandons_aborts_and_consumes_again() -> None:
     loop, sink = FakeLoop(drained=False), FakeTransactionalSink()
-    policy, _, _ = transactional(loop, sink)
+    policy, source, epoch = transactional(loop, sink)
+    policy.settle(SettledMany(TP, [10, 11], epoch, "delivered"))
     policy.step(time.monotonic())
     assert sink.aborts == 1 and sink.committed == []
+    assert loop.abandoned == [{TP}]  # nothing under way reaches the producer after the abort
+    assert source.seeks == [(TP, 10)] and loop.failures == []
+
+
+def test_only_aborts_in_a_row_past_the_bound_stop_the_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(time, "sleep", lambda s: None)  # the backoff between attempts
+    loop, sink = FakeLoop(), FakeTransactionalSink(refuse="fenced", fenced=True, renewable=False)
+    policy, _, epoch = transactional(loop, sink)
+    policy.settle(SettledMany(TP, [10], epoch, "delivered"))
+    policy.step(time.monotonic())
     assert [code for code, _ in loop.failures] == [EXIT_FATAL]
+    assert "in a row aborted" in loop.failures[0][1] and "fenced" in loop.failures[0][1]
 
 
-def test_losing_partitions_aborts_the_open_transaction_and_stops() -> None:
+def test_losing_partitions_aborts_the_open_transaction_and_goes_on() -> None:
     loop, sink = FakeLoop(), FakeTransactionalSink()
     policy, _, _ = transactional(loop, sink)
     policy.lost({TP})
     assert sink.aborts == 1
-    assert [code for code, _ in loop.failures] == [EXIT_FATAL]
+    assert loop.failures == []

@@ -34,6 +34,7 @@ from offtake.kafka.config import (
 )
 from offtake.kafka.protocols import ClientFactory, ConsumerLike
 from offtake.kafka.source import KafkaSource
+from offtake.kafka.transactional_producer import TransactionalProducer
 from offtake.metrics import Metrics
 from offtake.processing.base import Processor
 from offtake.processing.function import (
@@ -187,8 +188,8 @@ def make_sink(
     sink = spec.sink
     if sink.kafka is not None and sink.kafka.exactly_once:
         config = transactional_producer_config(spec, sink.kafka.config, instance(instance_id))
-        producer = clients.producer(config)
-        if not hasattr(producer, "init_transactions"):
+        producer = TransactionalProducer(lambda: clients.producer(config))
+        if not producer.transactional:
             raise ConfigError(
                 "spec.sink.kafka.delivery",
                 "exactly-once needs Kafka transactions, which these clients do not offer "
@@ -198,6 +199,7 @@ def make_sink(
             producer,
             sink.kafka.topic,
             clients.topic_partition,
+            commit_timeout=max(5.0, int(config["transaction.timeout.ms"]) / 1000),
             encode=encoder_for(sink.kafka, schema_registry).encode,
         )
     if sink.kafka is not None:

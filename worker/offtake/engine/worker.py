@@ -272,7 +272,9 @@ class Worker:
             n = self.delivery.settle(s)
             if n:
                 done[s.tp.topic, s.how] += n
-            elif isinstance(s, Settled) and s.how == "failed":
+            elif isinstance(s, Settled) and s.how == "failed" and self._current(s):
+                # A stale assignment's failure stops nothing: its records are consumed again
+                # (by this worker after an exactly-once rewind, or by the partition's new owner).
                 self.fail(EXIT_STOPPED_ON_ERROR, s.reason)
         for (topic, how), n in done.items():  # one counter update per kind, not per record
             self.metrics.processed.labels(topic, how).inc(n)
@@ -282,6 +284,9 @@ class Worker:
         reason = self.completions.take_stop()
         if reason is not None:
             self.fail(EXIT_STOPPED_ON_ERROR, reason)
+
+    def _current(self, settled: Settled) -> bool:
+        return self.tracker.epoch(settled.tp) == settled.epoch
 
     def assignment_changed(self) -> None:
         """Tell the processing thread which assignment (epoch) of each partition is current."""

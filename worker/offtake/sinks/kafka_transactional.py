@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from offtake.formats.plain import encode_value
-from offtake.kafka.protocols import ProducerLike
+from offtake.kafka.transactional_producer import TransactionalProducer
 from offtake.records import TopicPartition
 from offtake.sinks.base import OnComplete, OnCompleteBatch, SinkError
 from offtake.sinks.kafka import KafkaSink
@@ -23,6 +23,7 @@ from offtake.sinks.kafka import KafkaSink
 log = logging.getLogger("offtake.sinks.kafka")
 
 INIT_TIMEOUT = 30.0  # init_transactions: find the coordinator, fence and abort a predecessor
+CALL_MARGIN = 5.0
 
 
 class TransactionFailed(Exception):
@@ -32,9 +33,11 @@ class TransactionFailed(Exception):
 class TransactionalKafkaSink(KafkaSink):
     name = "kafka-exactly-once"
 
+    producer: TransactionalProducer
+
     def __init__(
         self,
-        producer: ProducerLike,
+        producer: TransactionalProducer,
         topic: str,
         make_partition: Any,
         commit_timeout: float = 60.0,
@@ -42,6 +45,8 @@ class TransactionalKafkaSink(KafkaSink):
     ) -> None:
         super().__init__(producer, topic, encode)
         self._make_partition = make_partition  # (topic, partition, offset) -> client's type
+        # Each librdkafka transaction call may block this long: the transaction's own timeout
+        # (transaction.timeout.ms), past which the coordinator aborts it anyway.
         self.commit_timeout = commit_timeout
         self._open = False
 
@@ -50,7 +55,7 @@ class TransactionalKafkaSink(KafkaSink):
     ) -> None:
         """Register the transactional.id (fencing an older producer with it) and begin."""
         super().start(on_complete, on_complete_batch)
-        p: Any = self.producer
+        p = self.producer
         try:
             p.init_transactions(INIT_TIMEOUT)
         except Exception as exc:  # KafkaException: refused, timed out, not authorised
@@ -70,8 +75,12 @@ class TransactionalKafkaSink(KafkaSink):
         is aborted and :class:`TransactionFailed` raised: the engine then restarts from the
         last committed transaction rather than guess which outputs survived.
         """
-        p: Any = self.producer
+        p = self.producer
         parts = [self._make_partition(tp.topic, tp.partition, o) for tp, o in offsets.items()]
+        if p.doomed is not None:
+            reason = p.doomed
+            self.abort_transaction()
+            raise TransactionFailed(f"the transaction was aborted: {reason}")
         try:
             if parts:
                 p.send_offsets_to_transaction(parts, group_metadata, self.commit_timeout)
@@ -80,6 +89,15 @@ class TransactionalKafkaSink(KafkaSink):
             self.abort_transaction()
             raise TransactionFailed(f"committing the transaction failed: {_describe(exc)}") from exc
         p.begin_transaction()
+
+    @property
+    def call_timeout(self) -> float:
+        """The longest any one of this sink's transaction calls can keep the processing thread:
+        a failed commit is send_offsets, commit and abort, each up to ``commit_timeout``.
+
+        The engine waits this long for a call's outcome: giving up earlier would leave the call
+        running while the engine acted as if it had failed (it may still commit)."""
+        return max(3 * self.commit_timeout, INIT_TIMEOUT + self.commit_timeout) + CALL_MARGIN
 
     @property
     def in_transaction(self) -> bool:
@@ -91,7 +109,7 @@ class TransactionalKafkaSink(KafkaSink):
         if not self._open:
             return
         self._open = False
-        p: Any = self.producer
+        p = self.producer
         try:
             p.abort_transaction(self.commit_timeout)
         except Exception as exc:  # fatal (fenced): the broker aborts it when it times out
@@ -100,6 +118,24 @@ class TransactionalKafkaSink(KafkaSink):
         if begin_next:
             p.begin_transaction()
             self._open = True
+
+    def renew(self) -> None:
+        """Replace a producer that can no longer abort or begin (fenced, or its abort failed)
+        with a new one of the same transactional.id, and begin a transaction on it.
+
+        What the old one held belonged to an aborted transaction; the engine consumes those
+        records again. Raises :class:`SinkError` if the new producer cannot start.
+        """
+        self._open = False
+        try:
+            self.producer.renew(INIT_TIMEOUT)
+            self.producer.begin_transaction()
+        except Exception as exc:  # KafkaException: the coordinator is unreachable, refused...
+            raise SinkError(
+                f"exactly-once: a new transactional producer could not start: {_describe(exc)}"
+            ) from exc
+        self._open = True
+        log.warning("exactly-once: started a new transactional producer (new epoch)")
 
     def close(self) -> None:
         # What was not committed must not be committed later by accident; aborting it now

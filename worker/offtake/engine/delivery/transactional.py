@@ -9,12 +9,18 @@ transaction produced, and the processing thread, which owns the producer, commit
 the consumer's group metadata (KIP-447 fencing).
 
 One transaction covers every partition, so commits here are always synchronous and whole: on
-revoke too, and there is no separate commit at the in-flight bound (the loop waits). A
-transaction that fails is aborted, and :class:`TransactionCommitter` refuses every later
-commit until :meth:`TransactionCommitter.resume`: the tracker still counts the aborted
-records as done. The policy then consumes them again from the last commit (when the producer
-can go on and nothing was in flight), or stops the worker, which starts again from the last
-committed transaction (exit code 3). Losing partitions aborts the open transaction too.
+revoke too, and there is no separate commit at the in-flight bound (the loop waits).
+
+A transaction that cannot commit is aborted and its records are consumed again, in process
+(Kafka's transactional copier is the model), whatever the cause: a record of it failed (a
+broker down past ``message.timeout.ms``), the commit was refused (a rebalance, a coordinator
+moving), the drain budget ran out (what is still under way is abandoned first), or partitions
+were lost. The policy rewinds every partition to its last commit (new epochs make anything of
+the old ones stale) and goes on; a producer that was fenced or could not abort is first
+replaced by one with the same ``transactional.id`` and a new epoch
+(:meth:`TransactionalKafkaSink.renew`). Only after :data:`MAX_RECOVERIES` transactions in a
+row aborted without one committing does the worker stop (exit code 3), so that a restart
+resumes from the last committed transaction.
 """
 
 from __future__ import annotations
@@ -34,6 +40,16 @@ from offtake.records import TopicPartition
 from offtake.sinks.kafka_transactional import TransactionalKafkaSink
 
 log = logging.getLogger("offtake.delivery")
+
+# Transactions in a row that abort without one committing before the worker gives up (exit 3).
+# A broker failover costs one or two; a record that can never be produced (larger than the
+# topic allows) costs them all, quickly, and the exit names it.
+MAX_RECOVERIES = 8
+# Before consuming an aborted transaction's records again for the n-th time in a row (n >= 2),
+# wait RECOVERY_BACKOFF * 2**(n-2) seconds, at most RECOVERY_BACKOFF_CAP: a broker still down
+# is not hammered, and a SIGTERM meanwhile still finds most of its drain budget.
+RECOVERY_BACKOFF = 0.5
+RECOVERY_BACKOFF_CAP = 5.0
 
 
 class TransactionCommitter(Committer):
@@ -74,7 +90,7 @@ class TransactionCommitter(Committer):
         metadata = self.source.group_metadata()
         commit = functools.partial(self.sink.commit_transaction, positions, metadata)
         try:
-            self.stage.call(commit, self.sink.commit_timeout + 5.0)
+            self.stage.call(commit, self.sink.call_timeout)
         except Exception as exc:  # TransactionFailed, or the processing thread did not answer
             self.metrics.commits.labels("failure").inc()
             self.broken = str(exc) or type(exc).__name__
@@ -90,13 +106,22 @@ class TransactionCommitter(Committer):
         """Commit again: the worker has rewound past what the aborted transaction held."""
         self.broken = None
 
+    def renew(self) -> bool:
+        """A new producer (new epoch) with a transaction open; False if it could not start."""
+        try:
+            self.stage.call(self.sink.renew, self.sink.call_timeout)
+        except Exception as exc:  # SinkError, or the processing thread did not answer
+            log.warning("%s", exc)
+            return False
+        return True
+
     def abort(self, reason: str) -> None:
         """Abort the open transaction (its records are never read_committed) and stop here."""
         if self.broken is not None:
             return
         self.broken = reason
         try:
-            self.stage.call(self.sink.abort_transaction, self.sink.commit_timeout + 5.0)
+            self.stage.call(self.sink.abort_transaction, self.sink.call_timeout)
         except Exception as exc:
             log.warning("aborting the transaction failed: %s", exc)
 
@@ -111,22 +136,25 @@ class Transactional(DeliveryPolicy):
         self.committer = committer
         self.source = source
         self.drain_timeout = drain_timeout  # each transaction's drain gets the drain budget
+        self.aborted_in_a_row = 0  # transactions aborted since the last one that committed
 
     def step(self, now: float) -> None:
         if self.committer.due(now):
             self._commit_transaction()
 
     def revoking(self, partitions: set[TopicPartition], deadline: float) -> Released:
-        drained = self._commit_transaction()  # one transaction holds every partition
-        if not drained:
-            self.loop.abandon(partitions)
-        return Released(drained, True)
+        # One transaction holds every partition: commit it whole, or consume it all again.
+        committed = self._commit_transaction()
+        if not committed:
+            self.loop.abandon(partitions)  # their records go to the partitions' next owner
+        return Released(committed, committed)
 
     def lost(self, partitions: set[TopicPartition]) -> None:
         # The open transaction holds records of these partitions and can no longer commit
-        # their offsets; the records of the partitions we keep go down with it.
-        self.committer.abort(f"{len(partitions)} partition(s) lost")
-        self._failed()
+        # their offsets; the records of the partitions we keep go down with it and are
+        # consumed again.
+        self._abort(f"{len(partitions)} partition(s) lost")
+        self._recover()
 
     def on_commit(self, offsets: dict[TopicPartition, int] | None, error: str | None) -> None:
         self.committer.on_commit(offsets, error)
@@ -151,27 +179,43 @@ class Transactional(DeliveryPolicy):
         """Drain everything handed over, then commit the sink's transaction with the offsets.
 
         While this runs the loop fetches nothing, so the transaction holds exactly the records
-        up to the committed positions. False if it failed: then the records of the aborted
-        transaction are consumed again, or, if that cannot be done safely, the worker stops.
+        up to the committed positions. False if it aborted: then its records are consumed
+        again (or, after too many aborts in a row, the worker stops).
         """
         deadline = time.monotonic() + self.drain_timeout
         if not self.loop.drain(None, deadline):
-            # Work still under way could reach the producer after the abort: stop instead.
-            self.committer.abort("records were still unfinished when the drain budget ran out")
+            self._abort("records were still unfinished when the drain budget ran out")
         elif self.committer.commit(asynchronous=False):
+            self.aborted_in_a_row = 0
             return True
-        elif self.committer.recoverable():
-            self._consume_aborted_again()
-            return False
-        self._failed()
+        self._recover()
         return False
+
+    def _abort(self, reason: str) -> None:
+        """Abort with what is still under way dropped first: the processing thread takes the
+        abandon before the abort, so nothing of it reaches the producer afterwards."""
+        self.loop.abandon(set(self.tracker.partitions()))
+        self.committer.abort(reason)
+
+    def _recover(self) -> None:
+        """After an abort: go on in process on a producer that can, or stop (see module)."""
+        self.aborted_in_a_row += 1
+        if self.aborted_in_a_row > MAX_RECOVERIES:
+            self._failed(f"{MAX_RECOVERIES} transactions in a row aborted")
+            return
+        if self.aborted_in_a_row > 1:
+            backoff = RECOVERY_BACKOFF * 2 ** (self.aborted_in_a_row - 2)
+            time.sleep(min(RECOVERY_BACKOFF_CAP, backoff))
+        if not self.committer.recoverable() and not self.committer.renew():
+            # No producer now (the coordinator unreachable): again, after a longer wait.
+            self._recover()
+            return
+        self._consume_aborted_again()
 
     def _consume_aborted_again(self) -> None:
         """After an abort with nothing in flight: rewind every partition to its last commit.
 
-        A commit refused for a reason that does not fence the producer (most often a rebalance
-        that began meanwhile: "Specified group generation id is not valid") aborted the
-        transaction, and with it the output of every record consumed since the last commit.
+        The abort took the output of every record consumed since the last commit with it.
         Those records are consumed again: new epochs make anything of the old ones stale, and
         the consumer seeks back to the oldest uncommitted record.
         """
@@ -190,9 +234,9 @@ class Transactional(DeliveryPolicy):
         self.loop.assignment_changed()
         self.committer.resume()
 
-    def _failed(self) -> None:
+    def _failed(self, why: str) -> None:
         self.loop.fail(
             EXIT_FATAL,
-            f"exactly-once: transaction aborted ({self.committer.broken}); stopping so "
+            f"exactly-once: {why}, the last because: {self.committer.broken}; stopping so "
             "that a restart resumes from the last committed transaction",
         )

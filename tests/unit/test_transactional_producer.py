@@ -1,0 +1,80 @@
+"""The exactly-once sink's renewable producer (offtake.kafka.transactional_producer): a failed
+record dooms its transaction only, and a renewal replaces the client under every user at once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from offtake.kafka.transactional_producer import TransactionalProducer
+
+
+class FakeClient:
+    """Records calls; delivery reports are fired by the test through ``reports``."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.reports: list[Any] = []
+        self.purged = False
+
+    def produce(
+        self, topic: str, value: Any, key: Any, partition: int, cb: Any, *rest: Any, **kw: Any
+    ) -> None:
+        self.reports.append(cb)
+
+    def poll(self, timeout: float = 0.0) -> int:
+        return 0
+
+    def flush(self, timeout: float = -1) -> int:
+        return 0
+
+    def __len__(self) -> int:
+        return len(self.reports)
+
+    def purge(self) -> None:
+        self.purged = True
+
+    def init_transactions(self, timeout: float) -> None:
+        self.calls.append("init")
+
+    def begin_transaction(self) -> None:
+        self.calls.append("begin")
+
+
+def test_a_failed_delivery_dooms_the_open_transaction_and_reports_the_record_as_handed_over() -> (
+    None
+):
+    client = FakeClient()
+    producer = TransactionalProducer(lambda: client)
+    producer.begin_transaction()
+    seen: list[Any] = []
+    producer.produce("out", b"v", b"k", -1, lambda err, msg: seen.append(err))
+    client.reports[0]("KafkaError{code=_MSG_TIMED_OUT}", None)
+    assert producer.doomed is not None and "_MSG_TIMED_OUT" in producer.doomed
+    assert seen == [None]  # the record's fate is its transaction's, not a dead letter
+    producer.begin_transaction()
+    assert producer.doomed is None
+
+
+def test_a_late_report_of_an_earlier_transaction_dooms_nothing() -> None:
+    client = FakeClient()
+    producer = TransactionalProducer(lambda: client)
+    producer.begin_transaction()
+    producer.produce("out", b"v", None, -1, None)
+    producer.begin_transaction()  # the first one was aborted; its purged record reports late
+    client.reports[0]("KafkaError{code=_PURGE_QUEUE}", None)
+    assert producer.doomed is None
+
+
+def test_renew_purges_the_old_client_and_starts_a_new_one_with_transactions() -> None:
+    clients = [FakeClient(), FakeClient()]
+    made = iter(clients)
+    producer = TransactionalProducer(lambda: next(made))
+    producer.init_transactions(1.0)
+    producer.renew(1.0)
+    assert clients[0].purged
+    assert clients[1].calls == ["init"]
+    assert producer.renewals == 1
+    producer.produce("out", b"v", None, -1, None)
+    assert (
+        len(clients[1].reports) == 1 and not clients[0].reports
+    )  # every user writes to the new one

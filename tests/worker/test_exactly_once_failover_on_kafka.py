@@ -1,0 +1,112 @@
+"""Exactly-once through broker failovers, without a restart (issue 24, item 8).
+
+Kafka's own transactions system test (a transactional copier through hard broker bounces) is
+the model: the broker leading the input partitions is SIGKILLed and started again, twice, while
+an exactly-once worker copies a steady flow. The worker must ride both out in process (abort,
+rejoin, resume from the last committed transaction), and a read_committed reader of the output
+must see every input record exactly once.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from support.reports import lost_and_duplicated, report
+from support.workers import (
+    SteadyFlow,
+    WorkerProcess,
+    ids_of,
+    manifest,
+    wait_caught_up,
+    write_manifest,
+)
+
+from offtake_testbed.kafka import read_topic
+from offtake_testbed.kafka_cluster import KafkaCluster
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 4
+# Shorter, then longer than the transaction timeout (10 s) and the session timeout (6 s).
+OUTAGES = (3.0, 12.0)
+
+
+def _alive(worker: WorkerProcess) -> None:
+    assert worker.proc is not None
+    code = worker.proc.poll()
+    assert code is None, f"the worker exited ({code}):\n{worker.output()[-4000:]}"
+
+
+def test_exactly_once_rides_out_leader_broker_kills_without_exiting(
+    kafka_cluster: KafkaCluster, tmp_path: Path
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    src, out = f"eos-bounce-in-{tag}", f"eos-bounce-out-{tag}"
+    kafka_cluster.create_topic(src, PARTITIONS)
+    kafka_cluster.create_topic(out, PARTITIONS)
+    group = f"eos-bounce-{tag}"
+    sink = {
+        "kafka": {
+            "topic": out,
+            "delivery": "exactly-once",
+            "config": {"transaction.timeout.ms": "10000"},
+        }
+    }
+    doc = manifest(
+        "eos-bounce",
+        kafka_cluster.bootstrap,
+        [src],
+        sink=sink,
+        group=group,
+        shutdown={"drainTimeoutSeconds": 30},
+    )
+    path = write_manifest(tmp_path / "eos-bounce.yaml", doc)
+    total = 24_000
+    worker = WorkerProcess(path, tmp_path / "eos-bounce.log").start()
+    started = time.monotonic()
+    with SteadyFlow(kafka_cluster.bootstrap, src, 100, 0.1, total) as flow:
+        killed: list[int] = []
+        for outage in OUTAGES:
+            time.sleep(6.0)
+            _alive(worker)
+            # Each time a broker that leads input partitions, not the one killed before.
+            leaders = [n for n in kafka_cluster.leaders(src).values() if n not in killed[-1:]]
+            victim = max(set(leaders), key=leaders.count)
+            killed.append(victim)
+            kafka_cluster.kill_node(victim)
+            time.sleep(outage)
+            _alive(worker)
+            kafka_cluster.start_node(victim)
+            kafka_cluster.wait_until_serving()
+            kafka_cluster.wait_fully_replicated(src)
+        flow.join(300)
+    try:
+        wait_caught_up(kafka_cluster.bootstrap, group, src, PARTITIONS, timeout=120)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nworker log:\n{worker.output()[-6000:]}") from None
+    _alive(worker)
+    code = worker.terminate()
+    assert code == 0, worker.output()[-4000:]
+    # The flow's producer is not idempotent, so a broker bounce can write an input record
+    # twice: the worker must copy exactly what the input log holds, neither more nor less.
+    sent = ids_of(read_topic(kafka_cluster.bootstrap, src, timeout=120))
+    got = ids_of(read_topic(kafka_cluster.bootstrap, out, timeout=120, isolation="read_committed"))
+    lost, _ = lost_and_duplicated(total, got)
+    dup = sum(max(0, got[i] - sent[i]) for i in got)
+    lost += sum(max(0, sent[i] - got[i]) for i in sent if got[i])
+    aborted = worker.output().count("consuming its records again")
+    renewed = worker.output().count("started a new transactional producer")
+    report(
+        "eos-broker-bounces",
+        aborted=aborted,
+        renewed=renewed,
+        records=total,
+        bounces=len(OUTAGES),
+        lost=lost,
+        duplicated=dup,
+        seconds=round(time.monotonic() - started, 1),
+    )
+    assert (lost, dup) == (0, 0), worker.output()[-8000:]

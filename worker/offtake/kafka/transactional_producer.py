@@ -1,0 +1,126 @@
+"""The exactly-once sink's producer, renewable: the one owner of the transactional client.
+
+A transactional producer that was fenced (the coordinator aborted its transaction after
+``transaction.timeout.ms``, say while a broker was down) or whose abort failed is unusable for
+good: librdkafka raises a fatal error on every later call. Kafka's answer is a new producer with
+the same ``transactional.id``: its ``init_transactions()`` bumps the producer epoch, which also
+fences whatever the old one might still send. This class is that producer: the sink, the
+dead-letter queue and retry sends all produce through it (they are part of the same
+transaction), and :meth:`renew` swaps the client underneath all of them at once.
+
+It also keeps librdkafka's rule for a record that fails inside a transaction: the transaction
+can no longer commit ("abortable"). So a failed delivery here is not the record's failure
+(there is no dead letter or stop for a broker that timed out): it dooms the open transaction,
+the record's own report says it was handed to the transaction, and the commit then aborts, so
+every record of the transaction is consumed again. Reports from an earlier transaction (purged
+by its abort) doom nothing.
+
+Only the processing thread calls it, like every other producer the engine owns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from offtake.kafka.protocols import ProducerLike
+
+
+class TransactionalProducer:
+    """A :class:`ProducerLike` over the current transactional client (see the module)."""
+
+    def __init__(self, make: Callable[[], ProducerLike]) -> None:
+        self._make = make
+        self._client: Any = make()
+        self.renewals = 0  # how many times a fenced or broken client was replaced
+        self._transaction = 0  # counts begin_transaction(): whose reports doom what
+        self.doomed: str | None = None  # why the open transaction cannot commit
+
+    @property
+    def transactional(self) -> bool:
+        """Whether the client offers transactions (the in-memory broker's does not)."""
+        return hasattr(self._client, "init_transactions")
+
+    # -- ProducerLike ------------------------------------------------------------------------
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int = -1,
+        on_delivery: Callable[[Any, Any], None] | None = None,
+        timestamp: int = 0,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+    ) -> None:
+        report = self._in_transaction(on_delivery)
+        if headers is None:
+            self._client.produce(topic, value, key, partition, report, timestamp)
+        else:
+            self._client.produce(topic, value, key, partition, report, timestamp, headers=headers)
+
+    def _in_transaction(
+        self, report: Callable[[Any, Any], None] | None
+    ) -> Callable[[Any, Any], None]:
+        transaction = self._transaction
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is not None and transaction == self._transaction and self.doomed is None:
+                self.doomed = f"a record of the transaction failed: {_describe(err)}"
+            if report is not None:
+                report(None, msg)  # its fate is the transaction's
+
+        return delivered
+
+    def poll(self, timeout: float = 0.0) -> int:
+        return int(self._client.poll(timeout))
+
+    def flush(self, timeout: float = -1) -> int:
+        return int(self._client.flush(timeout))
+
+    def __len__(self) -> int:
+        return len(self._client)
+
+    # -- transactions ---------------------------------------------------------------------------
+    def init_transactions(self, timeout: float) -> None:
+        self._client.init_transactions(timeout)
+
+    def begin_transaction(self) -> None:
+        self._client.begin_transaction()
+        self._transaction += 1
+        self.doomed = None
+
+    def send_offsets_to_transaction(self, offsets: Any, metadata: Any, timeout: float) -> None:
+        self._client.send_offsets_to_transaction(offsets, metadata, timeout)
+
+    def commit_transaction(self, timeout: float) -> None:
+        self._client.commit_transaction(timeout)
+
+    def abort_transaction(self, timeout: float) -> None:
+        self._client.abort_transaction(timeout)
+
+    def close(self) -> None:
+        """Close the current client where the client can (confluent-kafka 2.16's producers)."""
+        close = getattr(self._client, "close", None)
+        if close is not None:
+            close()
+
+    def renew(self, init_timeout: float) -> None:
+        """Drop the current client (what it still holds belongs to an aborted transaction)
+        and start a new one with the same ``transactional.id``: a new epoch, nothing open.
+
+        Raises what ``init_transactions`` raises; the old client is gone either way.
+        """
+        old, self._client = self._client, None
+        purge = getattr(old, "purge", None)
+        if purge is not None:
+            purge()  # queued and in-flight records: their delivery reports say "purged"
+        old.poll(0)  # fire those reports now, while their owners still expect them
+        del old  # librdkafka's handle is destroyed with the last reference
+        self._client = self._make()
+        self.renewals += 1
+        self._client.init_transactions(init_timeout)
+
+
+def _describe(err: Any) -> str:
+    text = getattr(err, "str", None)
+    return str(text()) if callable(text) else str(err)
