@@ -553,6 +553,9 @@ class KafkaBroker(Service):
             "transaction.state.log.min.isr": "1",
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
+            # Share groups (queue mode) may set locks as short as a second, so that tests see
+            # a lock expire without waiting the 15 s of the broker's default minimum.
+            "group.share.min.record.lock.duration.ms": "1000",
             # Tests start many short-lived groups; make joining and timing out quick.
             "group.initial.rebalance.delay.ms": "0",
             "group.min.session.timeout.ms": "1000",

@@ -194,6 +194,12 @@ CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')": lambda s: (
         re.search(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", s["metadata"]["name"]) is not None
     ),
+    "!has(self.source.groupType) || self.source.groupType != 'share' || "
+    "!has(self.sink.kafka) || !has(self.sink.kafka.delivery) || "
+    "self.sink.kafka.delivery != 'exactly-once'": lambda s: (
+        s["source"].get("groupType") != "share"
+        or (s["sink"].get("kafka") or {}).get("delivery") != "exactly-once"
+    ),
     "!(has(self.function) && has(self.container))": lambda s: (
         not (_has(s, "function") and _has(s, "container"))
     ),
@@ -501,7 +507,9 @@ def test_crd_names_subresources_and_columns() -> None:
         "labelSelectorPath": ".status.selector",
     }
     columns = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
-    assert columns == ["Phase", "Ready", "Replicas", "Lag", "Lag(s)", "Reason", "Message", "Age"]
+    assert columns == [
+        *("Phase", "Ready", "Replicas", "Group", "Lag", "Lag(s)", "Reason", "Message", "Age")
+    ]
     wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority") == 1]
     assert wide == ["Partitions", "Up-to-date", "Autoscaler"]
     schema = _schema()
@@ -754,6 +762,9 @@ def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
     elif "has(self.tokenSecretRef)" in rule:
         submit = {"mode": "local", "tokenSecretRef": {"name": "spark", "key": "token"}}
         spec["sink"] = {"spark": {**json_sink, "submit": submit}}
+    elif "groupType" in rule:
+        spec["source"]["groupType"] = "share"
+        spec["sink"] = {"kafka": {"topic": "t", "delivery": "exactly-once"}}
     elif "self.paused" in rule:
         spec.update(mode="inject", paused=True, processor={"container": {"port": 8080}})
     elif "|| has(self.processor.container.image)" in rule:

@@ -31,6 +31,7 @@ from offtake.config.spec import (
     ErrorPolicyName,
     ErrorsSpec,
     Format,
+    GroupType,
     IcebergSpec,
     JdbcSpec,
     KafkaSinkSpec,
@@ -143,6 +144,14 @@ def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
         )
     spec._seen.update(OPERATOR_ONLY_FIELDS)
     spec.done()
+    kafka_sink = pipeline.sink.kafka
+    if pipeline.source.is_share_group and kafka_sink is not None and kafka_sink.exactly_once:
+        raise ConfigError(
+            "spec.sink.kafka.delivery",
+            "exactly-once cannot be combined with spec.source.groupType share: Kafka has no "
+            "transactional acknowledgement for share groups (use at-least-once, or groupType "
+            "consumer)",
+        )
     if pipeline.source.patterns and pipeline.errors.retry_topics:
         raise ConfigError(
             "spec.errors.retryTopics",
@@ -243,6 +252,7 @@ def _no_url_credentials(f: Fields, key: str, url: str | None, instead: str) -> N
 
 
 FORMATS = ("json", "string", "bytes", *SCHEMA_FORMATS)
+GROUP_TYPES = ("consumer", "share")
 
 
 def _source(f: Fields | None, default_group: str) -> SourceSpec:
@@ -268,6 +278,7 @@ def _source(f: Fields | None, default_group: str) -> SourceSpec:
         SourceSpec(
             topics=topics,
             group_id=f.text("groupId", default_group),
+            group_type=cast(GroupType, f.choice("groupType", GROUP_TYPES, "consumer")),
             start_from=cast(StartFrom, f.choice("startFrom", ("earliest", "latest"), "earliest")),
             format=fmt,
             schema_registry=registry,

@@ -15,6 +15,9 @@ Format = Literal["json", "string", "bytes", "avro", "protobuf", "jsonschema"]
 #: The formats whose values carry a schema id (Confluent wire format) and need a registry.
 SCHEMA_FORMATS = ("avro", "protobuf", "jsonschema")
 StartFrom = Literal["earliest", "latest"]
+#: consumer: a consumer group (partitions shared out, offsets committed); share: a KIP-932
+#: share group (queue mode: records shared out, each acknowledged on its own).
+GroupType = Literal["consumer", "share"]
 ErrorPolicyName = Literal["dlq", "skip", "stop"]
 Ordering = Literal["relaxed", "strict"]
 SparkFormat = Literal["parquet", "json", "delta", "iceberg", "jdbc"]
@@ -67,6 +70,7 @@ class SourceSpec:
     #: Topic names, or regular expressions starting with ``^`` (librdkafka's subscription).
     topics: tuple[str, ...]
     group_id: str
+    group_type: GroupType = "consumer"
     start_from: StartFrom = "earliest"
     format: Format = "json"
     schema_registry: SchemaRegistrySpec | None = None
@@ -77,6 +81,10 @@ class SourceSpec:
     def patterns(self) -> tuple[str, ...]:
         """The entries of ``topics`` that are regular expressions (``^...``)."""
         return tuple(t for t in self.topics if is_topic_pattern(t))
+
+    @property
+    def is_share_group(self) -> bool:
+        return self.group_type == "share"
 
 
 def is_topic_pattern(topic: str) -> bool:
