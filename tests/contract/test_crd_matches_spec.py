@@ -200,6 +200,10 @@ CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
         s["source"].get("groupType") != "share"
         or (s["sink"].get("kafka") or {}).get("delivery") != "exactly-once"
     ),
+    "!has(self.source.groupType) || self.source.groupType != 'share' || !has(self.errors) || "
+    "!has(self.errors.maxRetries) || self.errors.maxRetries <= 8": lambda s: (
+        s["source"].get("groupType") != "share" or (s.get("errors") or {}).get("maxRetries", 3) <= 8
+    ),
     "!(has(self.function) && has(self.container))": lambda s: (
         not (_has(s, "function") and _has(s, "container"))
     ),
@@ -762,6 +766,9 @@ def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
     elif "has(self.tokenSecretRef)" in rule:
         submit = {"mode": "local", "tokenSecretRef": {"name": "spark", "key": "token"}}
         spec["sink"] = {"spark": {**json_sink, "submit": submit}}
+    elif "maxRetries <= 8" in rule:
+        spec["source"]["groupType"] = "share"
+        spec["errors"] = {"maxRetries": 9}
     elif "groupType" in rule:
         spec["source"]["groupType"] = "share"
         spec["sink"] = {"kafka": {"topic": "t", "delivery": "exactly-once"}}

@@ -287,6 +287,12 @@ def _validate(path: str) -> int:
     print(f"{path}: ok (pipeline {spec.namespace}/{spec.name}, sink {spec.sink.kind})")
     if (note := _function_note(spec)) is not None:
         print(f"  {note}")
+    if spec.source.is_share_group:
+        print(
+            f"  source.groupType share: queue mode on share group {spec.source.group_id} "
+            "(Kafka 4.2+, client API in Preview): records, not partitions, are shared out; "
+            "no per-key order (docs/queue-mode.md)"
+        )
     return 0
 
 

@@ -152,6 +152,13 @@ def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
             "transactional acknowledgement for share groups (use at-least-once, or groupType "
             "consumer)",
         )
+    if pipeline.source.is_share_group and pipeline.errors.max_retries > MAX_SHARE_RETRIES:
+        raise ConfigError(
+            "spec.errors.maxRetries",
+            f"must be at most {MAX_SHARE_RETRIES} with spec.source.groupType share (the broker's "
+            "delivery-count limit is at most 10 and is set to maxRetries + 2), got "
+            f"{pipeline.errors.max_retries}",
+        )
     if pipeline.source.patterns and pipeline.errors.retry_topics:
         raise ConfigError(
             "spec.errors.retryTopics",
@@ -253,6 +260,9 @@ def _no_url_credentials(f: Fields, key: str, url: str | None, instead: str) -> N
 
 FORMATS = ("json", "string", "bytes", *SCHEMA_FORMATS)
 GROUP_TYPES = ("consumer", "share")
+#: Share groups: the broker archives a record after share.delivery.count.limit deliveries (at
+#: most 10); the worker sets it to maxRetries + 2 (offtake.kafka.share_source.group_settings).
+MAX_SHARE_RETRIES = 8
 
 
 def _source(f: Fields | None, default_group: str) -> SourceSpec:

@@ -85,8 +85,9 @@ class ShareGroupSettings:
 
     #: startFrom: a share group starts at the log end unless told otherwise.
     auto_offset_reset: str
-    #: The broker archives a record after this many deliveries; the worker's own retries
-    #: (errors.maxRetries) must come first, so it is at least maxRetries + 1.
+    #: The broker archives a record after this many deliveries: maxRetries + 2, so that the
+    #: worker's own last attempt (delivery maxRetries + 1) comes first, and a record whose
+    #: processing killed a worker on that attempt is delivered once more, straight to policy.
     delivery_count_limit: int
 
     def as_config(self) -> dict[str, str]:
@@ -103,7 +104,7 @@ MAX_DELIVERY_LIMIT = 10
 
 def group_settings(start_from: str, max_retries: int) -> ShareGroupSettings:
     """The group settings for a pipeline; the loader keeps ``max_retries`` within bounds."""
-    limit = min(MAX_DELIVERY_LIMIT, max(MIN_DELIVERY_LIMIT, max_retries + 1))
+    limit = min(MAX_DELIVERY_LIMIT, max(MIN_DELIVERY_LIMIT, max_retries + 2))
     return ShareGroupSettings(start_from, limit)
 
 
