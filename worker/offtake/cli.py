@@ -345,7 +345,7 @@ def _worker(args: argparse.Namespace, signals: StopSignals) -> int:
 
     from offtake.engine import watchdog
     from offtake.engine.assembly import build_worker
-    from offtake.engine.worker import EXIT_FATAL
+    from offtake.engine.exit_codes import EXIT_FATAL
     from offtake.health import DRAIN_ENV, Health, MetricsServer, node_addresses
     from offtake.metrics import Metrics
     from offtake.processing.function import FunctionLoadError

@@ -14,9 +14,14 @@ from typing import Any
 
 from offtake.config import ConfigError
 from offtake.config.spec import KafkaSinkSpec, PipelineSpec
+from offtake.engine.commits import Committer
 from offtake.engine.completions import Completions
 from offtake.engine.dead_letters import DeadLetterQueue
+from offtake.engine.delivery.at_least_once import AtLeastOnce
+from offtake.engine.delivery.base import DeliveryPolicy
+from offtake.engine.delivery.transactional import Transactional, TransactionCommitter
 from offtake.engine.errors import ErrorPolicy
+from offtake.engine.offsets import OffsetTracker
 from offtake.engine.processing_stage import ProcessingStage
 from offtake.engine.retry_topics import RetryRoute, RetrySender
 from offtake.engine.worker import Worker, WorkerParts
@@ -109,8 +114,29 @@ def build_worker(
         # records were sent by this pipeline and must not be skipped (startFrom: latest).
         earliest_topics=route.topics if route is not None else frozenset(),
     )
-    parts = WorkerParts(spec, source, stage, completions, processor, sink, metrics, health, route)
+    delivery = make_delivery(spec, source, stage, sink, metrics)
+    parts = WorkerParts(
+        spec, source, stage, completions, processor, sink, metrics, health, delivery, route
+    )
     return Worker(parts)
+
+
+def make_delivery(
+    spec: PipelineSpec, source: KafkaSource, stage: ProcessingStage, sink: Sink, metrics: Metrics
+) -> DeliveryPolicy:
+    """The delivery policy: exactly-once with a transactional sink, else at-least-once."""
+    tracker = OffsetTracker()
+    args = (
+        source,
+        tracker,
+        metrics,
+        spec.commit.interval_seconds,
+        spec.limits.max_in_flight_messages,
+    )
+    if isinstance(sink, TransactionalKafkaSink):
+        committer = TransactionCommitter(*args, stage, sink)
+        return Transactional(committer, source, spec.shutdown.drain_timeout_seconds)
+    return AtLeastOnce(Committer(*args))
 
 
 def instance(instance_id: str | None) -> str:

@@ -31,7 +31,7 @@ class Committer:
     """Commits the consumer's offsets (at-least-once).
 
     Exactly-once commits them inside the sink's transaction instead: the subclass
-    :class:`offtake.engine.transactions.TransactionCommitter`.
+    :class:`offtake.engine.delivery.transactional.TransactionCommitter`.
     """
 
     def __init__(

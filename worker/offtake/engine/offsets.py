@@ -7,9 +7,9 @@ dead-lettered it, skipped it, or sent it to a retry topic (:meth:`OffsetTracker.
 offset, or one past the last consumed offset when nothing is pending: every record below it
 is settled, so committing it loses nothing (at-least-once), and records settled above a
 pending one wait for it. A record the stop policy gave up on (:meth:`OffsetTracker.fail`)
-caps the position for good. The committer (``commits.py``; exactly-once: ``transactions.py``)
-commits :meth:`OffsetTracker.commit_positions` and reports what the broker acknowledged to
-:meth:`OffsetTracker.committed`.
+caps the position for good. The delivery policy (``delivery/``: ``commits.py``'s committer, or
+the sink's transaction) commits :meth:`OffsetTracker.commit_positions` and reports what the
+broker acknowledged to :meth:`OffsetTracker.committed`.
 
 Records stay counted as in flight until the broker acknowledged a commit past them, not merely
 until they are settled: that is what bounds the duplicates after a crash by the in-flight

@@ -2,14 +2,16 @@
 
 Follow a record: :class:`~offtake.kafka.source.KafkaSource` ``consume()`` -> :meth:`_dispatch`
 here -> :mod:`processing_stage` (decode, processor, retries, sink) -> :mod:`completions` ->
-the offset tracker (:mod:`offsets`) -> :mod:`commits`.
+the delivery policy (:mod:`delivery`: the offset tracker, then commits or a transaction).
 
-Threading: this loop's thread owns the source (and so the consumer), the offset tracker, the
-committer, the pauser and the lag gauges; rebalance and commit callbacks run on it too (inside
-``consume()``). The processing thread owns the processor, the sink and the dead-letter
+Threading: this loop's thread owns the source (and so the consumer), the delivery policy (with
+the offset tracker), the pauser and the lag gauges; rebalance and commit callbacks run on it
+too (inside ``consume()``). The processing thread owns the processor, the sink and the dead-letter
 producer. The two talk only through :class:`ProcessingStage`'s methods (work, current
 assignments, flush and abandon requests in) and :class:`Completions` (settled records and stop
-requests out). The parts are built by :mod:`assembly` and handed in.
+requests out). The parts are built by :mod:`assembly` and handed in; what differs between
+delivery modes (when to commit, at the in-flight bound, on revoke, on lost partitions, at
+shutdown) is the :class:`DeliveryPolicy`'s, so nothing here asks which mode runs.
 """
 
 from __future__ import annotations
@@ -22,13 +24,12 @@ from dataclasses import dataclass
 
 from offtake.config.spec import PipelineSpec
 from offtake.engine.backpressure import Backpressure, PartitionPauser
-from offtake.engine.commits import Committer
-from offtake.engine.completions import Completions, SettledMany
+from offtake.engine.completions import Completions, Settled
+from offtake.engine.delivery.base import DeliveryPolicy
+from offtake.engine.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_STOPPED_ON_ERROR
 from offtake.engine.lag import LagGauges
-from offtake.engine.offsets import OffsetTracker
 from offtake.engine.processing_stage import ProcessingStage, Work
 from offtake.engine.retry_topics import RetryRoute
-from offtake.engine.transactions import TransactionCommitter
 from offtake.engine.watchdog import armed as watchdog_armed
 from offtake.health import Health
 from offtake.kafka.protocols import MessageLike
@@ -37,7 +38,6 @@ from offtake.metrics import Metrics
 from offtake.processing.base import Processor
 from offtake.records import RECORD_OVERHEAD, TopicPartition
 from offtake.sinks.base import Sink
-from offtake.sinks.kafka_transactional import TransactionalKafkaSink
 
 log = logging.getLogger("offtake.worker")
 
@@ -47,14 +47,8 @@ MAX_CONSUME_GAP = 0.1  # consume() at least this often: rebalance and commit cal
 MAX_BATCH = 500
 # A bound held this long is a stall (the sink does not confirm): pause; before, just wait.
 STALL_GRACE = 0.5
-BOUND_COMMIT_SPACING = 0.02  # at the bound: synchronous commits at most this often
 STAGE_QUEUE_TARGET = 2 * MAX_BATCH  # records queued for the processing thread: two polls
 DRAIN_STEP = 0.005
-# The commit before letting partitions go retries a refusal that a rebalance explains until the
-# drain budget is spent, and for at least this long even when the drain spent it: within the
-# 15 s the pod's grace period adds to the budget (operator names.GRACE_EXTRA_SECONDS).
-COMMIT_RETRY_FLOOR = 5.0
-EXIT_OK, EXIT_STOPPED_ON_ERROR, EXIT_FATAL = 0, 1, 3
 # Leaving the group at shutdown gets what is left of the drain budget plus LEAVE_MARGIN (the
 # revoke it triggers finds the work drained and committed), and the watchdog ends the process
 # (offtake.engine.watchdog.EXIT_WATCHDOG) if the Kafka client has not returned by the budget
@@ -76,6 +70,7 @@ class WorkerParts:
     sink: Sink
     metrics: Metrics
     health: Health
+    delivery: DeliveryPolicy  # at-least-once or exactly-once (engine/delivery/)
     route: RetryRoute | None = None  # errors.retryTopics: which topics are retry topics
 
 
@@ -92,22 +87,12 @@ class Worker:
         self.metrics = parts.metrics
         self.health = parts.health
         self.route = parts.route
-        self.tracker = OffsetTracker()
+        self.delivery = parts.delivery
+        self.tracker = self.delivery.tracker
         self.backpressure = Backpressure(self.spec.limits, grace=STALL_GRACE)
         self.pauser = PartitionPauser(self.source, self.metrics)
         self.lag = LagGauges(self.source, self.tracker, self.metrics)
-        commit_args = (
-            self.source,
-            self.tracker,
-            self.metrics,
-            self.spec.commit.interval_seconds,
-            self.spec.limits.max_in_flight_messages,
-        )
-        # Exactly-once: offsets commit inside the sink's transaction (engine/transactions.py).
-        self._transactions: TransactionCommitter | None = None
-        if isinstance(self.sink, TransactionalKafkaSink):
-            self._transactions = TransactionCommitter(*commit_args, self.stage, self.sink)
-        self.committer: Committer = self._transactions or Committer(*commit_args)
+        self.delivery.bind(self)
         self._stop = threading.Event()
         self._stop_reason = ""
         self._exit_code = EXIT_OK
@@ -116,9 +101,6 @@ class Worker:
         # Partitions being revoked right now: records of them fetched meanwhile are not taken.
         self._revoking: frozenset[TopicPartition] = frozenset()
         self._last_consume = 0.0
-        self._last_bound_commit = 0.0
-        # Shutting down: until when the final commit (and the revoke close() brings) may retry.
-        self._final_commit_by: float | None = None
         self._shutdown_deadline: float | None = None
 
     # -- public -------------------------------------------------------------------------
@@ -176,10 +158,7 @@ class Worker:
             self.pauser.release_due(time.time())
         self._dispatch(self._fetch(paused))
         self._apply_settled()
-        if self._transactions is None:
-            self.committer.maybe_commit()
-        elif self._transactions.due(time.monotonic()):
-            self._commit_transaction()
+        self.delivery.step(time.monotonic())
         self.lag.refresh()
         state = "backpressure" if paused else ("busy" if self.tracker.inflight_messages else "idle")
         self.metrics.set_state(state)
@@ -206,20 +185,10 @@ class Worker:
         want = MAX_BATCH if paused else min(MAX_BATCH, capacity, headroom)
         now = time.monotonic()
         if capacity <= 0 and not paused:
-            # At the in-flight bound: consume() would return records past it. What frees room
-            # is a commit's acknowledgement, so commit what is done now and wait for it (an
-            # asynchronous commit's acknowledgement would only arrive inside consume()).
-            # Held long enough, the bound pauses the partitions instead (a stall).
-            if (
-                self._transactions is None
-                and self.tracker.done_uncommitted()
-                and now - self._last_bound_commit >= BOUND_COMMIT_SPACING
-            ):
-                # Spaced: a commit refused mid-rebalance must not be retried in a tight loop
-                # (the rebalance itself needs a consume(), which the grace brings).
-                self._last_bound_commit = now
-                self.committer.commit(asynchronous=False)
-            else:
+            # At the in-flight bound: consume() would return records past it. The policy may
+            # free room (a synchronous commit); else wait for the processing thread. Held
+            # long enough, the bound pauses the partitions instead (a stall).
+            if not self.delivery.at_bound(now):
                 self.stage.wait_for_progress(BUSY_POLL_TIMEOUT)
             return []
         if want <= 0 and not paused and now - self._last_consume < MAX_CONSUME_GAP:
@@ -297,17 +266,14 @@ class Worker:
         return True
 
     def _apply_settled(self) -> None:
-        """Apply what the processing thread finished to the tracker; act on stop requests."""
+        """Hand what the processing thread settled to the delivery policy; act on stops."""
         done: Counter[tuple[str, str]] = Counter()
         for s in self.completions.take_all():
-            if isinstance(s, SettledMany):
-                if self.tracker.done_many(s.tp, s.offsets, s.epoch):
-                    done[s.tp.topic, s.how] += len(s.offsets)
-            elif s.how == "failed":
-                self.tracker.fail(s.tp, s.offset, s.epoch)
+            n = self.delivery.settle(s)
+            if n:
+                done[s.tp.topic, s.how] += n
+            elif isinstance(s, Settled) and s.how == "failed":
                 self.fail(EXIT_STOPPED_ON_ERROR, s.reason)
-            elif self.tracker.done(s.tp, s.offset, s.epoch):
-                done[s.tp.topic, s.how] += 1
         for (topic, how), n in done.items():  # one counter update per kind, not per record
             self.metrics.processed.labels(topic, how).inc(n)
         for tp, epoch, until in self.completions.take_slow_downs():
@@ -317,7 +283,8 @@ class Worker:
         if reason is not None:
             self.fail(EXIT_STOPPED_ON_ERROR, reason)
 
-    def _publish_assignment(self) -> None:
+    def assignment_changed(self) -> None:
+        """Tell the processing thread which assignment (epoch) of each partition is current."""
         self.stage.set_current(
             {tp: e for tp in self.tracker.partitions() if (e := self.tracker.epoch(tp))}
         )
@@ -337,7 +304,7 @@ class Worker:
         if self.backpressure.engaged:
             assigned = set(self.tracker.partitions())
             self.pauser.apply(assigned, True, " (assigned under backpressure)")
-        self._publish_assignment()
+        self.assignment_changed()
         self._assigned_once = True
         self.health.set_ready(not self._shutting_down)
         self.metrics.rebalances.labels("assign").inc()
@@ -354,35 +321,20 @@ class Worker:
                 if self._shutdown_deadline is not None
                 else time.monotonic() + self.spec.shutdown.drain_timeout_seconds
             )
-            if self._transactions is not None:
-                drained = self._commit_transaction()  # one transaction holds every partition
-            else:
-                drained = self._drain(partitions, deadline)
-            if not drained:
-                self.stage.abandon(partitions)
-            committed = True
-            if self._transactions is None:
-                # Synchronously, retried while a rebalance refuses it: only an acknowledged
-                # commit lets the next owner start past what was delivered here.
-                committed = self.committer.commit_before_release(
-                    partitions, self._commit_by(deadline)
-                )
+            released = self.delivery.revoking(partitions, deadline)
             log.info(
                 "revoked %d partition(s)%s%s",
                 len(partitions),
-                "" if drained else " (drain budget spent: unfinished records will be redelivered)",
-                "" if committed else " (uncommitted: their records since the last commit "
-                "will be redelivered)",
+                ""
+                if released.drained
+                else " (drain budget spent: unfinished records will be redelivered)",
+                ""
+                if released.committed
+                else " (uncommitted: their records since the last commit will be redelivered)",
             )
         finally:
             self._release(partitions)
             self._revoking = frozenset()
-
-    def _commit_by(self, drain_deadline: float) -> float:
-        """Until when a commit before letting go may retry (see ``COMMIT_RETRY_FLOOR``)."""
-        if self._final_commit_by is not None:  # the revoke close() brings: shutdown's deadline
-            return self._final_commit_by
-        return max(drain_deadline, time.monotonic() + COMMIT_RETRY_FLOOR)
 
     def lost(self, partitions: set[TopicPartition]) -> None:
         # Another member may own these already: committing now could move its offsets.
@@ -391,16 +343,12 @@ class Worker:
             "lost %d partition(s) without a clean revoke; dropping their work uncommitted",
             len(partitions),
         )
-        self.stage.abandon(partitions)
+        self.abandon(partitions)
         self._release(partitions)
-        if self._transactions is not None:
-            # The open transaction holds records of these partitions and can no longer commit
-            # their offsets; the records of the partitions we keep go down with it.
-            self._transactions.abort(f"{len(partitions)} partition(s) lost")
-            self._transaction_failed()
+        self.delivery.lost(partitions)
 
     def committed(self, offsets: dict[TopicPartition, int] | None, error: str | None) -> None:
-        self.committer.on_commit(offsets, error)
+        self.delivery.on_commit(offsets, error)
         self.lag.refresh_soon()  # export the lag of the new committed offsets at once
 
     def _release(self, partitions: set[TopicPartition]) -> None:
@@ -409,65 +357,14 @@ class Worker:
             self.metrics.forget_partition(tp)
             self.lag.forget(tp)
         self.pauser.forget(partitions)
-        self._publish_assignment()
-
-    # -- exactly-once ----------------------------------------------------------------------
-    def _commit_transaction(self) -> bool:
-        """Drain everything handed over, then commit the sink's transaction with the offsets.
-
-        While this runs the loop fetches nothing, so the transaction holds exactly the records
-        up to the committed positions (engine/transactions.py). False if it failed: then the
-        records of the aborted transaction are consumed again, or, if that cannot be done
-        safely, the worker stops.
-        """
-        assert self._transactions is not None
-        deadline = time.monotonic() + self.spec.shutdown.drain_timeout_seconds
-        if not self._drain(None, deadline):
-            # Work still under way could reach the producer after the abort: stop instead.
-            self._transactions.abort("records were still unfinished when the drain budget ran out")
-        elif self._transactions.commit(asynchronous=False):
-            return True
-        elif self._transactions.recoverable():
-            self._consume_aborted_again()
-            return False
-        self._transaction_failed()
-        return False
-
-    def _consume_aborted_again(self) -> None:
-        """After an abort with nothing in flight: rewind every partition to its last commit.
-
-        A commit refused for a reason that does not fence the producer (most often a rebalance
-        that began meanwhile: "Specified group generation id is not valid") aborted the
-        transaction, and with it the output of every record consumed since the last commit.
-        Those records are consumed again: new epochs make anything of the old ones stale, and
-        the consumer seeks back to the oldest uncommitted record.
-        """
-        assert self._transactions is not None
-        log.warning(
-            "exactly-once: transaction aborted (%s); consuming its records again",
-            self._transactions.broken,
-        )
-        for tp in self.tracker.partitions():
-            restart = self.tracker.oldest_uncommitted(tp)
-            committed = self.tracker.last_committed(tp)
-            self.tracker.assign(tp)
-            if committed is not None:
-                self.tracker.committed(tp, committed)
-            if restart is not None:
-                self.source.seek(tp, restart)
-        self._publish_assignment()
-        self._transactions.resume()
-
-    def _transaction_failed(self) -> None:
-        assert self._transactions is not None
-        self.fail(
-            EXIT_FATAL,
-            f"exactly-once: transaction aborted ({self._transactions.broken}); stopping so "
-            "that a restart resumes from the last committed transaction",
-        )
+        self.assignment_changed()
 
     # -- draining and shutdown -----------------------------------------------------------
-    def _drain(self, partitions: set[TopicPartition] | None, deadline: float) -> bool:
+    def abandon(self, partitions: set[TopicPartition]) -> None:
+        """Drop the processing thread's and the sink's unfinished work of ``partitions``."""
+        self.stage.abandon(partitions)
+
+    def drain(self, partitions: set[TopicPartition] | None, deadline: float) -> bool:
         """Let in-flight work of ``partitions`` (all when None) finish, until the deadline."""
         while True:
             self._apply_settled()
@@ -499,30 +396,17 @@ class Worker:
         try:
             # Stop fetching; keep the group until we commit. Not backpressure: say nothing.
             self.pauser.apply(set(self.tracker.partitions()), True, quiet=True)
-            drained = self._drain(None, deadline)
+            drained = self.drain(None, deadline)
             if not drained:
                 log.warning(
                     "drain budget spent with %d record(s) unfinished: they will be redelivered",
                     self.tracker.pending_in(None),
                 )
-            if self._transactions is not None:
-                # The transaction ends while the processing thread, its producer's owner, runs.
-                # Either way nothing is lost: what did not commit is consumed again by the
-                # partitions' next owner, so a graceful stop still exits 0.
-                if not drained:
-                    self._transactions.abort("drain budget spent at shutdown")
-                elif not self._transactions.commit(asynchronous=False):
-                    log.warning(
-                        "exactly-once: the last transaction aborted (%s); its records go to "
-                        "the partitions' next owner",
-                        self._transactions.broken,
-                    )
+            self.delivery.end(drained)
             self.stage.abort.set()
             self.stage.close(max(0.0, deadline - time.monotonic()), join_timeout=1.0)
             self._apply_settled()
-            if self._transactions is None:
-                self._final_commit_by = self._commit_by(deadline)
-                self.committer.commit_before_release(None, self._final_commit_by)
+            self.delivery.final_commit(deadline)
         except Exception:
             log.exception("error during shutdown; closing the consumer")
             if self._exit_code == EXIT_OK:

@@ -1,11 +1,11 @@
 """The exactly-once Kafka sink: records and consumed offsets commit in one transaction.
 
 A :class:`KafkaSink` whose producer is transactional. The engine decides when a transaction
-ends (:mod:`offtake.engine.transactions`): once every record it handed over is settled, it
-asks this sink, on the processing thread that owns the producer, to commit the transaction
-with the consumed offsets and the consumer's group metadata (KIP-447: a worker fenced by a
-newer generation cannot commit). The dead-letter queue produces through the same producer, so
-dead letters are part of the same transaction.
+ends (:mod:`offtake.engine.delivery.transactional`): once every record it handed over is
+settled, it asks this sink, on the processing thread that owns the producer, to commit the
+transaction with the consumed offsets and the consumer's group metadata (KIP-447: a worker
+fenced by a newer generation cannot commit). The dead-letter queue produces through the same
+producer, so dead letters are part of the same transaction.
 """
 
 from __future__ import annotations

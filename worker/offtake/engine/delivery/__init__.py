@@ -1,0 +1,1 @@
+"""Delivery policies: when and how settled records are committed (see :mod:`.base`)."""
