@@ -204,6 +204,10 @@ CEL_MIRROR: dict[str, Callable[[Any], bool]] = {
     "!has(self.errors.maxRetries) || self.errors.maxRetries <= 8": lambda s: (
         s["source"].get("groupType") != "share" or (s.get("errors") or {}).get("maxRetries", 3) <= 8
     ),
+    "!has(self.source.groupType) || self.source.groupType != 'share' || !has(self.errors) || "
+    "!has(self.errors.retryTopics) || size(self.errors.retryTopics) == 0": lambda s: (
+        s["source"].get("groupType") != "share" or not (s.get("errors") or {}).get("retryTopics")
+    ),
     "!(has(self.function) && has(self.container))": lambda s: (
         not (_has(s, "function") and _has(s, "container"))
     ),
@@ -766,6 +770,9 @@ def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
     elif "has(self.tokenSecretRef)" in rule:
         submit = {"mode": "local", "tokenSecretRef": {"name": "spark", "key": "token"}}
         spec["sink"] = {"spark": {**json_sink, "submit": submit}}
+    elif "size(self.errors.retryTopics) == 0" in rule:
+        spec["source"]["groupType"] = "share"
+        spec["errors"] = {"retryTopics": [{"delaySeconds": 10}]}
     elif "maxRetries <= 8" in rule:
         spec["source"]["groupType"] = "share"
         spec["errors"] = {"maxRetries": 9}

@@ -347,6 +347,7 @@ def _worker(args: argparse.Namespace, signals: StopSignals) -> int:
     from offtake.engine.assembly import build_worker
     from offtake.engine.exit_codes import EXIT_FATAL
     from offtake.health import DRAIN_ENV, Health, MetricsServer, node_addresses
+    from offtake.kafka.share_source import ShareGroupUnavailable
     from offtake.metrics import Metrics
     from offtake.processing.function import FunctionLoadError
     from offtake.sinks.base import SinkError
@@ -427,6 +428,10 @@ def _worker(args: argparse.Namespace, signals: StopSignals) -> int:
             log.info("drained on request; waiting for SIGTERM")
             signals.signalled.wait()
         return code
+    except ShareGroupUnavailable as exc:  # names spec.source.groupType: no traceback
+        log.error("%s", exc)
+        print(f"offtake: {exc}", file=sys.stderr)
+        return EXIT_FATAL
     except SinkError as exc:  # the sink refused to start; its message says why, no traceback
         log.error("%s", exc)
         print(f"offtake: {exc}", file=sys.stderr)

@@ -152,6 +152,12 @@ def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
             "transactional acknowledgement for share groups (use at-least-once, or groupType "
             "consumer)",
         )
+    if pipeline.source.is_share_group and pipeline.errors.retry_topics:
+        raise ConfigError(
+            "spec.errors.retryTopics",
+            "cannot be combined with spec.source.groupType share: a share group retries a "
+            "record by delivering it again (errors.maxRetries counts the deliveries)",
+        )
     if pipeline.source.is_share_group and pipeline.errors.max_retries > MAX_SHARE_RETRIES:
         raise ConfigError(
             "spec.errors.maxRetries",

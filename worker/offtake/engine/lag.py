@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from offtake.engine.offsets import OffsetTracker
-from offtake.kafka.source import KafkaSource
+from offtake.kafka.source import Source
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
 
@@ -19,7 +19,7 @@ LAG_REFRESH_SECONDS = 1.0
 
 
 class LagGauges:
-    def __init__(self, source: KafkaSource, tracker: OffsetTracker, metrics: Metrics) -> None:
+    def __init__(self, source: Source, tracker: OffsetTracker, metrics: Metrics) -> None:
         self.source = source
         self.tracker = tracker
         self.metrics = metrics

@@ -29,11 +29,12 @@ import enum
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from offtake.kafka.protocols import ClientFactory, MessageLike, ShareConsumerLike
+from offtake.kafka.source import SourceFatal, SourceListener, StartPosition
 from offtake.records import TopicPartition
 
 log = logging.getLogger("offtake.share")
@@ -57,12 +58,8 @@ class Ack(enum.IntEnum):
     REJECT = 3
 
 
-class ShareGroupUnavailable(Exception):
+class ShareGroupUnavailable(SourceFatal):
     """The brokers (or this client) do not serve share groups; names spec.source.groupType."""
-
-
-class ShareFatal(Exception):
-    """A fatal Kafka error: the share consumer cannot go on."""
 
 
 @dataclass
@@ -129,15 +126,25 @@ class ShareSource:
         # The last poll's records not yet acknowledged, by position, with when they were acquired.
         self._open: dict[tuple[str, int, int], tuple[MessageLike, float]] = {}
         self._unsent = False  # acknowledgements recorded locally, not yet sent
+        self._listener: SourceListener | None = None
+        self._seen: set[TopicPartition] = set()  # partitions the listener heard of
+        self._acquired_by_topic: dict[str, int] = {}
+        #: Per partition, the age (s) of its oldest record in the last poll when acquired: how
+        #: far behind the share group is (0 for partitions a poll brought nothing of).
+        self.acquired_ages: dict[TopicPartition, float] = {}
         self.lock_seconds = DEFAULT_LOCK_SECONDS
         self.stats = ShareStats()
 
     # -- life cycle ------------------------------------------------------------------------
-    def open(self) -> None:
+    def open(self, listener: SourceListener) -> None:
         """Set the group's configuration, create the share consumer and subscribe.
 
-        Raises :class:`ShareGroupUnavailable` when the brokers do not serve share groups.
+        A share group assigns no partitions to wait for: the listener hears of an empty
+        assignment at once (the worker is ready), and of each partition when its first record
+        arrives (so the engine tracks it). Raises :class:`ShareGroupUnavailable` when the
+        brokers refuse the group's configuration or the client has no ShareConsumer.
         """
+        self._listener = listener
         group = str(self._config["group.id"])
         try:
             lock_ms = self._clients.configure_share_group(
@@ -157,8 +164,9 @@ class ShareSource:
         self._consumer = self._clients.share_consumer(conf)
         self._consumer.set_acknowledgement_commit_callback(self._on_acknowledged)
         self._consumer.subscribe(list(self._topics))
+        listener.assigned({})
 
-    def close(self) -> None:
+    def close(self, leave_timeout: float = CLOSE_COMMIT_TIMEOUT) -> None:
         """Release every record acquired and not acknowledged, send what is pending, close.
 
         Released records go to other members at once, with no wait for a lock: a graceful
@@ -170,22 +178,24 @@ class ShareSource:
         try:
             self.release_all()
             if self._unsent:
-                self._consumer.commit_sync(CLOSE_COMMIT_TIMEOUT)
+                self._consumer.commit_sync(max(1.0, leave_timeout))
                 self._unsent = False
             self._consumer.close()
         except:  # noqa: E722 -- confluent-kafka can raise a bare KafkaError (no BaseException)
             log.warning("closing the share consumer failed: %s", sys.exc_info()[1])
 
     # -- fetching --------------------------------------------------------------------------
-    def consume(self, timeout: float) -> list[MessageLike]:
-        """The records of one poll, once every record of the previous one is acknowledged;
-        until then nothing (and no wait: the caller waits for its own progress).
+    def consume(self, max_records: int, timeout: float) -> list[MessageLike]:
+        """The records of one poll (``max_records`` is the share consumer's max.poll.records,
+        not this call's), in partition and offset order, once every record of the previous
+        poll is acknowledged; until then nothing, after ``timeout``.
 
-        Raises :class:`ShareFatal` once the client reported an error it cannot recover from.
+        Raises :class:`SourceFatal` once the client reported an error it cannot recover from.
         """
         if self._fatal is not None:
-            raise ShareFatal(self._fatal)
+            raise SourceFatal(self._fatal)
         if self._open:
+            time.sleep(timeout)  # the processing thread's progress is what ends this wait
             return []
         try:
             got = self._c.poll(timeout)
@@ -195,6 +205,7 @@ class ShareSource:
             return []
         self._unsent = False  # the poll sent the acknowledgements recorded before it
         now = self._clock()
+        wall_ms = time.time() * 1000
         out: list[MessageLike] = []
         for msg in got:
             err = msg.error()
@@ -208,8 +219,43 @@ class ShareSource:
             if (delivery_count(msg) or 1) > 1:
                 self.stats.redelivered += 1
             out.append(msg)
+        out.sort(key=_where)  # the engine's unit is a partition's records in offset order
         self.stats.acquired += len(out)
+        self._track(out, wall_ms)
         return out
+
+    def _track(self, records: list[MessageLike], wall_ms: float) -> None:
+        """Tell the listener of new partitions; note how old each partition's records were."""
+        ages = dict.fromkeys(self.acquired_ages, 0.0)
+        for msg in records:
+            tp = TopicPartition(msg.topic() or "", msg.partition() or 0)
+            kind, ts = msg.timestamp()
+            age = max(0.0, (wall_ms - ts) / 1000) if kind and ts >= 0 else 0.0
+            ages[tp] = max(age, ages.get(tp, 0.0))
+            self._acquired_by_topic[tp.topic] = self._acquired_by_topic.get(tp.topic, 0) + 1
+        self.acquired_ages = ages
+        new = [tp for tp in ages if tp not in self._seen]
+        if new and self._listener is not None:
+            self._seen.update(new)
+            self._listener.assigned({tp: StartPosition(None, False) for tp in new})
+
+    # -- what a share group has no use for (the poll loop's calls for consumer groups) -------
+    def pause(self, partitions: Collection[TopicPartition]) -> None:
+        """No pausing: a poll's records are acknowledged before the next poll, which bounds
+        what is in flight to one poll."""
+
+    def resume(self, partitions: Collection[TopicPartition]) -> None:
+        """Nothing was paused (see :meth:`pause`)."""
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """A share group has no position to move (errors.retryTopics is refused with it)."""
+
+    def log_end(self, tp: TopicPartition) -> int | None:
+        """None: lag in queue mode is :attr:`acquired_ages`, not offsets."""
+        return None
+
+    def oldest_timestamp(self, tp: TopicPartition, offset: int) -> int | None:
+        return None
 
     @property
     def acquired(self) -> int:
@@ -226,7 +272,7 @@ class ShareSource:
             ) from exc
         inner: Any = exc.args[0] if exc.args else None
         if not callable(getattr(inner, "fatal", None)) or inner.fatal():
-            raise ShareFatal(f"fatal Kafka error: {exc}") from exc
+            raise SourceFatal(f"fatal Kafka error: {exc}") from exc
 
     # -- acknowledging ---------------------------------------------------------------------
     def acknowledge(self, tp: TopicPartition, offset: int, kind: Ack) -> bool:
@@ -241,22 +287,36 @@ class ShareSource:
         return True
 
     def release_all(self) -> int:
-        """Give back every record held: another member receives them at once."""
-        for key in list(self._open):
-            self.acknowledge(TopicPartition(key[0], key[1]), key[2], Ack.RELEASE)
-        return self.stats.acknowledged[Ack.RELEASE]
+        """Give back every record held (another member receives them at once); how many."""
+        held = list(self._open)
+        for topic, partition, offset in held:
+            self.acknowledge(TopicPartition(topic, partition), offset, Ack.RELEASE)
+        return len(held)
 
     def release_expiring(
         self, margin: float = RELEASE_MARGIN_SECONDS
     ) -> list[tuple[TopicPartition, int]]:
         """Release the records whose lock ends within ``margin`` seconds; returns them, so the
         engine forgets them (their outcome, if they finish after all, is not acknowledged)."""
-        cutoff = self._clock() - max(0.0, self.lock_seconds - margin)
+        margin = min(margin, self.lock_seconds / 4)  # a short lock still gets most of its time
+        cutoff = self._clock() - (self.lock_seconds - margin)
         out = [key for key, (_, at) in self._open.items() if at <= cutoff]
         for topic, partition, offset in out:
             self.acknowledge(TopicPartition(topic, partition), offset, Ack.RELEASE)
         self.stats.released_before_expiry += len(out)
         return [(TopicPartition(t, p), o) for t, p, o in out]
+
+    def send_acknowledgements(self, deadline: float) -> None:
+        """Send what is recorded and wait for the broker's answer, until ``deadline``
+        (time.monotonic()): before leaving the group."""
+        if self._unsent:
+            self._c.commit_sync(max(1.0, deadline - time.monotonic()))
+            self._unsent = False
+
+    def take_acquired_by_topic(self) -> dict[str, int]:
+        """Records acquired per topic since the last call (for the metrics)."""
+        out, self._acquired_by_topic = self._acquired_by_topic, {}
+        return out
 
     def flush(self) -> None:
         """Send the acknowledgements recorded so far, without waiting for the answer."""
