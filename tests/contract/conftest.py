@@ -9,12 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from .sinks import Contract, LogCase, MemoryKafkaCase, RealKafkaCase, SinkCase, SparkParquetCase
+from .sinks import (
+    Contract,
+    LogCase,
+    MemoryKafkaCase,
+    RealKafkaCase,
+    RealKafkaTransactionalCase,
+    SinkCase,
+    SparkParquetCase,
+)
 
 SINKS = [
     pytest.param("log", id="log"),
     pytest.param("kafka-memory", id="kafka-memory"),
     pytest.param("kafka-real", id="kafka-real", marks=pytest.mark.kafka),
+    pytest.param("kafka-exactly-once", id="kafka-exactly-once", marks=pytest.mark.kafka),
     pytest.param("spark-parquet", id="spark-parquet", marks=pytest.mark.spark),
 ]
 
@@ -31,6 +40,10 @@ def contract(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Contrac
         broker = request.getfixturevalue("kafka_broker")
         topic = request.getfixturevalue("topic_factory")(partitions=3)
         case = RealKafkaCase(broker.bootstrap, topic)
+    elif request.param == "kafka-exactly-once":
+        broker = request.getfixturevalue("kafka_broker")
+        topic = request.getfixturevalue("topic_factory")(partitions=3)
+        case = RealKafkaTransactionalCase(broker.bootstrap, topic)
     else:
         case = SparkParquetCase(request.getfixturevalue("spark"), tmp_path / "table")
     contract = Contract(case)

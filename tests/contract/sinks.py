@@ -11,6 +11,7 @@ its record), so what landed can be compared with what was submitted whatever the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -29,6 +30,7 @@ from offtake.metrics import Metrics
 from offtake.records import Record, TopicPartition
 from offtake.sinks.base import Sink, SinkItem
 from offtake.sinks.kafka import KafkaSink
+from offtake.sinks.kafka_transactional import TransactionalKafkaSink, TransactionFailed
 from offtake.sinks.log import LogSink
 from offtake.sinks.spark import SparkSink, make_spark_sink
 
@@ -219,6 +221,43 @@ class RealKafkaCase(SinkCase):
         # A name the broker refuses: every delivery report carries the broker's error.
         assert isinstance(self.sink, KafkaSink)
         self.sink.topic = "contract-invalid-topic-name!"
+
+
+class RealKafkaTransactionalCase(RealKafkaCase):
+    """The exactly-once Kafka sink (``delivery: exactly-once``) on the test bed's broker.
+
+    What it wrote is what a read_committed reader sees once the open transaction commits, as
+    the engine commits it after a drain (the consumed offsets are the engine's business, so
+    none are sent here).
+    """
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from offtake.engine.assembly import default_clients
+
+        self.bootstrap = bootstrap
+        self.topic = topic
+        spec = pipeline(
+            {
+                "kafka": {
+                    "topic": topic,
+                    "delivery": "exactly-once",
+                    "config": {"message.timeout.ms": "20000"},
+                }
+            },
+            bootstrap=bootstrap,
+        )
+        # Its own transactional.id: a case must not fence another's producer.
+        self.sink = make_sink(spec, default_clients(), Metrics("t"), f"contract-{topic}")
+
+    def written(self) -> list[Value]:
+        from offtake_testbed.kafka import read_topic
+
+        assert isinstance(self.sink, TransactionalKafkaSink)
+        if self.sink.in_transaction:
+            # A delivery failed: the transaction aborts, and nothing of it is visible.
+            with contextlib.suppress(TransactionFailed):
+                self.sink.commit_transaction({}, None)
+        return _decoded(m.value() for m in read_topic(self.bootstrap, self.topic))
 
 
 class SparkParquetCase(SinkCase):

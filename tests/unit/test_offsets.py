@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from offtake.config.spec import LimitsSpec
-from offtake.engine.backpressure import Backpressure
+from offtake.engine.backpressure import InFlightGate
 from offtake.engine.offsets import OffsetTracker
 from offtake.records import TopicPartition
 
@@ -22,20 +22,20 @@ def test_position_is_the_lowest_pending_offset() -> None:
     t, e = tracker_with(range(10, 15))
     assert t.position(TP) == 10
     for o in (11, 12, 14):
-        t.done(TP, o, e)
+        t.settle(TP, o, e)
     assert t.position(TP) == 10  # 10 still pending: nothing above it may be committed
-    t.done(TP, 10, e)
+    t.settle(TP, 10, e)
     assert t.position(TP) == 13
-    t.done(TP, 13, e)
+    t.settle(TP, 13, e)
     assert t.position(TP) == 15  # all done: one past the last consumed
 
 
 def test_records_stay_in_flight_until_a_commit_past_them_is_acknowledged() -> None:
     t, e = tracker_with(range(5))
     for o in range(5):
-        t.done(TP, o, e)
+        t.settle(TP, o, e)
     assert (t.inflight_messages, t.inflight_bytes) == (5, 500)
-    assert t.done_uncommitted() == 5
+    assert t.settled_uncommitted() == 5
     assert t.commit_positions() == {TP: 5}
     t.committed(TP, 3)
     assert (t.inflight_messages, t.inflight_bytes) == (2, 200)
@@ -47,7 +47,7 @@ def test_a_failed_record_caps_the_position_forever() -> None:
     t, e = tracker_with(range(5))
     t.fail(TP, 2, e)
     for o in (0, 1, 3, 4):
-        t.done(TP, o, e)
+        t.settle(TP, o, e)
     assert t.position(TP) == 2
     assert t.pending_in(None) == 0  # settled, so drains do not wait for it
 
@@ -56,22 +56,22 @@ def test_stale_completions_after_reassignment_are_ignored() -> None:
     t, old = tracker_with(range(3))
     new = t.assign(TP)  # revoked and assigned again: in-flight work of `old` is stale
     assert t.inflight_messages == 0
-    assert t.done(TP, 0, old) is False
+    assert t.settle(TP, 0, old) is False
     t.register_batch(TP, [7], 10, None)
-    assert t.done(TP, 7, new) is True
+    assert t.settle(TP, 7, new) is True
     assert t.position(TP) == 8
 
 
 def test_oldest_uncommitted_timestamp_drives_lag_seconds() -> None:
     t, e = tracker_with(range(3))
     assert t.oldest_uncommitted_timestamp(TP) == 1_000
-    t.done(TP, 0, e)
+    t.settle(TP, 0, e)
     t.committed(TP, 1)
     assert t.oldest_uncommitted_timestamp(TP) == 1_001
 
 
 def test_backpressure_engages_at_the_bound_and_releases_below_low_water() -> None:
-    bp = Backpressure(LimitsSpec(max_in_flight_messages=100, max_in_flight_bytes=10_000))
+    bp = InFlightGate(LimitsSpec(max_in_flight_messages=100, max_in_flight_bytes=10_000))
     assert bp.update(99, 0) is False
     assert bp.update(100, 0) is True
     assert bp.update(60, 0) is True  # hysteresis: not yet below half

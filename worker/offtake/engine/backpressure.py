@@ -6,7 +6,7 @@ avoids flapping between paused and resumed on every record.
 
 Reaching the bound is not yet a reason to pause: at full speed the in-flight count touches it
 whenever the records done wait for their commit's acknowledgement, and the poll loop then
-simply fetches nothing more (:meth:`Backpressure.capacity`) until the commit frees room. A
+simply fetches nothing more (:meth:`InFlightGate.capacity`) until the commit frees room. A
 pause costs librdkafka's prefetched records (dropped, fetched again on resume: most of a
 second), so it is kept for a bound held for ``grace`` seconds: a stalled sink.
 """
@@ -27,7 +27,13 @@ LOW_WATER = 0.5  # resume once in-flight work fell below half of each bound
 
 
 @dataclass
-class Backpressure:
+class InFlightGate:
+    """The in-flight bound: how much may still be fetched, and when to pause for a stall.
+
+    Not :class:`offtake.Backpressure`, the processor's "slow down" (one partition, a delay
+    it names): that one is held by :class:`PartitionPauser` through the processing thread.
+    """
+
     limits: LimitsSpec
     grace: float = 0.0  # seconds at the bound before pausing
     engaged: bool = False

@@ -19,7 +19,7 @@ from offtake.records import TopicPartition
 
 log = logging.getLogger("offtake.commits")
 
-EARLY_COMMIT_FRACTION = 0.25  # commit early once a quarter of the in-flight bound is done
+EARLY_COMMIT_FRACTION = 0.25  # commit early once a quarter of the in-flight bound is settled
 MIN_COMMIT_SPACING = 0.01  # ...but never more often than this, however small the bound
 # A commit before letting go that a rebalance refused is sent again after these pauses: the
 # rebalance that refused it typically ends within one heartbeat interval or so.
@@ -55,7 +55,7 @@ class Committer:
             return True
         return (
             now - self._last >= MIN_COMMIT_SPACING
-            and self.tracker.done_uncommitted() >= self.early_at
+            and self.tracker.settled_uncommitted() >= self.early_at
         )
 
     def maybe_commit(self) -> None:
@@ -72,7 +72,7 @@ class Committer:
         return refused is None
 
     def commit_before_release(self, only: set[TopicPartition] | None, deadline: float) -> bool:
-        """Commit what is done in ``only`` (all when None) synchronously, until the broker
+        """Commit what is settled in ``only`` (all when None) synchronously, until the broker
         acknowledged it; True then (or if nothing was left to commit).
 
         What the worker does before it lets partitions go (revoke, shutdown). A rebalance under

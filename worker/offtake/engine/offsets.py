@@ -2,8 +2,8 @@
 
 For every assigned partition the tracker keeps the records consumed and not yet committed.
 A record is *pending* until it is settled: its sink reported it written, or the error policy
-dead-lettered it, skipped it, or sent it to a retry topic (:meth:`OffsetTracker.done`,
-:meth:`OffsetTracker.done_many`). The commit position of a partition is the lowest pending
+dead-lettered it, skipped it, or sent it to a retry topic (:meth:`OffsetTracker.settle`,
+:meth:`OffsetTracker.settle_many`). The commit position of a partition is the lowest pending
 offset, or one past the last consumed offset when nothing is pending: every record below it
 is settled, so committing it loses nothing (at-least-once), and records settled above a
 pending one wait for it. A record the stop policy gave up on (:meth:`OffsetTracker.fail`)
@@ -17,7 +17,7 @@ limit (``limits.maxInFlightMessages``).
 
 Batch-first: the unit of bookkeeping is a *chunk*, the records of one partition taken from
 one poll (:meth:`OffsetTracker.register_batch`). The next run of a chunk's offsets settled in
-order (:meth:`OffsetTracker.done_many`, the common case: a sink batch of it delivered) costs
+order (:meth:`OffsetTracker.settle_many`, the common case: a sink batch of it delivered) costs
 one update, whatever its size; a record settled on its own (dead-lettered, dropped, retried,
 or delivered apart from its neighbours) marks just its offset. No object is kept per record: a
 chunk holds its offsets as one list, its byte count and its first timestamp, and a set only
@@ -122,7 +122,7 @@ class _Partition:
 
 
 class OffsetTracker:
-    """Per-partition bookkeeping of consumed, done and committed offsets."""
+    """Per-partition bookkeeping of consumed, settled and committed offsets."""
 
     def __init__(self) -> None:
         self._parts: dict[TopicPartition, _Partition] = {}
@@ -163,7 +163,7 @@ class OffsetTracker:
     ) -> int:
         """Records of one partition were consumed (offsets ascending, ``size`` bytes in all).
 
-        They form one chunk: pending until done. Returns the partition's epoch.
+        They form one chunk: pending until settled. Returns the partition's epoch.
         """
         part = self._parts.get(tp)
         if part is None:  # records of a partition we never saw assigned: track them anyway
@@ -176,8 +176,9 @@ class OffsetTracker:
         self.inflight_bytes += size
         return part.epoch
 
-    def done(self, tp: TopicPartition, offset: int, epoch: int) -> bool:
-        """A record reached its destination. False if it belongs to a stale assignment."""
+    def settle(self, tp: TopicPartition, offset: int, epoch: int) -> bool:
+        """A record is settled (delivered, dropped, dead-lettered, sent to a retry topic,
+        skipped). False if it belongs to a stale assignment."""
         part = self._parts.get(tp)
         if part is None or part.epoch != epoch:
             return False
@@ -186,8 +187,8 @@ class OffsetTracker:
             part.pending -= 1
         return True
 
-    def done_many(self, tp: TopicPartition, offsets: Sequence[int], epoch: int) -> bool:
-        """Records of one partition reached their destination (see :meth:`done`)."""
+    def settle_many(self, tp: TopicPartition, offsets: Sequence[int], epoch: int) -> bool:
+        """Records of one partition are settled (see :meth:`settle`)."""
         part = self._parts.get(tp)
         if part is None or part.epoch != epoch:
             return False
@@ -196,7 +197,7 @@ class OffsetTracker:
             part.pending -= len(offsets)
             return True
         for offset in offsets:
-            self.done(tp, offset, epoch)
+            self.settle(tp, offset, epoch)
         return True
 
     def fail(self, tp: TopicPartition, offset: int, epoch: int) -> None:
@@ -210,7 +211,7 @@ class OffsetTracker:
 
     # -- commits ----------------------------------------------------------------------------
     def position(self, tp: TopicPartition) -> int | None:
-        """The offset that may be committed now (all below it done), or None if nothing new."""
+        """The offset that may be committed now (all below it settled), or None if nothing new."""
         part = self._parts.get(tp)
         if part is None or part.next_offset is None:
             return None
@@ -277,8 +278,8 @@ class OffsetTracker:
         part = self._parts.get(tp)
         return part.committed if part else None
 
-    def done_uncommitted(self) -> int:
-        """Records done but not yet covered by an acknowledged commit (drives early commits)."""
+    def settled_uncommitted(self) -> int:
+        """Records settled but not yet covered by an acknowledged commit (drives early commits)."""
         return self.inflight_messages - sum(p.pending for p in self._parts.values())
 
     def pending_in(self, partitions: set[TopicPartition] | None = None) -> int:

@@ -1,11 +1,18 @@
-"""The processing thread: decode, run the processor with retries, hand results to the sink.
+"""The processing thread: its mailbox, and the steps it runs: decode, then the processor.
+
+Split by job, one step per module: this module is the thread, the mailbox through which the
+poll loop talks to it, decoding a :class:`Work` and running the processor (with its retries
+when the processor is unavailable); :mod:`offtake.engine.routing` sends each outcome on (the
+sink, the error policy, parking) and turns the sink's reports into settlements;
+:mod:`offtake.engine.parking` keeps the records waiting out a delay and the partitions held
+behind them (plain code, unit-tested on its own).
 
 It runs beside the poll loop so that slow user code or a slow sidecar never stops the worker
 from polling (which would get it kicked out of the group). Work arrives in consumption order
 and is handled in that order, so records of one partition reach the sink in offset order --
 except a record being retried: it waits out its backoff parked, while the records behind it
 go on (one poison record must not stall every partition for seconds). The offset tracker
-still holds commits at the parked record, so nothing past it is committed before it is done.
+still holds commits at the parked record, so nothing past it is committed before it settles.
 A record whose processor raised :class:`offtake.Backpressure` ("slow down") is parked the
 same way without counting an attempt, and the records behind it on its partition are held
 (whatever ``errors.ordering``), while the poll loop pauses the partition for the delay.
@@ -30,8 +37,6 @@ Threading model (the rule every other module relies on):
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import threading
 import time
@@ -44,17 +49,18 @@ from typing import TypeVar
 
 from offtake.engine.completions import Completions
 from offtake.engine.errors import ErrorPolicy
+from offtake.engine.parking import Attempt, Parking
+from offtake.engine.routing import Router
 from offtake.health import Health
 from offtake.kafka.protocols import MessageLike
 from offtake.kafka.share_source import delivery_count
 from offtake.metrics import Metrics
-from offtake.processing.base import Backpressure as SlowDown
 from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
 from offtake.processing.decode import DecodeError, ValueDecoder, to_record, to_records
 from offtake.processing.function import PassThrough
 from offtake.processing.schema_formats import RegistryUnavailable
 from offtake.records import Record, TopicPartition
-from offtake.sinks.base import Forward, Sink, SinkItem
+from offtake.sinks.base import Forward, Sink
 
 log = logging.getLogger("offtake.processing")
 
@@ -97,18 +103,6 @@ class DeliveredTooOften(Exception):
         )
 
 
-@dataclass(slots=True)
-class _Block:
-    """A parked record and the records held behind it, in order.
-
-    For errors.ordering strict (a record being retried) and for offtake.Backpressure.
-    """
-
-    offset: int  # the parked record that holds its partition
-    epoch: int
-    held: deque[tuple[Record, int, int, Outcome | None]]  # result kept if already processed
-
-
 class ProcessingStage:
     def __init__(
         self,
@@ -136,14 +130,21 @@ class ProcessingStage:
         # records as they are: a poll's records of a partition go to the sink as one Forward,
         # with no Record, Outcome or SinkItem made per record (docs/architecture.md).
         self.forwarding = isinstance(processor, PassThrough) and fmt == "bytes" and sink.forwards
-        self._blocked: dict[TopicPartition, _Block] = {}
-        self._unblocked: list[TopicPartition] = []
+        self.parking = Parking()
+        self.router = Router(
+            sink,
+            policy,
+            completions,
+            metrics,
+            self.parking,
+            lambda: self._current,
+            max_retries,
+            strict_ordering,
+            fmt,
+        )
         self.abort = threading.Event()  # set to give up on queued work (drain budget spent)
         self._current: Mapping[TopicPartition, int] = MappingProxyType({})
         self._queue: deque[Work] = deque()
-        # Records waiting out a retry backoff: (due, tiebreak, record, epoch, next attempt).
-        self._parked: list[tuple[float, int, Record, int, int]] = []
-        self._tiebreak = itertools.count()
         self._cond = threading.Condition()
         self._progress = threading.Condition()
         self._queued = 0
@@ -154,14 +155,11 @@ class ProcessingStage:
         self._abandon: deque[frozenset[TopicPartition]] = deque()
         self._calls: deque[tuple[Callable[[], object], Future[object]]] = deque()
         self._final_drain_until: float | None = None
-        self._out = 0  # items submitted to the sink and not completed (this thread only)
         self._thread = threading.Thread(target=self._run, name="offtake-processing", daemon=True)
 
     # -- called by the poll loop -----------------------------------------------------------
     def start(self) -> None:
-        self.sink.start(self._on_sink_complete, self._on_sink_batch_complete)
-        if self.forwarding:
-            self.sink.start_forwarding(self._on_forwarded)
+        self.router.start(self.forwarding)
         self._thread.start()
 
     def submit(self, works: list[Work]) -> None:
@@ -237,8 +235,9 @@ class ProcessingStage:
                 while not self._has_task():
                     outstanding = self._outstanding()
                     wait = SINK_SERVICE_INTERVAL if outstanding else IDLE_WAIT
-                    if self._parked:
-                        wait = min(wait, self._until_next_due())
+                    next_due = self.parking.until_next_due(time.monotonic())
+                    if next_due is not None:
+                        wait = min(wait, next_due)
                     self._cond.wait(wait)
                     if outstanding:
                         break  # serve the sink and the DLQ: their reports settle records
@@ -251,7 +250,7 @@ class ProcessingStage:
                     stop = True
                 else:
                     stop = False
-                retries = [] if stop else self._take_due()
+                retries = [] if stop else self.parking.take_due(time.monotonic(), CHUNK)
                 work = None
                 if not stop and not retries and self._queue:
                     work = self._queue.popleft()
@@ -262,8 +261,7 @@ class ProcessingStage:
                 self._progress.notify_all()
             for partitions in abandon:
                 self.sink.abandon(partitions)
-                for tp in partitions:
-                    self._blocked.pop(tp, None)
+                self.parking.forget(partitions)
             for fn, future in calls:
                 _run_call(fn, future)
             if stop:
@@ -284,7 +282,7 @@ class ProcessingStage:
 
     def _outstanding(self) -> bool:
         """Whether the sink, the DLQ or a retry topic owes delivery reports only we can serve."""
-        return bool(self._out) or self.policy.in_flight() > 0
+        return bool(self.router.out) or self.policy.in_flight() > 0
 
     def _has_task(self) -> bool:
         return bool(
@@ -292,7 +290,7 @@ class ProcessingStage:
             or self._closed
             or self._abandon
             or self._calls
-            or self._due()
+            or self.parking.has_due(time.monotonic())
             or self._flush is not None
             or self._flush_all
         )
@@ -312,34 +310,19 @@ class ProcessingStage:
 
     def _serve(self) -> None:
         """Let the sink, the DLQ and retry sends fire their callbacks (on this thread)."""
-        out = self._out
+        out = self.router.out
         self.sink.poll()
         self.policy.poll()
-        if self._out < out:
+        if self.router.out < out:
             # Records settled: a poll loop waiting at the in-flight bound can apply them (and
             # commit, which frees room) now rather than when its wait times out.
             with self._progress:
                 self._progress.notify_all()
 
-    def _due(self) -> bool:
-        return bool(self._parked) and self._parked[0][0] <= time.monotonic()
-
-    def _until_next_due(self) -> float:
-        return max(0.0, self._parked[0][0] - time.monotonic()) if self._parked else IDLE_WAIT
-
-    def _take_due(self) -> list[tuple[Record, int, int]]:
+    def _park(self, retry: list[Attempt]) -> None:
         now = time.monotonic()
-        out: list[tuple[Record, int, int]] = []
-        while self._parked and self._parked[0][0] <= now and len(out) < CHUNK:
-            _, _, record, epoch, attempt = heapq.heappop(self._parked)
-            out.append((record, epoch, attempt))
-        return out
-
-    def _park(self, retry: list[tuple[Record, int, int]]) -> None:
-        with self._cond:
-            for record, epoch, attempt in retry:
-                due = time.monotonic() + self.policy.backoff(attempt - 1)
-                heapq.heappush(self._parked, (due, next(self._tiebreak), record, epoch, attempt))
+        for record, epoch, attempt in retry:
+            self.parking.park(record, epoch, attempt, now + self.policy.backoff(attempt - 1))
 
     def _is_current(self, tp: TopicPartition, epoch: int) -> bool:
         return self._current.get(tp) == epoch
@@ -349,13 +332,12 @@ class ProcessingStage:
         if not self._is_current(work.tp, epoch):
             return  # its partition was revoked or lost meanwhile: not ours any more
         if self.forwarding:
-            self._out += len(work.messages)
-            self.sink.forward(
+            self.router.forward(
                 Forward(work.tp, epoch, work.messages, work.offsets, time.monotonic())
             )
             self._serve()
             return
-        todo: list[tuple[Record, int, int]] = []
+        todo: list[Attempt] = []
         if isinstance(self.fmt, str):  # json, string, bytes: decoded in one pass
             decoded_all = to_records(work.messages, work.tp.topic, work.tp.partition, self.fmt)
         else:  # a schema format: its decoder may wait out a registry outage
@@ -365,15 +347,16 @@ class ProcessingStage:
                 if decoded is None:
                     return  # given up while the registry was unreachable (drain budget spent)
                 decoded_all.append(decoded)
+        parking = self.parking
         for (record, decode_error), msg in zip(decoded_all, work.messages, strict=True):
             # A share group's record counts its attempts from the broker's delivery count
             # (queue mode): its earlier deliveries' attempts were made elsewhere, or by a
             # worker that crashed on it. Past the last attempt it goes to the policy unrun.
             attempt = delivery_count(msg) or 1
-            block = self._block_of(record.tp, epoch) if self._blocked else None
-            if block is not None:  # behind a parked record of its partition
+            hold = parking.hold_of(record.tp, epoch) if parking.holding else None
+            if hold is not None:  # behind a parked record of its partition
                 failed = None if decode_error is None else Outcome([], decode_error, False)
-                block.held.append((record, epoch, attempt, failed))
+                parking.hold_behind(hold, (record, epoch, attempt, failed))
             elif decode_error is not None:
                 self.policy.give_up(record, epoch, decode_error, attempt, "decode")
             elif attempt > self.max_retries + 1:
@@ -401,7 +384,7 @@ class ProcessingStage:
                 if self.abort.wait(delay):
                     return None
 
-    def _process(self, todo: list[tuple[Record, int, int]]) -> None:
+    def _process(self, todo: list[Attempt]) -> None:
         """Run the processor on records, route results, park failures for a retry."""
         unavailable = 0
         while todo and not self.abort.is_set():
@@ -434,84 +417,14 @@ class ProcessingStage:
                 # let these records go (uncommitted, or released to a share group), so sending
                 # them on now would only duplicate what the next worker sends.
                 return
-            retry = self._route(todo, outcomes)
+            retry = self.router.route(todo, outcomes)
             if retry:
                 self._park(retry)
-            while self._unblocked:
-                self._release(self._unblocked.pop())
+            while settled := self.parking.take_settled():
+                for tp in settled:
+                    self._release(tp)
             self._serve()
             return
-
-    def _route(
-        self, todo: list[tuple[Record, int, int]], outcomes: list[Outcome]
-    ) -> list[tuple[Record, int, int]]:
-        """Send results on; return the records to retry (with their next attempt number)."""
-        retry: list[tuple[Record, int, int]] = []
-        to_sink: list[SinkItem] = []
-        current = self._current
-        checked: tuple[str, int, int] | None = None  # last (topic, partition, epoch) found current
-        for (record, epoch, attempts), outcome in zip(todo, outcomes, strict=True):
-            if checked != (record.topic, record.partition, epoch):
-                if current.get(record.tp) != epoch:
-                    continue  # its partition was revoked or lost meanwhile
-                checked = (record.topic, record.partition, epoch)
-            blocker = False
-            if self._blocked and (block := self._block_of(record.tp, epoch)) is not None:
-                if block.offset != record.offset:
-                    block.held.append((record, epoch, attempts, outcome))  # wait behind it
-                    continue
-                blocker = True
-            elif outcome.error is None and outcome.values:  # the common case, first
-                to_sink.append(SinkItem(record, outcome.values, epoch, attempts))
-                continue
-            if isinstance(outcome.error, SlowDown):
-                self._slow_down(record, epoch, attempts, outcome.error, blocker)
-                continue  # a blocker stays one until it is settled
-            if outcome.ok:
-                if outcome.values:
-                    to_sink.append(SinkItem(record, outcome.values, epoch, attempts))
-                else:
-                    self.completions.put(record.tp, record.offset, epoch, "dropped")
-            elif outcome.retriable and attempts <= self.max_retries:
-                self.metrics.errors.labels("process").inc()
-                self.metrics.retries.inc()
-                retry.append((record, epoch, attempts + 1))
-                if self.strict and not blocker:
-                    self._blocked[record.tp] = _Block(record.offset, epoch, deque())
-                continue  # a blocker stays one until it is settled
-            elif outcome.retriable:
-                assert outcome.error is not None
-                self.policy.exhausted(record, epoch, outcome.error, attempts, "process")
-            else:
-                assert outcome.error is not None
-                stage = "decode" if isinstance(outcome.error, DecodeError) else "process"
-                self.policy.give_up(record, epoch, outcome.error, attempts, stage)
-            if blocker:
-                self._unblocked.append(record.tp)
-        if to_sink:
-            self._to_sink(to_sink)
-        return retry
-
-    def _slow_down(
-        self, record: Record, epoch: int, attempts: int, exc: SlowDown, blocker: bool
-    ) -> None:
-        """offtake.Backpressure: park the record (same attempt) and hold its partition."""
-        log.info("%s: processor asked to slow down (%s)", record.where(), exc)
-        tp = record.tp
-        with self._cond:
-            due = time.monotonic() + exc.retry_after
-            heapq.heappush(self._parked, (due, next(self._tiebreak), record, epoch, attempts))
-        if not blocker:
-            self._blocked[tp] = _Block(record.offset, epoch, deque())
-        self.completions.request_slow_down(tp, epoch, time.time() + exc.retry_after)
-
-    def _block_of(self, tp: TopicPartition, epoch: int) -> _Block | None:
-        """The block holding ``tp`` in this assignment (a stale one is dropped)."""
-        block = self._blocked.get(tp)
-        if block is not None and block.epoch != epoch:
-            del self._blocked[tp]
-            return None
-        return block
 
     def _release(self, tp: TopicPartition) -> None:
         """strict: the parked record of ``tp`` is settled; the records behind it go on, in order.
@@ -519,8 +432,7 @@ class ProcessingStage:
         Runs of records already processed are routed with their results, the others are
         processed now; if one blocks the partition again, the rest wait behind it.
         """
-        block = self._blocked.pop(tp, None)
-        held = block.held if block is not None else deque()
+        held = self.parking.release(tp)
         while held:
             run = [held.popleft()]
             processed = run[0][3] is not None
@@ -528,65 +440,13 @@ class ProcessingStage:
                 run.append(held.popleft())
             todo = [(r, e, a) for r, e, a, _ in run]
             if processed:
-                retry = self._route(todo, [o for *_, o in run if o is not None])
+                retry = self.router.route(todo, [o for *_, o in run if o is not None])
                 if retry:
                     self._park(retry)
             else:
                 self._process(todo)
-            again = self._blocked.get(tp)
-            if again is not None:  # blocked anew: what is left waits behind that record
-                again.held.extend(held)
+            if self.parking.held_again(tp, held):  # what is left waits behind that record
                 return
-
-    def _to_sink(self, items: list[SinkItem]) -> None:
-        """One sink batch; ``items`` in consumption order (of one partition, mostly)."""
-        items[0].submitted = time.monotonic()  # one clock read: the batch's sink latency
-        self._out += len(items)
-        for item, exc in self.sink.submit_batch(items):
-            self._out -= 1
-            self.policy.exhausted(item.record, item.epoch, exc, item.attempts, "sink")
-
-    def _on_sink_complete(self, item: SinkItem, error: BaseException | None) -> None:
-        """The sink's callback for one item: fires on this thread (see the module docstring)."""
-        self._on_sink_batch_complete([item], {} if error is None else {0: error})
-
-    def _on_forwarded(self, forward: Forward, failed: dict[int, BaseException]) -> None:
-        """The sink's callback for a forward: one settlement for all its records."""
-        self._out -= len(forward.messages)
-        self.metrics.sink_seconds.observe(time.monotonic() - forward.submitted)
-        if not failed:
-            self.completions.put_many(forward.tp, forward.offsets, forward.epoch, "delivered")
-            return
-        offsets = [o for i, o in enumerate(forward.offsets) if i not in failed]
-        if offsets:
-            self.completions.put_many(forward.tp, offsets, forward.epoch, "delivered")
-        for i, error in failed.items():  # a failing record does not fail its neighbours
-            record, _ = to_record(forward.messages[i], self.fmt)
-            self.policy.exhausted(record, forward.epoch, error, 1, "sink")
-
-    def _on_sink_batch_complete(
-        self, items: list[SinkItem], failed: dict[int, BaseException]
-    ) -> None:
-        """The sink's callback for items finished together: one settlement per partition."""
-        self._out -= len(items)
-        if items and items[0].submitted:
-            self.metrics.sink_seconds.observe(time.monotonic() - items[0].submitted)
-        # Keyed by plain tuples: a TopicPartition is made once per partition, not per item.
-        delivered: dict[tuple[str, int, int], list[int]] = {}
-        for i, item in enumerate(items):
-            error = failed.get(i) if failed else None
-            record = item.record
-            if error is None:
-                key = (record.topic, record.partition, item.epoch)
-                offsets = delivered.get(key)
-                if offsets is None:
-                    delivered[key] = [record.offset]
-                else:
-                    offsets.append(record.offset)
-            else:  # a failing record does not fail its neighbours
-                self.policy.exhausted(record, item.epoch, error, item.attempts, "sink")
-        for (topic, partition, epoch), offsets in delivered.items():
-            self.completions.put_many(TopicPartition(topic, partition), offsets, epoch, "delivered")
 
 
 def _run_call(fn: Callable[[], object], future: Future[object]) -> None:

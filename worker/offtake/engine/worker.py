@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from offtake.config.spec import PipelineSpec
-from offtake.engine.backpressure import Backpressure, PartitionPauser
+from offtake.engine.backpressure import InFlightGate, PartitionPauser
 from offtake.engine.completions import Completions, Settled
 from offtake.engine.delivery.base import DeliveryPolicy
 from offtake.engine.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_STOPPED_ON_ERROR
@@ -89,7 +89,7 @@ class Worker:
         self.route = parts.route
         self.delivery = parts.delivery
         self.tracker = self.delivery.tracker
-        self.backpressure = Backpressure(self.spec.limits, grace=STALL_GRACE)
+        self.backpressure = InFlightGate(self.spec.limits, grace=STALL_GRACE)
         self.pauser = PartitionPauser(self.source, self.metrics)
         self.lag = LagGauges(self.source, self.tracker, self.metrics)
         self.delivery.bind(self)

@@ -43,7 +43,7 @@ class AtLeastOnce(DeliveryPolicy):
         # needs a consume(), which the spacing lets happen).
         if now - self._last_bound_commit < BOUND_COMMIT_SPACING:
             return False
-        if not self.tracker.done_uncommitted():
+        if not self.tracker.settled_uncommitted():
             return False
         self._last_bound_commit = now
         self.committer.commit(asynchronous=False)

@@ -110,12 +110,12 @@ class DeliveryPolicy(ABC):
         """Apply one settlement; returns how many records it settled (0: a stale assignment's,
         or a failed record, which the loop stops the worker for)."""
         if isinstance(settled, SettledMany):
-            ok = self.tracker.done_many(settled.tp, settled.offsets, settled.epoch)
+            ok = self.tracker.settle_many(settled.tp, settled.offsets, settled.epoch)
             return len(settled.offsets) if ok else 0
         if settled.how == "failed":
             self.tracker.fail(settled.tp, settled.offset, settled.epoch)
             return 0
-        return 1 if self.tracker.done(settled.tp, settled.offset, settled.epoch) else 0
+        return 1 if self.tracker.settle(settled.tp, settled.offset, settled.epoch) else 0
 
     @abstractmethod
     def step(self, now: float) -> None:

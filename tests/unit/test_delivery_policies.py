@@ -1,0 +1,214 @@
+"""Delivery policies (engine/delivery/) against a fake loop and source: what each hook does."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from offtake.engine.commits import Committer
+from offtake.engine.completions import Settled, SettledMany
+from offtake.engine.delivery.at_least_once import COMMIT_RETRY_FLOOR, AtLeastOnce
+from offtake.engine.delivery.transactional import Transactional, TransactionCommitter
+from offtake.engine.exit_codes import EXIT_FATAL
+from offtake.engine.offsets import OffsetTracker
+from offtake.metrics import Metrics
+from offtake.records import TopicPartition
+from offtake.sinks.kafka_transactional import TransactionFailed
+
+TP = TopicPartition("in", 0)
+OTHER = TopicPartition("in", 1)
+
+
+class FakeSource:
+    """Acknowledges every commit at once, as a synchronous commit's callback does."""
+
+    def __init__(self) -> None:
+        self.commits: list[tuple[dict[TopicPartition, int], bool]] = []
+        self.policy: AtLeastOnce | None = None
+
+    def commit(self, positions: dict[TopicPartition, int], asynchronous: bool) -> None:
+        self.commits.append((dict(positions), asynchronous))
+        assert self.policy is not None
+        self.policy.on_commit(positions, None)
+
+
+class FakeLoop:
+    def __init__(self, drained: bool = True) -> None:
+        self.drained = drained
+        self.drains: list[tuple[set[TopicPartition] | None, float]] = []
+        self.abandoned: list[set[TopicPartition]] = []
+        self.failures: list[tuple[int, str]] = []
+        self.changes = 0
+
+    def drain(self, partitions: set[TopicPartition] | None, deadline: float) -> bool:
+        self.drains.append((partitions, deadline))
+        return self.drained
+
+    def abandon(self, partitions: set[TopicPartition]) -> None:
+        self.abandoned.append(partitions)
+
+    def fail(self, code: int, reason: str) -> None:
+        self.failures.append((code, reason))
+
+    def assignment_changed(self) -> None:
+        self.changes += 1
+
+
+def at_least_once(loop: FakeLoop) -> tuple[AtLeastOnce, FakeSource, int]:
+    source = FakeSource()
+    tracker = OffsetTracker()
+    source_any: Any = source
+    policy = AtLeastOnce(Committer(source_any, tracker, Metrics("t"), 5.0, 1_000))
+    source.policy = policy
+    policy.bind(loop)
+    epoch = tracker.assign(TP)
+    tracker.assign(OTHER)
+    tracker.register_batch(TP, [10, 11, 12], 30, None)
+    return policy, source, epoch
+
+
+def test_settlements_mark_the_tracker_and_stale_or_failed_ones_count_nothing() -> None:
+    policy, _, epoch = at_least_once(FakeLoop())
+    assert policy.settle(SettledMany(TP, [10, 11], epoch, "delivered")) == 2
+    assert policy.settle(SettledMany(TP, [12], epoch + 99, "delivered")) == 0  # stale
+    assert policy.tracker.position(TP) == 12
+    assert policy.settle(Settled(TP, 12, epoch, "failed", "boom")) == 0
+    assert policy.tracker.pending_in(None) == 0
+    assert policy.tracker.position(TP) == 12  # a failed record caps the position for good
+
+
+def test_at_the_bound_it_commits_synchronously_but_not_in_a_tight_loop() -> None:
+    policy, source, epoch = at_least_once(FakeLoop())
+    now = time.monotonic()
+    assert not policy.at_bound(now)  # nothing settled: a commit would free nothing
+    policy.settle(SettledMany(TP, [10, 11, 12], epoch, "delivered"))
+    assert policy.at_bound(now)
+    assert source.commits == [({TP: 13}, False)]
+    assert policy.tracker.inflight_messages == 0  # the acknowledgement freed the room
+    policy.tracker.register_batch(TP, [13], 10, None)
+    policy.settle(Settled(TP, 13, epoch, "delivered"))
+    assert not policy.at_bound(now + 0.001)  # spaced: the loop waits instead
+    assert policy.at_bound(now + 1.0)
+
+
+def test_a_revoke_drains_those_partitions_and_commits_what_was_delivered() -> None:
+    loop = FakeLoop(drained=True)
+    policy, source, epoch = at_least_once(loop)
+    policy.settle(SettledMany(TP, [10, 11, 12], epoch, "delivered"))
+    deadline = time.monotonic() + 1.0
+    released = policy.revoking({TP}, deadline)
+    assert released.drained and released.committed
+    assert loop.drains == [({TP}, deadline)] and loop.abandoned == []
+    assert source.commits == [({TP: 13}, False)]
+
+
+def test_a_revoke_past_the_drain_budget_abandons_and_commits_what_settled() -> None:
+    loop = FakeLoop(drained=False)
+    policy, source, epoch = at_least_once(loop)
+    policy.settle(Settled(TP, 10, epoch, "delivered"))
+    released = policy.revoking({TP}, time.monotonic())
+    assert not released.drained and released.committed
+    assert loop.abandoned == [{TP}]
+    assert source.commits == [({TP: 11}, False)]  # up to the first unsettled record
+
+
+def test_the_commit_before_letting_go_may_retry_past_a_spent_drain_budget() -> None:
+    policy, _, _ = at_least_once(FakeLoop())
+    spent = time.monotonic() - 1.0
+    assert policy._commit_by(spent) >= time.monotonic() + COMMIT_RETRY_FLOOR - 0.1
+    policy.final_commit(spent)  # shutdown: its deadline holds for the revoke close() brings
+    assert policy._commit_by(time.monotonic() + 100.0) == policy._final_commit_by
+
+
+class FakeTransactionalSink:
+    commit_timeout = 1.0
+
+    def __init__(self, refuse: str | None = None, fenced: bool = False) -> None:
+        self.refuse = refuse
+        self.fenced = fenced
+        self.in_transaction = True
+        self.committed: list[dict[TopicPartition, int]] = []
+        self.aborts = 0
+
+    def commit_transaction(self, offsets: dict[TopicPartition, int], metadata: Any) -> None:
+        if self.refuse is not None:
+            self.abort_transaction()
+            raise TransactionFailed(self.refuse)
+        self.committed.append(dict(offsets))
+
+    def abort_transaction(self) -> None:
+        self.aborts += 1
+        self.in_transaction = not self.fenced
+
+
+class FakeStage:
+    def call(self, fn: Any, timeout: float) -> Any:
+        return fn()  # the processing thread, here the caller's
+
+
+class FakeConsumerSide:
+    def __init__(self) -> None:
+        self.seeks: list[tuple[TopicPartition, int]] = []
+
+    def group_metadata(self) -> object:
+        return object()
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.seeks.append((tp, offset))
+
+
+def transactional(
+    loop: FakeLoop, sink: FakeTransactionalSink
+) -> tuple[Transactional, FakeConsumerSide, int]:
+    source = FakeConsumerSide()
+    tracker = OffsetTracker()
+    anys: tuple[Any, Any, Any] = (source, FakeStage(), sink)
+    committer = TransactionCommitter(anys[0], tracker, Metrics("t"), 0.0, 1_000, anys[1], anys[2])
+    policy = Transactional(committer, anys[0], drain_timeout=1.0)
+    policy.bind(loop)
+    epoch = tracker.assign(TP)
+    tracker.register_batch(TP, [10, 11, 12], 30, None)
+    return policy, source, epoch
+
+
+def test_a_transaction_commits_after_draining_every_partition() -> None:
+    loop, sink = FakeLoop(), FakeTransactionalSink()
+    policy, _, epoch = transactional(loop, sink)
+    policy.settle(SettledMany(TP, [10, 11, 12], epoch, "delivered"))
+    policy.step(time.monotonic())
+    assert [p for p, _ in loop.drains] == [None]  # every partition: one transaction holds all
+    assert sink.committed == [{TP: 13}]
+    assert policy.tracker.inflight_messages == 0 and loop.failures == []
+    assert not policy.at_bound(time.monotonic())  # no commit of its own at the bound
+
+
+def test_a_transaction_refused_by_a_rebalance_consumes_its_records_again() -> None:
+    loop, sink = FakeLoop(), FakeTransactionalSink(refuse="generation id is not valid")
+    policy, source, epoch = transactional(loop, sink)
+    policy.settle(SettledMany(TP, [10, 11, 12], epoch, "delivered"))
+    released = policy.revoking({TP}, time.monotonic() + 1.0)
+    assert not released.drained and loop.abandoned == [{TP}]
+    assert source.seeks == [(TP, 10)]  # back to the oldest record of the aborted transaction
+    assert policy.tracker.epoch(TP) != epoch and loop.changes == 1  # old work goes stale
+    assert loop.failures == [] and policy.committer.broken is None  # commits again
+
+
+def test_a_fenced_producer_or_an_unfinished_drain_stops_the_worker() -> None:
+    loop, sink = FakeLoop(), FakeTransactionalSink(refuse="fenced", fenced=True)
+    policy, _, epoch = transactional(loop, sink)
+    policy.settle(SettledMany(TP, [10, 11, 12], epoch, "delivered"))
+    policy.step(time.monotonic())
+    assert [code for code, _ in loop.failures] == [EXIT_FATAL]
+    loop, sink = FakeLoop(drained=False), FakeTransactionalSink()
+    policy, _, _ = transactional(loop, sink)
+    policy.step(time.monotonic())
+    assert sink.aborts == 1 and sink.committed == []
+    assert [code for code, _ in loop.failures] == [EXIT_FATAL]
+
+
+def test_losing_partitions_aborts_the_open_transaction_and_stops() -> None:
+    loop, sink = FakeLoop(), FakeTransactionalSink()
+    policy, _, _ = transactional(loop, sink)
+    policy.lost({TP})
+    assert sink.aborts == 1
+    assert [code for code, _ in loop.failures] == [EXIT_FATAL]
