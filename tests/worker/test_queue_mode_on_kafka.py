@@ -186,3 +186,19 @@ def test_poison_record_reaches_the_dlq_after_max_retries(
     headers = {k: (v or b"").decode() for k, v in dead.headers() or []}
     assert headers["offtake.attempts"] == "3"  # maxRetries 2: three attempts, then the DLQ
     assert len(read_all(kafka_broker.bootstrap, out)) == 199
+
+
+def test_a_broker_without_share_groups_stops_the_worker_naming_the_field(
+    topic_factory: Any, tmp_path: Path
+) -> None:
+    """Kafka formatted with share.version=0: the group's configuration is accepted, the
+    first poll is refused (UNSUPPORTED_VERSION); the worker exits 3 naming the field."""
+    with KafkaBroker(features={"share.version": 0}) as broker:
+        broker.create_topic("jobs", 1)
+        doc = queue_manifest("queue-none", broker.bootstrap, "jobs", "done")
+        worker = WorkerProcess(write_manifest(tmp_path / "p.yaml", doc), tmp_path / "w.log")
+        code = worker.start().wait(120)
+    log = worker.output()
+    assert code == 3, log[-3000:]
+    assert "spec.source.groupType share needs Kafka 4.2 or later" in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
