@@ -202,3 +202,36 @@ def test_a_broker_without_share_groups_stops_the_worker_naming_the_field(
     assert code == 3, log[-3000:]
     assert "spec.source.groupType share needs Kafka 4.2 or later" in log, log[-3000:]
     assert "Traceback" not in log, log[-3000:]
+
+
+def test_rolling_replacement_under_a_steady_flow_loses_and_duplicates_nothing(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    """Two workers replaced one at a time (SIGTERM, then a new one), as a Deployment's rolling
+    update does, while records keep arriving."""
+    src, out = topic_factory(2), topic_factory(2)
+    doc = queue_manifest(
+        "queue-roll",
+        kafka_broker.bootstrap,
+        src,
+        out,
+        processor={"function": "support.processors:slow"},
+    )
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    env = {"OFFTAKE_TEST_SLOW_SECONDS": "0.002"}
+    total = 6_000
+    workers = [WorkerProcess(path, tmp_path / f"w{i}.log", env).start() for i in range(2)]
+    with SteadyFlow(kafka_broker.bootstrap, src, 200, 0.5, total) as flow:
+        for i in range(2):
+            old = workers[i]
+            old.wait_until(lambda w=old: acquired(w) > 0, "records through it")
+            assert old.terminate() == 0, old.output()[-2000:]
+            workers.append(WorkerProcess(path, tmp_path / f"w{i + 2}.log", env).start())
+        flow.join()
+    wait_delivered(kafka_broker.bootstrap, out, total)
+    codes = [w.terminate() for w in workers[2:]]
+    assert codes == [0, 0], [w.output()[-2000:] for w in workers[2:]]
+    counts = ids_of(read_all(kafka_broker.bootstrap, out))
+    lost, duplicated = lost_and_duplicated(total, counts)
+    report("queue-rolling", produced=total, lost=lost, duplicated=duplicated)
+    assert (lost, duplicated) == (0, 0)
