@@ -140,7 +140,6 @@ class ProcessingStage:
             lambda: self._current,
             max_retries,
             strict_ordering,
-            fmt,
         )
         self.abort = threading.Event()  # set to give up on queued work (drain budget spent)
         self._current: Mapping[TopicPartition, int] = MappingProxyType({})

@@ -26,11 +26,12 @@ from collections.abc import Callable, Mapping
 from offtake.engine.completions import Completions
 from offtake.engine.errors import ErrorPolicy
 from offtake.engine.parking import Attempt, Parking
+from offtake.kafka.protocols import MessageLike
 from offtake.metrics import Metrics
 from offtake.processing.base import Backpressure as SlowDown
 from offtake.processing.base import Outcome
-from offtake.processing.decode import DecodeError, ValueDecoder, to_record
-from offtake.records import Record, TopicPartition
+from offtake.processing.decode import DecodeError
+from offtake.records import Record, TopicPartition, make_record
 from offtake.sinks.base import Forward, Sink, SinkItem
 
 log = logging.getLogger("offtake.processing")
@@ -47,7 +48,6 @@ class Router:
         current: Callable[[], Mapping[TopicPartition, int]],
         max_retries: int,
         strict_ordering: bool,
-        fmt: str | ValueDecoder,
     ) -> None:
         self.sink = sink
         self.policy = policy
@@ -57,7 +57,6 @@ class Router:
         self.current = current  # the poll loop's published assignment epochs
         self.max_retries = max_retries
         self.strict = strict_ordering
-        self.fmt = fmt  # to rebuild a forwarded record that failed, for its dead letter
         self.out = 0  # records handed to the sink and not yet reported (this thread only)
 
     def start(self, forwarding: bool) -> None:
@@ -154,7 +153,7 @@ class Router:
         if offsets:
             self.completions.put_many(forward.tp, offsets, forward.epoch, "delivered")
         for i, error in failed.items():  # a failing record does not fail its neighbours
-            record, _ = to_record(forward.messages[i], self.fmt)
+            record = as_consumed(forward.messages[i], forward.tp, forward.offsets[i])
             self.policy.exhausted(record, forward.epoch, error, 1, "sink")
 
     def _on_sink_batch_complete(
@@ -180,3 +179,21 @@ class Router:
                 self.policy.exhausted(record, item.epoch, error, item.attempts, "sink")
         for (topic, partition, epoch), offsets in delivered.items():
             self.completions.put_many(TopicPartition(topic, partition), offsets, epoch, "delivered")
+
+
+def as_consumed(msg: MessageLike, tp: TopicPartition, offset: int) -> Record:
+    """A forwarded record for the error policy, as consumed: forwarding runs only for
+    ``format: bytes``, so its value is its bytes and there is nothing to decode again."""
+    ts_type, ts = msg.timestamp()
+    headers = msg.headers()
+    value = msg.value()
+    return make_record(
+        tp.topic,
+        tp.partition,
+        offset,
+        msg.key(),
+        value,
+        tuple(headers) if headers else (),
+        ts if ts_type != 0 and ts >= 0 else None,
+        value,
+    )
