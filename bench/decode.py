@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                 source = SourceSpec(
                     topics=("t",),
                     group_id="g",
+                    group_type="consumer",
                     start_from="earliest",
                     format=fmt,  # type: ignore[arg-type]
                     schema_registry=SchemaRegistrySpec(registry.url) if fmt != "json" else None,

@@ -80,8 +80,9 @@ from confluent_kafka import (
 BENCH = Path(__file__).resolve().parent
 PARTITIONS = 4
 VALUE_BYTES = 80
-CONTENDERS = ("c", "loop", "quix", "arroyo", "offtake", "offtake-eos")
-# "offtake": exactly-once (offtake-eos) read against at-least-once in the same run.
+CONTENDERS = ("c", "loop", "quix", "arroyo", "offtake", "offtake-eos", "offtake-queue")
+# "offtake": exactly-once (offtake-eos) and queue mode on a share group (offtake-queue) read
+# against at-least-once on a consumer group in the same run.
 ANCHORS = ("loop", "quix", "arroyo", "offtake")
 # Pinned, so that a figure names what it measured; the versions of the first table.
 VENV_PACKAGES = {"quix": "quixstreams==3.28.1", "arroyo": "sentry-arroyo==2.48.0"}
@@ -305,10 +306,12 @@ def command(
     if name == "c":
         assert contenders.forwarder is not None
         return [str(contenders.forwarder), job.bootstrap, job.input, job.output, job.group], env
-    if name in ("offtake", "offtake-eos"):
+    if name in ("offtake", "offtake-eos", "offtake-queue"):
         manifest = work / f"{job.group}.yaml"
         # JSON is YAML: no YAML library needed to write the manifest.
-        doc = offtake_manifest(job, work, exactly_once=name == "offtake-eos")
+        doc = offtake_manifest(
+            job, work, exactly_once=name == "offtake-eos", queue=name == "offtake-queue"
+        )
         manifest.write_text(json.dumps(doc, indent=2))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), str(BENCH)) if p)
         argv = [sys.executable, "-m", "offtake.cli", "worker", "--pipeline", str(manifest)]
@@ -324,7 +327,9 @@ def command(
     return [*argv, "--parallelism", str(job.workload.parallelism)], env
 
 
-def offtake_manifest(job: Job, work: Path, exactly_once: bool = False) -> dict[str, Any]:
+def offtake_manifest(
+    job: Job, work: Path, exactly_once: bool = False, queue: bool = False
+) -> dict[str, Any]:
     kind = job.workload.kind
     spec: dict[str, Any] = {
         "kafka": {"bootstrapServers": job.bootstrap},
@@ -352,6 +357,8 @@ def offtake_manifest(job: Job, work: Path, exactly_once: bool = False) -> dict[s
             sink["schema"] = {"file": str(schema_file)}
     if exactly_once:
         spec["sink"]["kafka"]["delivery"] = "exactly-once"
+    if queue:
+        spec["source"]["groupType"] = "share"  # one worker, the same topic: the mode's cost
     if kind != "bytes":
         function = "offtake_burn" if kind == "cpu" else "offtake_enrich"
         spec["processor"] = {"function": f"bench_workloads:{function}"}
@@ -596,7 +603,8 @@ def throughput_run(
         records_per_second=None if rate is None else round(rate),
         output=asdict(check),
         complete=check.complete,
-        committed_to_end=committed >= records,
+        # A share group commits no offsets: its progress is its output (None: not applicable).
+        committed_to_end=None if name == "offtake-queue" else committed >= records,
         exit_code=code,
     )
     if result["status"] == "ok" and not check.complete:
@@ -903,6 +911,7 @@ def per_record_costs(
     source = SourceSpec(
         topics=(topic,),
         group_id="costs",
+        group_type="consumer",
         start_from="earliest",
         format=kind,  # type: ignore[arg-type]
         schema_registry=schema_registry,
@@ -1053,6 +1062,10 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _yes_no(value: bool | None) -> str:
+    return "n/a" if value is None else ("yes" if value else "NO")
+
+
 def _describe(got: dict[str, Any]) -> str:
     if got.get("records_per_second") is None:
         return f"{got['status']} {got.get('reason') or got.get('log_tail', '')[-300:]}"
@@ -1060,7 +1073,7 @@ def _describe(got: dict[str, Any]) -> str:
     return (
         f"{got['records_per_second']:>9,} records/s  wall {got['wall_seconds']:.1f}s  "
         f"dups {out['duplicates']}  missing {out['missing']}  "
-        f"committed {'yes' if got['committed_to_end'] else 'NO'}  {got['status']}"
+        f"committed {_yes_no(got['committed_to_end'])}  {got['status']}"
     )
 
 

@@ -274,7 +274,7 @@ async def _apply_autoscaler(
     """
     name, namespace = render.meta(body)
     uid = body["metadata"]["uid"]
-    partitions = old_status.get("partitions")
+    partitions = render.replica_cap(pipeline, old_status.get("partitions"))
     wanted: tuple[Resource, JSON] | None = None
     auth: JSON | None = None
     # Paused: no autoscaler, or it would keep writing spec.replicas behind the user's back.
@@ -493,7 +493,7 @@ async def _reconcile_injected(
             await remove_owned(ctx.api, res, namespace, names.autoscaler_name(name), uid)
     outcome.status["autoscaler"] = None
     pods = await ctx.api.list(PODS, namespace, label_selector=names.injected_selector_string(name))
-    partitions = old_status.get("partitions")
+    partitions = render.replica_cap(pipeline, old_status.get("partitions"))
     seen = Observed(
         name,
         body["metadata"].get("generation"),

@@ -669,6 +669,12 @@ def render_service_monitor(
     }
 
 
+def replica_cap(pipeline: PipelineSpec, partitions: int | None) -> int | None:
+    """The most workers that get work: the partition count in a consumer group; no cap in a
+    share group (source.groupType share), whose members share every partition's records."""
+    return None if pipeline.source.is_share_group else partitions
+
+
 def replica_bounds(autoscaling: Autoscaling, partitions: int | None) -> tuple[int, int]:
     """(min, max) replicas, never above the partition count: an extra consumer would idle."""
     top = autoscaling.max_replicas

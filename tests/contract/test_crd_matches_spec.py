@@ -328,7 +328,9 @@ def test_crd_names_subresources_and_columns() -> None:
         "labelSelectorPath": ".status.selector",
     }
     columns = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
-    assert columns == ["Phase", "Ready", "Replicas", "Lag", "Lag(s)", "Reason", "Message", "Age"]
+    assert columns == [
+        *("Phase", "Ready", "Replicas", "Group", "Lag", "Lag(s)", "Reason", "Message", "Age")
+    ]
     wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority") == 1]
     assert wide == ["Partitions", "Up-to-date", "Autoscaler"]
     schema = _schema()
@@ -531,6 +533,15 @@ def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
     elif "has(self.tokenSecretRef)" in rule:
         submit = {"mode": "local", "tokenSecretRef": {"name": "spark", "key": "token"}}
         spec["sink"] = {"spark": {**json_sink, "submit": submit}}
+    elif "size(self.errors.retryTopics) == 0" in rule:
+        spec["source"]["groupType"] = "share"
+        spec["errors"] = {"retryTopics": [{"delaySeconds": 10}]}
+    elif "maxRetries <= 8" in rule:
+        spec["source"]["groupType"] = "share"
+        spec["errors"] = {"maxRetries": 9}
+    elif "groupType" in rule:
+        spec["source"]["groupType"] = "share"
+        spec["sink"] = {"kafka": {"topic": "t", "delivery": "exactly-once"}}
     elif "self.paused" in rule:
         spec.update(mode="inject", paused=True, processor={"container": {"port": 8080}})
     elif "|| has(self.processor.container.image)" in rule:

@@ -408,6 +408,7 @@ def _source(fmt: str) -> SourceSpec:
     return SourceSpec(
         topics=(TOPIC,),
         group_id="g",
+        group_type="consumer",
         start_from="earliest",
         format=fmt,  # type: ignore[arg-type]
         protobuf_message="support.diff_pb:Everything" if fmt == "protobuf" else None,

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import IllegalStateException, KafkaError, KafkaException, TopicPartition
 from support.brokers import (
     COOP,
     SETTLE_TIMEOUT,
@@ -625,3 +625,166 @@ def test_second_consumer_with_the_same_instance_id_fences_the_first(bed: BrokerB
     err = next(m.error() for m in got if m.error() is not None)
     assert err.code() == KafkaError._FATAL and not err.fatal()
     assert "fenced" in err.str()
+
+
+# -- share groups (KIP-932): queue mode -----------------------------------------------------
+# A share group starts at the log end unless told otherwise, so each test sets
+# share.auto.offset.reset=earliest first, as the worker does from spec.source.startFrom.
+
+ACCEPT, RELEASE, REJECT = 1, 2, 3  # confluent_kafka.AcknowledgeType
+
+
+def share_group(bed: BrokerBed, **settings: str) -> str:
+    group = bed.group()
+    bed.configure_share_group(group, share_auto_offset_reset="earliest", **settings)
+    return group
+
+
+def share_poll(c: Any, want: int, timeout: float = SETTLE_TIMEOUT) -> list[Any]:
+    """Poll until ``want`` records arrived (the first poll joins the group: seconds on Kafka).
+    The caller acknowledges; records are returned as they came, all of one poll at most."""
+    deadline = time.monotonic() + timeout
+    got: list[Any] = []
+    while len(got) < want:
+        assert time.monotonic() < deadline, f"timed out: {len(got)} of {want} records"
+        got += [m for m in c.poll(0.5) if m.error() is None]
+        if got and len(got) < want:
+            break  # a poll's records must be acknowledged before the next poll
+    return got
+
+
+def test_share_group_hands_each_record_to_one_of_more_members_than_partitions(
+    bed: BrokerBed,
+) -> None:
+    """Kafka assigns a partition to several members of a share group (re-assigned every
+    share.assignment.interval.ms, a second): members that join later get work once the group
+    has taken them in, so records keep coming until every member received some."""
+    topic, group = bed.topic(2), share_group(bed)
+    cs = [bed.share_consumer(group, f"s{i}", **{"max.poll.records": 10}) for i in range(3)]
+    for c in cs:
+        c.subscribe([topic])
+    p = bed.producer()
+    seen: list[list[tuple[int, int]]] = [[] for _ in cs]
+    produced = 0
+    deadline = time.monotonic() + SETTLE_TIMEOUT * 2
+    while not all(seen) or sum(map(len, seen)) < produced:
+        assert time.monotonic() < deadline, [len(v) for v in seen]
+        if not all(seen):
+            for _ in range(60):  # more than the members' polls take: some left for each
+                p.produce(topic, value=str(produced), partition=produced % 2)
+                produced += 1
+            p.flush(10)
+        for c, mine in zip(cs, seen, strict=True):
+            for m in c.poll(0.2):
+                mine.append((m.partition(), m.offset()))
+                c.acknowledge(m, ACCEPT)
+            c.commit_async()
+    everything = [r for v in seen for r in v]
+    assert len(everything) == len(set(everything)) == produced  # each record once, none lost
+
+
+def test_released_record_comes_back_with_a_higher_delivery_count(bed: BrokerBed) -> None:
+    topic, group = bed.topic(1), share_group(bed)
+    bed.produce(topic, value="r")
+    c = bed.share_consumer(group)
+    c.subscribe([topic])
+    (first,) = share_poll(c, 1)
+    assert first.delivery_count() == 1
+    c.acknowledge(first, RELEASE)
+    (again,) = share_poll(c, 1)
+    assert (again.offset(), again.delivery_count()) == (first.offset(), 2)
+    c.acknowledge(again, ACCEPT)
+    c.commit_sync(SETTLE_TIMEOUT)
+    assert [m for m in c.poll(1.0) if m.error() is None] == []
+
+
+def test_rejected_record_is_never_delivered_again(bed: BrokerBed) -> None:
+    topic, group = bed.topic(1), share_group(bed)
+    bed.produce(topic, value="poison")
+    bed.produce(topic, value="fine")
+    c = bed.share_consumer(group)
+    c.subscribe([topic])
+    got = share_poll(c, 2)
+    for m in got:
+        c.acknowledge(m, REJECT if m.value() == b"poison" else ACCEPT)
+    c.commit_sync(SETTLE_TIMEOUT)
+    assert [m for m in c.poll(1.5) if m.error() is None] == []
+
+
+def test_delivery_count_limit_archives_a_record_released_that_often(bed: BrokerBed) -> None:
+    topic, group = bed.topic(1), share_group(bed, share_delivery_count_limit="2")
+    bed.produce(topic, value="r")
+    c = bed.share_consumer(group)
+    c.subscribe([topic])
+    for count in (1, 2):
+        (m,) = share_poll(c, 1)
+        assert m.delivery_count() == count
+        c.acknowledge(m, RELEASE)
+    c.commit_sync(SETTLE_TIMEOUT)
+    assert [m for m in c.poll(1.5) if m.error() is None] == []
+
+
+def test_expired_lock_delivers_the_record_again_and_refuses_the_late_acknowledgement(
+    bed: BrokerBed,
+) -> None:
+    topic, group = bed.topic(1), share_group(bed, share_record_lock_duration_ms="1000")
+    bed.produce(topic, value="slow")
+    a, b = bed.share_consumer(group, "a"), bed.share_consumer(group, "b")
+    results: list[Any] = []
+    a.set_acknowledgement_commit_callback(lambda offsets, err: results.append(err))
+    a.subscribe([topic])
+    (held,) = share_poll(a, 1)
+    b.subscribe([topic])
+    (again,) = share_poll(b, 1)  # after a's lock expired
+    assert (again.offset(), again.delivery_count()) == (held.offset(), 2)
+    a.acknowledge(held, ACCEPT)  # too late: the broker refuses it
+    outcome = a.commit_sync(SETTLE_TIMEOUT)
+    assert [error_code(e) for e in outcome.values()] == [KafkaError.INVALID_RECORD_STATE]
+    assert len(results) == 1 and error_code(results[0]) == KafkaError.INVALID_RECORD_STATE
+    b.acknowledge(again, ACCEPT)
+    b.commit_sync(SETTLE_TIMEOUT)
+
+
+def test_share_group_starts_at_the_log_end_unless_configured(bed: BrokerBed) -> None:
+    topic = bed.topic(1)
+    bed.produce(topic, value="before")
+    latest, earliest = bed.group(), share_group(bed)
+    c, d = bed.share_consumer(latest, "c"), bed.share_consumer(earliest, "d")
+    c.subscribe([topic])
+    d.subscribe([topic])
+    assert [m.value() for m in share_poll(d, 1)] == [b"before"]
+    d.acknowledge_offset(topic, 0, 0, ACCEPT)
+    # c's group started at the log end: only what is produced after its start reaches it.
+    poll_for = time.monotonic() + 6
+    early: list[Any] = []
+    while time.monotonic() < poll_for:
+        early += [m for m in c.poll(0.5) if m.error() is None]
+    assert early == []
+    bed.produce(topic, value="after")
+    assert [m.value() for m in share_poll(c, 1)] == [b"after"]
+
+
+def test_polling_again_before_acknowledging_is_refused(bed: BrokerBed) -> None:
+    topic, group = bed.topic(1), share_group(bed)
+    bed.produce(topic, value="r")
+    c = bed.share_consumer(group)
+    c.subscribe([topic])
+    (m,) = share_poll(c, 1)
+    with pytest.raises(IllegalStateException, match="not been acknowledged"):
+        c.poll(0.1)
+    c.acknowledge(m, ACCEPT)
+
+
+def test_closing_releases_what_a_member_held(bed: BrokerBed) -> None:
+    topic, group = bed.topic(1), share_group(bed)
+    bed.produce(topic, value="r")
+    a, b = bed.share_consumer(group, "a"), bed.share_consumer(group, "b")
+    a.subscribe([topic])
+    share_poll(a, 1)
+    a.close()  # nothing acknowledged: the record goes back at once, no lock to wait for
+    b.subscribe([topic])
+    began = time.monotonic()
+    (again,) = share_poll(b, 1)
+    assert again.value() == b"r"
+    assert time.monotonic() - began < 25  # sooner than the 30 s lock
+    b.acknowledge(again, ACCEPT)

@@ -320,6 +320,29 @@ async def test_autoscaling_makes_an_hpa_capped_at_the_partitions(cluster: Cluste
     await eventually(lambda: not cluster.exists(HPAS, ns, "orders"), what="the HPA removed")
 
 
+async def test_autoscaling_in_queue_mode_is_not_capped_at_the_partitions(
+    cluster: Cluster, ns: str
+) -> None:
+    """source.groupType share: every worker gets records of every partition, so more workers
+    than partitions all work and the autoscaler may go past the partition count."""
+    KAFKA.lag_report = LagReport(lag=0, lag_seconds=0.0, partitions=2)
+    await cluster.create(
+        pipeline_body(
+            "orders",
+            namespace=ns,
+            source={"topics": ["orders"], "groupType": "share"},
+            autoscaling={"enabled": True, "maxReplicas": 6, "targetLagSeconds": 30},
+        )
+    )
+    await eventually(lambda: cluster.status(ns, "orders").get("partitions") == 2)
+    # A pass after the partitions are known: the HPA is rendered again, still uncapped.
+    await cluster.patch_pipeline(ns, "orders", {"spec": {"autoscaling": {"maxReplicas": 7}}})
+    await eventually(
+        lambda: cluster.obj(HPAS, ns, "orders")["spec"]["maxReplicas"] == 7,
+        what="an HPA up to 7 workers on 2 partitions",
+    )
+
+
 async def test_rewind_stops_workers_waits_for_an_empty_group_and_runs_once(
     cluster: Cluster, ns: str
 ) -> None:

@@ -31,6 +31,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import NewPartitions
 
 from offtake.kafka.memory import MemoryBroker
+from offtake.kafka.real import ConfluentClients
 from offtake.kafka.source import leave_group
 from offtake_testbed.kafka import KafkaBroker
 
@@ -58,6 +59,7 @@ class BrokerBed:
         self._label = label
         self._consumers: list[Any] = []
         self._producers: list[Any] = []
+        self._share_consumers: list[Any] = []
         self._admin: Any = None
 
     # -- names ------------------------------------------------------------------------------
@@ -97,6 +99,23 @@ class BrokerBed:
         c = self._make_consumer(config)
         self._consumers.append(c)
         return c
+
+    def share_consumer(self, group: str, name: str = "s", **conf: Any) -> Any:
+        """A share consumer in share group ``group``, explicit acknowledgement."""
+        config = {
+            "group.id": group,
+            "client.id": name,
+            "share.acknowledgement.mode": "explicit",
+            **conf,
+        }
+        c = self.clients.share_consumer(config)
+        self._share_consumers.append(c)
+        return c
+
+    def configure_share_group(self, group: str, **settings: str) -> None:
+        """Share-group settings by their Kafka names with _ for . (share_auto_offset_reset)."""
+        named = {k.replace("_", "."): v for k, v in settings.items()}
+        self.clients.configure_share_group({}, group, named)
 
     def producer(self, **conf: Any) -> Any:
         p = self._make_producer(dict(conf))
@@ -180,6 +199,11 @@ class BrokerBed:
             closer = threading.Thread(target=_close_quietly, args=(c,), daemon=True)
             closer.start()
             closer.join(CLOSE_TIMEOUT)
+        for s in self._share_consumers:
+            try:  # noqa: SIM105 -- a bare KafkaError is no BaseException
+                s.close()
+            except:  # noqa: E722 -- closed by the test already
+                pass
         for p in self._producers:
             p.flush(5)
 
@@ -293,6 +317,16 @@ class KafkaClients:
 
     def producer(self, config: dict[str, Any]) -> Any:
         return Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 0, **config})
+
+    def share_consumer(self, config: dict[str, Any]) -> Any:
+        return ConfluentClients().share_consumer({"bootstrap.servers": self.bootstrap, **config})
+
+    def configure_share_group(
+        self, config: dict[str, Any], group: str, settings: dict[str, str]
+    ) -> int | None:
+        return ConfluentClients().configure_share_group(
+            {"bootstrap.servers": self.bootstrap, **config}, group, settings
+        )
 
     def topic_partition(self, topic: str, partition: int, offset: int = -1001) -> Any:
         return TopicPartition(topic, partition, offset)

@@ -127,3 +127,16 @@ def test_an_empty_config_key_is_a_problem_naming_it_not_a_crash_in_the_cel_check
     assert "Traceback" not in done.stderr
     assert "spec.kafka.config: " in done.stderr
     assert "spec.sink.kafka.config.'\\x1b': " in done.stderr
+
+
+def test_validate_names_queue_mode_and_refuses_it_with_exactly_once(tmp_path: Path) -> None:
+    doc = minimal()
+    doc["spec"]["source"]["groupType"] = "share"
+    ok = validate(tmp_path, doc)
+    assert ok.returncode == 0, ok.stderr
+    assert "source.groupType share: queue mode on share group default.p" in ok.stdout
+    doc["spec"]["sink"] = {"kafka": {"topic": "out", "delivery": "exactly-once"}}
+    refused = validate(tmp_path, doc)
+    assert refused.returncode == 2, refused
+    assert "spec.sink.kafka.delivery: exactly-once cannot be combined with " in refused.stderr
+    assert "spec.source.groupType share" in refused.stderr

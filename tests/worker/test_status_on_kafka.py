@@ -71,3 +71,18 @@ def test_status_names_a_topic_the_brokers_do_not_have(
     done = _status(write_manifest(tmp_path / "pipeline.yaml", doc), "--once")
     assert done.returncode == 3
     assert "no-such-topic-here" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_status_of_a_share_group_shows_the_log_and_says_what_does_not_apply(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    topic = topic_factory(2)
+    produce(kafka_broker.bootstrap, topic, ({"id": i} for i in range(10)))
+    doc = manifest("status", kafka_broker.bootstrap, [topic], sink={"log": {}})
+    doc["spec"]["source"]["groupType"] = "share"
+    done = _status(write_manifest(tmp_path / "pipeline.yaml", doc), "--once")
+    assert done.returncode == 0, done.stderr
+    assert f"share group {doc['spec']['source']['groupId']}" in done.stdout
+    assert "queue mode (share group): no committed offsets" in done.stdout
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith(topic)]
+    assert sum(int(r[3]) for r in rows) == 10  # log end of each partition

@@ -287,6 +287,12 @@ def _validate(path: str) -> int:
     print(f"{path}: ok (pipeline {spec.namespace}/{spec.name}, sink {spec.sink.kind})")
     if (note := _function_note(spec)) is not None:
         print(f"  {note}")
+    if spec.source.is_share_group:
+        print(
+            f"  source.groupType share: queue mode on share group {spec.source.group_id} "
+            "(Kafka 4.2+, client API in Preview): records, not partitions, are shared out; "
+            "no per-key order (docs/queue-mode.md)"
+        )
     return 0
 
 
@@ -341,6 +347,7 @@ def _worker(args: argparse.Namespace, signals: StopSignals) -> int:
     from offtake.engine.assembly import build_worker
     from offtake.engine.exit_codes import EXIT_FATAL
     from offtake.health import DRAIN_ENV, Health, MetricsServer, node_addresses
+    from offtake.kafka.share_source import ShareGroupUnavailable
     from offtake.metrics import Metrics
     from offtake.processing.function import FunctionLoadError
     from offtake.sinks.base import SinkError
@@ -421,6 +428,10 @@ def _worker(args: argparse.Namespace, signals: StopSignals) -> int:
             log.info("drained on request; waiting for SIGTERM")
             signals.signalled.wait()
         return code
+    except ShareGroupUnavailable as exc:  # names spec.source.groupType: no traceback
+        log.error("%s", exc)
+        print(f"offtake: {exc}", file=sys.stderr)
+        return EXIT_FATAL
     except SinkError as exc:  # the sink refused to start; its message says why, no traceback
         log.error("%s", exc)
         print(f"offtake: {exc}", file=sys.stderr)

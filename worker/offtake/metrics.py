@@ -67,6 +67,8 @@ ERROR_STAGES = ("decode", "process", "sink")
 COMMIT_RESULTS = ("success", "failure")
 REBALANCE_KINDS = ("assign", "revoke", "lost")
 SPARK_RESULTS = ("success", "failure")
+SHARE_ACK_KINDS = ("accept", "release", "reject")
+SHARE_LOCK_REASONS = ("released", "late")
 
 
 def _version() -> str:
@@ -210,6 +212,33 @@ class Metrics:
             "offtake_errors", "Errors by stage, each attempt counted.", ["stage"], registry=r
         )
         self.retries = Counter("offtake_retries", "Records retried after an error.", registry=r)
+        # Queue mode (source.groupType share): what an autoscaler and an on-call engineer need.
+        self.share_acquired = Counter(
+            "offtake_share_acquired",
+            "Queue mode: records acquired from the share group (each delivery counted).",
+            ["topic"],
+            registry=r,
+        )
+        self.share_acknowledged = Counter(
+            "offtake_share_acknowledged",
+            "Queue mode: records acknowledged, by kind: accept (done), release (given back "
+            "for another delivery), reject (archived by the broker).",
+            ["kind"],
+            registry=r,
+        )
+        self.share_redelivered = Counter(
+            "offtake_share_redelivered",
+            "Queue mode: records acquired with a delivery count above 1 (released, or their "
+            "lock expired).",
+            registry=r,
+        )
+        self.share_lock_expired = Counter(
+            "offtake_share_lock_expired",
+            "Queue mode: records whose acquisition lock ran out here: given back just before "
+            "(reason=released) or acknowledged too late (reason=late).",
+            ["reason"],
+            registry=r,
+        )
         self.processing_seconds = Histogram(
             "offtake_processing_duration_seconds",
             "Time to process one batch of records.",
@@ -258,6 +287,10 @@ class Metrics:
             self.errors.labels(stage)
         for result in SPARK_RESULTS:
             self.spark_jobs.labels(result)
+        for kind in SHARE_ACK_KINDS:
+            self.share_acknowledged.labels(kind)
+        for reason in SHARE_LOCK_REASONS:
+            self.share_lock_expired.labels(reason)
 
     def init_topics(self, topics: Iterable[str]) -> None:
         """Create the per-topic counters at zero for the pipeline's source topics.

@@ -104,13 +104,16 @@ class KafkaBroker(Service):
         scram_users: Mapping[str, str] | None = None,
         tls: bool = False,
         host: str = "127.0.0.1",
+        features: Mapping[str, int] | None = None,
     ) -> None:
         """``scram_users`` (name -> password) adds a SASL_PLAINTEXT listener with those
         SCRAM-SHA-512 users; ``tls`` adds an SSL listener and one that requires a client
         certificate, both with certificates made for this start (see :attr:`ca_pem`).
         ``host``: the address clients are given (bootstrap and advertised listeners); another
         than loopback (the test bed node's bridge, offtake_testbed.node.GATEWAY_IP) makes the
-        broker listen on every interface so that pods reach it."""
+        broker listen on every interface so that pods reach it. ``features``: feature levels
+        set when the storage is formatted (``{"share.version": 0}``: no share groups)."""
+        self.features = dict(features or {})
         self.host = host
         self.version = version
         self.heap = heap
@@ -310,6 +313,9 @@ class KafkaBroker(Service):
             "transaction.state.log.min.isr": "1",
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
+            # Share groups (queue mode) may set locks as short as a second, so that tests see
+            # a lock expire without waiting the 15 s of the broker's default minimum.
+            "group.share.min.record.lock.duration.ms": "1000",
             # Tests start many short-lived groups; make joining and timing out quick.
             "group.initial.rebalance.delay.ms": "0",
             "group.min.session.timeout.ms": "1000",
@@ -359,7 +365,10 @@ class KafkaBroker(Service):
             f"--add-scram=SCRAM-SHA-512=[name={name},password={password}]"
             for name, password in self.scram_users.items()
         ]
-        format_storage(java, libs, self.workdir, new_cluster_id(), "the KRaft storage", scram)
+        features = [f"--feature={name}={level}" for name, level in self.features.items()]
+        format_storage(
+            java, libs, self.workdir, new_cluster_id(), "the KRaft storage", [*scram, *features]
+        )
 
     def _launch(self, java: str, libs: Path) -> None:
         self._process = launch_broker(java, libs, self.workdir, self.heap, initial_heap="128m")

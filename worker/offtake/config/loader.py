@@ -32,6 +32,7 @@ from offtake.config.spec import (
     ErrorPolicyName,
     ErrorsSpec,
     Format,
+    GroupType,
     IcebergSpec,
     JdbcSpec,
     KafkaSinkSpec,
@@ -147,6 +148,27 @@ def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
         )
     spec._seen.update(OPERATOR_ONLY_FIELDS)
     spec.done()
+    kafka_sink = pipeline.sink.kafka
+    if pipeline.source.is_share_group and kafka_sink is not None and kafka_sink.exactly_once:
+        raise ConfigError(
+            "spec.sink.kafka.delivery",
+            "exactly-once cannot be combined with spec.source.groupType share: Kafka has no "
+            "transactional acknowledgement for share groups (use at-least-once, or groupType "
+            "consumer)",
+        )
+    if pipeline.source.is_share_group and pipeline.errors.retry_topics:
+        raise ConfigError(
+            "spec.errors.retryTopics",
+            "cannot be combined with spec.source.groupType share: a share group retries a "
+            "record by delivering it again (errors.maxRetries counts the deliveries)",
+        )
+    if pipeline.source.is_share_group and pipeline.errors.max_retries > MAX_SHARE_RETRIES:
+        raise ConfigError(
+            "spec.errors.maxRetries",
+            f"must be at most {MAX_SHARE_RETRIES} with spec.source.groupType share (the broker's "
+            "delivery-count limit is at most 10 and is set to maxRetries + 2), got "
+            f"{pipeline.errors.max_retries}",
+        )
     if pipeline.source.patterns and pipeline.errors.retry_topics:
         raise ConfigError(
             "spec.errors.retryTopics",
@@ -237,6 +259,11 @@ def _no_url_credentials(f: Fields, key: str, url: str | None, instead: str) -> N
         )
 
 
+#: Share groups: the broker archives a record after share.delivery.count.limit deliveries (at
+#: most 10); the worker sets it to maxRetries + 2 (offtake.kafka.share_source.group_settings).
+MAX_SHARE_RETRIES = 8
+
+
 def _source(f: Fields | None, default_group: str) -> SourceSpec:
     assert f is not None
     topics = f.str_list("topics", required=True)
@@ -260,6 +287,7 @@ def _source(f: Fields | None, default_group: str) -> SourceSpec:
         SourceSpec(
             topics=topics,
             group_id=f.text("groupId", default_group),
+            group_type=cast(GroupType, f.choice("groupType")),
             start_from=cast(StartFrom, f.choice("startFrom")),
             format=fmt,
             schema_registry=registry,

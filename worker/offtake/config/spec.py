@@ -17,6 +17,9 @@ Format = Literal["json", "string", "bytes", "avro", "protobuf", "jsonschema"]
 #: The formats whose values carry a schema id (Confluent wire format) and need a registry.
 SCHEMA_FORMATS = ("avro", "protobuf", "jsonschema")
 StartFrom = Literal["earliest", "latest"]
+#: consumer: a consumer group (partitions shared out, offsets committed); share: a KIP-932
+#: share group (queue mode: records shared out, each acknowledged on its own).
+GroupType = Literal["consumer", "share"]
 ErrorPolicyName = Literal["dlq", "skip", "stop"]
 Ordering = Literal["relaxed", "strict"]
 SparkFormat = Literal["parquet", "json", "delta", "iceberg", "jdbc"]
@@ -69,6 +72,7 @@ class SourceSpec:
     #: Topic names, or regular expressions starting with ``^`` (librdkafka's subscription).
     topics: tuple[str, ...]
     group_id: str
+    group_type: GroupType
     start_from: StartFrom
     format: Format
     schema_registry: SchemaRegistrySpec | None = None
@@ -79,6 +83,10 @@ class SourceSpec:
     def patterns(self) -> tuple[str, ...]:
         """The entries of ``topics`` that are regular expressions (``^...``)."""
         return tuple(t for t in self.topics if is_topic_pattern(t))
+
+    @property
+    def is_share_group(self) -> bool:
+        return self.group_type == "share"
 
 
 def is_topic_pattern(topic: str) -> bool:

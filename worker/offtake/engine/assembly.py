@@ -18,6 +18,7 @@ from offtake.engine.completions import Completions
 from offtake.engine.dead_letters import DeadLetterQueue
 from offtake.engine.delivery.at_least_once import AtLeastOnce
 from offtake.engine.delivery.base import DeliveryPolicy
+from offtake.engine.delivery.queue import Queue
 from offtake.engine.delivery.transactional import Transactional, TransactionCommitter
 from offtake.engine.errors import ErrorPolicy
 from offtake.engine.offsets import OffsetTracker
@@ -30,9 +31,11 @@ from offtake.kafka.config import (
     consumer_config,
     probe_consumer_config,
     producer_config,
+    share_consumer_config,
     transactional_producer_config,
 )
 from offtake.kafka.protocols import ClientFactory, ConsumerLike
+from offtake.kafka.share_source import ShareSource, group_settings
 from offtake.kafka.source import KafkaSource
 from offtake.kafka.transactional_producer import TransactionalProducer
 from offtake.metrics import Metrics
@@ -99,6 +102,19 @@ def build_worker(
         strict_ordering=spec.errors.ordering == "strict",
         health=health,
     )
+
+    if spec.source.is_share_group:  # queue mode: records acknowledged one by one
+        share = ShareSource(
+            clients,
+            share_consumer_config(spec),
+            list(spec.source.topics),
+            group_settings(spec.source.start_from, spec.errors.max_retries),
+        )
+        queue = Queue(OffsetTracker(), share, metrics)
+        parts = WorkerParts(
+            spec, share, stage, completions, processor, sink, metrics, health, queue, route
+        )
+        return Worker(parts)
 
     def probe_consumer() -> ConsumerLike:
         return clients.consumer(probe_consumer_config(spec))

@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 
 from offtake.config.spec import LimitsSpec
-from offtake.kafka.source import KafkaSource
+from offtake.kafka.source import Source
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
 
@@ -79,7 +79,7 @@ class PartitionPauser:
     loop's thread.
     """
 
-    def __init__(self, source: KafkaSource, metrics: Metrics) -> None:
+    def __init__(self, source: Source, metrics: Metrics) -> None:
         self.source = source
         self.metrics = metrics
         self.paused: set[TopicPartition] = set()  # for backpressure or shutdown

@@ -15,7 +15,7 @@ import time
 from collections import deque
 
 from offtake.engine.offsets import OffsetTracker
-from offtake.kafka.source import KafkaSource
+from offtake.kafka.source import Source
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
 
@@ -24,7 +24,7 @@ TREND_WINDOW_SECONDS = 60.0
 
 
 class LagGauges:
-    def __init__(self, source: KafkaSource, tracker: OffsetTracker, metrics: Metrics) -> None:
+    def __init__(self, source: Source, tracker: OffsetTracker, metrics: Metrics) -> None:
         self.source = source
         self.tracker = tracker
         self.metrics = metrics

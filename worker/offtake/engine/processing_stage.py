@@ -55,6 +55,7 @@ from offtake.formats.base import Decoded, Decoder
 from offtake.formats.errors import RegistryUnavailable
 from offtake.health import Health
 from offtake.kafka.protocols import MessageLike
+from offtake.kafka.share_source import delivery_count
 from offtake.metrics import Metrics
 from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
 from offtake.processing.function import PassThrough
@@ -88,6 +89,18 @@ class Work:
     epoch: int  # of the partition's assignment they were consumed in
     messages: list[MessageLike]
     offsets: list[int]
+
+
+class DeliveredTooOften(Exception):
+    """Queue mode: a record delivered more often than errors.maxRetries + 1 attempts allow
+    (its earlier deliveries ended without an outcome: the workers that had it stopped or
+    crashed), so errors.policy applies without another attempt."""
+
+    def __init__(self, deliveries: int) -> None:
+        super().__init__(
+            f"delivered {deliveries} times without an outcome (errors.maxRetries exceeded: "
+            "the workers that had it stopped or crashed)"
+        )
 
 
 class ProcessingStage:
@@ -330,15 +343,21 @@ class ProcessingStage:
         if decoded_all is None:
             return  # given up while the registry was unreachable (drain budget spent)
         parking = self.parking
-        for record, decode_error in decoded_all:
+        for (record, decode_error), msg in zip(decoded_all, work.messages, strict=True):
+            # A share group's record counts its attempts from the broker's delivery count
+            # (queue mode): its earlier deliveries' attempts were made elsewhere, or by a
+            # worker that crashed on it. Past the last attempt it goes to the policy unrun.
+            attempt = delivery_count(msg) or 1
             hold = parking.hold_of(record.tp, epoch) if parking.holding else None
             if hold is not None:  # behind a parked record of its partition
                 failed = None if decode_error is None else Outcome([], decode_error, False)
-                parking.hold_behind(hold, (record, epoch, 1, failed))
+                parking.hold_behind(hold, (record, epoch, attempt, failed))
             elif decode_error is not None:
-                self.policy.give_up(record, epoch, decode_error, 1, "decode")
+                self.policy.give_up(record, epoch, decode_error, attempt, "decode")
+            elif attempt > self.max_retries + 1:
+                self.policy.exhausted(record, epoch, DeliveredTooOften(attempt), attempt, "process")
             else:
-                todo.append((record, epoch, 1))
+                todo.append((record, epoch, attempt))
         for i in range(0, len(todo), CHUNK):
             self._process(todo[i : i + CHUNK])
 
@@ -388,6 +407,11 @@ class ProcessingStage:
             if unavailable and self.health is not None:
                 self.health.set_processor_unavailable(None)
             self.metrics.processing_seconds.observe(time.monotonic() - started)
+            if self.abort.is_set():
+                # Given up while the call ran (the drain budget was spent): the poll loop has
+                # let these records go (uncommitted, or released to a share group), so sending
+                # them on now would only duplicate what the next worker sends.
+                return
             retry = self.router.route(todo, outcomes)
             if retry:
                 self._park(retry)

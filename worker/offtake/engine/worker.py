@@ -33,7 +33,7 @@ from offtake.engine.retry_topics import RetryRoute
 from offtake.engine.watchdog import armed as watchdog_armed
 from offtake.health import Health
 from offtake.kafka.protocols import MessageLike
-from offtake.kafka.source import KafkaSource, SourceFatal, StartPosition
+from offtake.kafka.source import Source, SourceFatal, StartPosition
 from offtake.metrics import Metrics
 from offtake.processing.base import Processor
 from offtake.records import RECORD_OVERHEAD, TopicPartition
@@ -63,7 +63,7 @@ class WorkerParts:
     """Everything a worker runs with, built by :func:`offtake.engine.assembly.build_worker`."""
 
     spec: PipelineSpec
-    source: KafkaSource
+    source: Source  # a consumer group's (kafka/source.py) or a share group's (share_source.py)
     stage: ProcessingStage
     completions: Completions
     processor: Processor

@@ -150,6 +150,16 @@ def consumer_config(spec: PipelineSpec, instance_id: str | None = None) -> dict[
     return conf
 
 
+def share_consumer_config(spec: PipelineSpec) -> dict[str, Any]:
+    """The share consumer's settings (spec.source.groupType share): the group, the client's
+    common settings, explicit acknowledgement. No offsets, assignment or session settings: a
+    share group has none on the client (librdkafka refuses them, naming the property)."""
+    conf = {"group.id": spec.source.group_id, "client.id": f"offtake-{spec.name}"}
+    conf.update(_common(spec))
+    conf["share.acknowledgement.mode"] = "explicit"
+    return conf
+
+
 def producer_config(spec: PipelineSpec, overrides: dict[str, str] | None = None) -> dict[str, Any]:
     conf = {"linger.ms": "5", "client.id": f"offtake-{spec.name}"}
     conf.update({k: v for k, v in _common(spec).items() if k not in _CONSUMER_ONLY})

@@ -8,8 +8,12 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import confluent_kafka
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin._resource import ResourceType
 
-from offtake.kafka.protocols import ConsumerLike, ProducerLike
+from offtake.kafka.protocols import ConsumerLike, ProducerLike, ShareConsumerLike
+from offtake.kafka.share_source import ShareGroupUnavailable
 
 
 class ConfluentClients:
@@ -20,6 +24,37 @@ class ConfluentClients:
 
     def producer(self, config: dict[str, Any]) -> ProducerLike:
         return cast(ProducerLike, confluent_kafka.Producer(config))
+
+    def share_consumer(self, config: dict[str, Any]) -> ShareConsumerLike:
+        share_consumer = getattr(confluent_kafka, "ShareConsumer", None)
+        if share_consumer is None:  # confluent-kafka before 2.15
+            raise ShareGroupUnavailable(
+                f"confluent-kafka {confluent_kafka.version()[0]} has no ShareConsumer: "
+                "spec.source.groupType share needs confluent-kafka 2.15 or later"
+            )
+        return cast(ShareConsumerLike, share_consumer(config))
+
+    def configure_share_group(
+        self, config: dict[str, Any], group: str, settings: dict[str, str]
+    ) -> int | None:
+        """incremental_alter_configs on the GROUP resource (the Python AdminClient has no
+        share-group calls of its own); then the group's lock duration, as the broker says."""
+        admin = AdminClient(
+            {k: v for k, v in config.items() if k != "group.id" and not k.startswith("share.")}
+        )
+        entries = [
+            ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+            for name, value in settings.items()
+        ]
+        resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+        for future in admin.incremental_alter_configs([resource], request_timeout=15).values():
+            future.result()
+        described = admin.describe_configs([ConfigResource(ResourceType.GROUP, group)])
+        for future in described.values():
+            lock = future.result().get("share.record.lock.duration.ms")
+            if lock is not None and lock.value:
+                return int(lock.value)
+        return None
 
     def topic_partition(self, topic: str, partition: int, offset: int = -1001) -> Any:
         return confluent_kafka.TopicPartition(topic, partition, offset)

@@ -196,6 +196,19 @@ class MemoryBroker:
             self._cluster.tick_locked()
             self._cond.notify_all()
 
+    # -- share groups ---------------------------------------------------------------------
+    def configure_share_group(self, group: str, settings: dict[str, str]) -> None:
+        """Set share-group configuration (share.auto.offset.reset, share.delivery.count.limit,
+        share.record.lock.duration.ms), as the AdminClient's GROUP resource does on Kafka."""
+        with self._cond:
+            self._cluster.shares.configure(group, settings)
+
+    def share_states(self, group: str, topic: str) -> dict[tuple[int, int], tuple[str, int]]:
+        """(partition, offset) -> (state, delivery count) of each record the group acquired:
+        state is available, acquired, acknowledged or archived."""
+        with self._cond:
+            return self._cluster.shares.states(group, topic)
+
     def clients(self, name: str = "") -> MemoryClients:
         """A client factory for one worker; :meth:`MemoryClients.kill` abandons its clients."""
         return MemoryClients(self._cluster, name)

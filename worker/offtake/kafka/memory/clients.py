@@ -16,6 +16,7 @@ from .cluster import Cluster
 from .consumer import MemoryConsumer
 from .errors import ClientKilled
 from .producer import MemoryProducer
+from .share_consumer import MemoryShareConsumer
 
 
 class MemoryClients:
@@ -26,6 +27,7 @@ class MemoryClients:
         self.name = name
         self.consumers: list[MemoryConsumer] = []
         self.producers: list[MemoryProducer] = []
+        self.share_consumers: list[MemoryShareConsumer] = []
         self.killed = False
 
     def consumer(self, config: dict[str, Any]) -> MemoryConsumer:
@@ -45,6 +47,20 @@ class MemoryClients:
         self.producers.append(p)
         return p
 
+    def share_consumer(self, config: dict[str, Any]) -> MemoryShareConsumer:
+        if self.killed:
+            raise ClientKilled("this worker was killed by the test harness")
+        c = MemoryShareConsumer(self._cluster, config)
+        self.share_consumers.append(c)
+        return c
+
+    def configure_share_group(
+        self, config: dict[str, Any], group: str, settings: dict[str, str]
+    ) -> int | None:
+        with self._cluster.cond:
+            self._cluster.shares.configure(group, settings)
+            return int(self._cluster.shares.group(group).config["share.record.lock.duration.ms"])
+
     def topic_partition(self, topic: str, partition: int, offset: int = OFFSET_INVALID) -> Any:
         return TopicPartition(topic, partition, offset)
 
@@ -61,3 +77,5 @@ class MemoryClients:
             c._kill()
         for p in self.producers:
             p._kill()
+        for s in self.share_consumers:
+            s._kill()

@@ -26,6 +26,7 @@ from .coordinator import GroupCoordinator
 from .errors import kafka_error
 from .faults import FaultInjector
 from .messages import Entry
+from .share_groups import ShareGroups
 from .storage import TopicStore
 
 
@@ -39,6 +40,7 @@ class Cluster:
         self.store = TopicStore()
         self.groups = GroupCoordinator(self.cond, self.store)
         self.faults = FaultInjector(self.cond, self.store)
+        self.shares = ShareGroups(self.store)
 
     def create_topic_locked(self, name: str, partitions: int) -> None:
         self.store.create(name, partitions)
@@ -58,6 +60,7 @@ class Cluster:
         now = time.monotonic()
         self.faults.tick(now)
         self.groups.expire(now)
+        self.shares.expire(now)
 
     def metadata(self, only: str | None) -> Any:
         """``list_topics()``: one broker, every topic (or just ``only``) with its partitions."""

@@ -32,6 +32,7 @@ class MemoryMessage:
     """A record or an event, with the accessors of ``confluent_kafka.Message``."""
 
     __slots__ = (
+        "_delivery_count",
         "_error",
         "_headers",
         "_key",
@@ -52,7 +53,9 @@ class MemoryMessage:
         headers: Sequence[Header] | None = None,
         timestamp: int | None = None,
         error: KafkaError | None = None,
+        delivery_count: int | None = None,
     ) -> None:
+        self._delivery_count = delivery_count
         self._topic = topic
         self._partition = partition
         self._offset = offset
@@ -64,6 +67,10 @@ class MemoryMessage:
 
     def error(self) -> KafkaError | None:
         return self._error
+
+    def delivery_count(self) -> int | None:
+        """A share group's delivery count (1 the first time); None from a consumer group."""
+        return self._delivery_count
 
     def topic(self) -> str | None:
         return self._topic

@@ -1,0 +1,133 @@
+"""The Queue delivery policy (queue mode) with the share source on the memory broker's share
+groups, against a fake loop: what each hook acknowledges, releases and exports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from offtake.engine.completions import Settled, SettledMany
+from offtake.engine.delivery.queue import Queue
+from offtake.engine.offsets import OffsetTracker
+from offtake.kafka.memory import MemoryBroker
+from offtake.kafka.share_source import ShareSource, group_settings
+from offtake.kafka.source import StartPosition
+from offtake.metrics import Metrics
+from offtake.records import TopicPartition
+
+TP = TopicPartition("jobs", 0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeLoop:
+    def __init__(self) -> None:
+        self.abandoned: list[set[TopicPartition]] = []
+        self.changes = 0
+
+    def drain(self, partitions: set[TopicPartition] | None, deadline: float) -> bool:
+        return True
+
+    def abandon(self, partitions: set[TopicPartition]) -> None:
+        self.abandoned.append(partitions)
+
+    def fail(self, code: int, reason: str) -> None:
+        raise AssertionError(reason)
+
+    def assignment_changed(self) -> None:
+        self.changes += 1
+
+
+class Listener:
+    """The worker's part: a partition heard of is assigned in the tracker."""
+
+    def __init__(self, tracker: OffsetTracker) -> None:
+        self.tracker = tracker
+
+    def assigned(self, starts: dict[TopicPartition, StartPosition]) -> None:
+        for tp in starts:
+            self.tracker.assign(tp)
+
+    def revoking(self, partitions: set[TopicPartition]) -> None: ...
+    def lost(self, partitions: set[TopicPartition]) -> None: ...
+    def committed(self, offsets: Any, error: str | None) -> None: ...
+
+
+def queue(n: int = 5) -> tuple[Queue, ShareSource, MemoryBroker, FakeLoop, Clock, list[Any]]:
+    broker = MemoryBroker()
+    broker.create_topic("jobs", 1)
+    for i in range(n):
+        broker.produce("jobs", {"id": i})
+    clock = Clock()
+    source = ShareSource(
+        broker.clients(), {"group.id": "g"}, ["jobs"], group_settings("earliest", 3), clock
+    )
+    tracker = OffsetTracker()
+    policy = Queue(tracker, source, Metrics("t"))
+    loop = FakeLoop()
+    policy.bind(loop)
+    source.open(Listener(tracker))
+    got = source.consume(500, 1.0)
+    assert len(got) == n
+    tracker.register_batch(TP, [m.offset() for m in got], 100, None)
+    return policy, source, broker, loop, clock, got
+
+
+def states(broker: MemoryBroker) -> dict[int, tuple[str, int]]:
+    return {offset: state for (_, offset), state in broker.share_states("g", "jobs").items()}
+
+
+def test_settled_records_are_accepted_and_the_poll_leaves_the_tracker() -> None:
+    policy, source, broker, _, _, _ = queue()
+    epoch = policy.tracker.epoch(TP)
+    assert epoch is not None
+    assert policy.settle(SettledMany(TP, [0, 1, 2], epoch, "delivered")) == 3
+    assert policy.settle(Settled(TP, 3, epoch, "dlq")) == 1
+    assert source.acquired == 1 and policy.tracker.inflight_messages == 5
+    assert policy.settle(Settled(TP, 4, epoch, "skipped")) == 1
+    assert source.acquired == 0 and policy.tracker.inflight_messages == 0  # may poll again
+    policy.step(0.0)  # sends the acknowledgements
+    assert {s for s, _ in states(broker).values()} == {"acknowledged"}
+    accepted = policy.metrics.share_acknowledged.labels("accept")._value.get()
+    assert accepted == 5
+
+
+def test_a_failed_record_is_released_for_the_next_worker() -> None:
+    policy, _, broker, _, _, _ = queue(1)
+    epoch = policy.tracker.epoch(TP)
+    assert epoch is not None
+    assert policy.settle(Settled(TP, 0, epoch, "failed", "boom")) == 0  # the loop stops
+    policy.step(0.0)
+    assert states(broker)[0] == ("available", 1)
+
+
+def test_a_poll_about_to_outlive_its_lock_is_released_and_its_work_abandoned() -> None:
+    policy, source, broker, loop, clock, _ = queue(3)
+    before = policy.tracker.epoch(TP)
+    clock.now += source.lock_seconds - 1  # inside the release margin, before the lock ends
+    policy.step(0.0)
+    assert loop.abandoned == [{TP}] and loop.changes == 1
+    assert policy.tracker.epoch(TP) != before  # a late settlement of theirs is stale
+    assert policy.metrics.share_lock_expired.labels("released")._value.get() == 3
+    assert {s for s, _ in states(broker).values()} == {"available"}
+    assert source.acquired == 0  # the next poll may come
+
+
+def test_final_commit_releases_what_was_not_delivered() -> None:
+    policy, _, broker, _, _, _ = queue(4)
+    epoch = policy.tracker.epoch(TP)
+    assert epoch is not None
+    policy.settle(SettledMany(TP, [0, 1], epoch, "delivered"))
+    policy.final_commit(deadline=1e12)
+    assert {o: s for o, (s, _) in states(broker).items()} == {
+        0: "acknowledged",
+        1: "acknowledged",
+        2: "available",
+        3: "available",
+    }
+    assert policy.metrics.share_acknowledged.labels("release")._value.get() == 2

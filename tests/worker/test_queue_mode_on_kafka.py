@@ -1,0 +1,237 @@
+"""Queue mode (source.groupType share) with real worker processes on the test bed's Kafka 4.3.
+
+Short variants (a few thousand records). Each test reports what it measured (printed, and
+appended to ``$OFFTAKE_REPORT`` when set).
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+from support.reports import lost_and_duplicated, report
+from support.workers import (
+    SteadyFlow,
+    WorkerProcess,
+    ids_of,
+    manifest,
+    produce,
+    read_all,
+    write_manifest,
+)
+
+from offtake_testbed.kafka import KafkaBroker
+
+
+def queue_manifest(name: str, bootstrap: str, src: str, out: str, **spec: Any) -> dict[str, Any]:
+    doc = manifest(name, bootstrap, [src], sink={"kafka": {"topic": out}}, **spec)
+    doc["spec"]["source"]["groupType"] = "share"
+    # A share consumer takes no session or heartbeat settings (the broker's group has them).
+    doc["spec"]["kafka"]["config"] = {}
+    return doc
+
+
+def series(worker: WorkerProcess, name: str) -> float:
+    """A series of a running worker's /metrics, summed over its labels."""
+    url = f"http://127.0.0.1:{worker.metrics_port()}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name
+    )
+
+
+def acquired(worker: WorkerProcess) -> float:
+    return series(worker, "offtake_share_acquired_total")
+
+
+def wait_delivered(bootstrap: str, out: str, total: int, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while len(set(ids_of(read_all(bootstrap, out)))) < total:
+        assert time.monotonic() < deadline, "not every record was delivered in time"
+        time.sleep(0.5)
+
+
+def test_six_workers_on_two_partitions_all_receive_work(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    src, out = topic_factory(2), topic_factory(2)
+    doc = queue_manifest(
+        "queue-six",
+        kafka_broker.bootstrap,
+        src,
+        out,
+        processor={"function": "support.processors:slow"},
+    )
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    env = {"OFFTAKE_TEST_SLOW_SECONDS": "0.01"}  # 100 records/s a worker: six are needed
+    workers = [WorkerProcess(path, tmp_path / f"w{i}.log", env).start() for i in range(6)]
+    for w in workers:
+        w.metrics_port(timeout=120)
+    total = 6_000
+    with SteadyFlow(kafka_broker.bootstrap, src, 150, 0.5, total) as flow:
+        deadline = time.monotonic() + 120
+        while not all(acquired(w) for w in workers):
+            assert time.monotonic() < deadline, [acquired(w) for w in workers]
+            time.sleep(0.5)
+        flow.join()
+    wait_delivered(kafka_broker.bootstrap, out, total)
+    shares = [acquired(w) for w in workers]
+    codes = [w.terminate() for w in workers]
+    assert codes == [0] * 6, [w.output()[-2000:] for w in workers]
+    counts = ids_of(read_all(kafka_broker.bootstrap, out))
+    lost, duplicated = lost_and_duplicated(total, counts)
+    report("queue-six-workers", produced=total, lost=lost, duplicated=duplicated, acquired=shares)
+    assert all(shares), shares
+    assert (lost, duplicated) == (0, 0)
+
+
+def test_sigkill_loses_nothing_and_duplicates_only_what_it_had_acquired(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    src, out = topic_factory(2), topic_factory(2)
+    doc = queue_manifest(
+        "queue-kill",
+        kafka_broker.bootstrap,
+        src,
+        out,
+        processor={"function": "support.processors:slow"},
+    )
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    total = produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(4_000)))
+    env = {"OFFTAKE_TEST_SLOW_SECONDS": "0.002"}
+    first = WorkerProcess(path, tmp_path / "first.log", env).start()
+    second = WorkerProcess(path, tmp_path / "second.log", env).start()
+    first.wait_until(
+        lambda: series(first, "offtake_share_acknowledged_total") > 0, "records through it"
+    )
+    # What it holds: acquired and not acknowledged (a poll is what the broker hands out: up
+    # to share.partition.max.record.locks, 2,000, a partition; librdkafka 2.16 ignores
+    # max.poll.records for share consumers).
+    took = acquired(first)
+    held = took - series(first, "offtake_share_acknowledged_total")
+    first.kill()
+    # Its locks expire (30 s, the broker's default), then the second worker gets the rest.
+    wait_delivered(kafka_broker.bootstrap, out, total, timeout=240)
+    assert second.terminate() == 0, second.output()[-2000:]
+    counts = ids_of(read_all(kafka_broker.bootstrap, out))
+    lost, duplicated = lost_and_duplicated(total, counts)
+    report("queue-sigkill", produced=total, lost=lost, duplicated=duplicated, held_at_kill=held)
+    assert lost == 0
+    assert duplicated <= took  # only records it had acquired (the acknowledged but unsent too)
+
+
+def test_sigterm_mid_stream_duplicates_nothing(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    src, out = topic_factory(2), topic_factory(2)
+    doc = queue_manifest(
+        "queue-term",
+        kafka_broker.bootstrap,
+        src,
+        out,
+        processor={"function": "support.processors:slow"},
+    )
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    total = produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(4_000)))
+    env = {"OFFTAKE_TEST_SLOW_SECONDS": "0.002"}
+    first = WorkerProcess(path, tmp_path / "first.log", env).start()
+    second = WorkerProcess(path, tmp_path / "second.log", env).start()
+    first.wait_until(
+        lambda: series(first, "offtake_share_acknowledged_total") > 0, "records through it"
+    )
+    assert first.terminate() == 0, first.output()[-2000:]
+    wait_delivered(kafka_broker.bootstrap, out, total)
+    assert second.terminate() == 0, second.output()[-2000:]
+    counts = ids_of(read_all(kafka_broker.bootstrap, out))
+    lost, duplicated = lost_and_duplicated(total, counts)
+    report("queue-sigterm", produced=total, lost=lost, duplicated=duplicated)
+    assert (lost, duplicated) == (0, 0)
+
+
+def test_poison_record_reaches_the_dlq_after_max_retries(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    src, out, dlq = topic_factory(2), topic_factory(1), topic_factory(1)
+    doc = queue_manifest(
+        "queue-poison",
+        kafka_broker.bootstrap,
+        src,
+        out,
+        processor={"function": "support.processors:poison"},
+        errors={
+            "policy": "dlq",
+            "maxRetries": 2,
+            "retryBackoffSeconds": 0.05,
+            "dlq": {"topic": dlq},
+        },
+    )
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    values = [{"id": i, "poison": i == 7} for i in range(200)]
+    produce(kafka_broker.bootstrap, src, iter(values))
+    worker = WorkerProcess(path, tmp_path / "w.log").start()
+    wait_delivered(kafka_broker.bootstrap, out, 199)
+    deadline = time.monotonic() + 60
+    while not read_all(kafka_broker.bootstrap, dlq):
+        assert time.monotonic() < deadline, worker.output()[-3000:]
+        time.sleep(0.5)
+    assert worker.terminate() == 0, worker.output()[-2000:]
+    (dead,) = read_all(kafka_broker.bootstrap, dlq)
+    headers = {k: (v or b"").decode() for k, v in dead.headers() or []}
+    assert headers["offtake.attempts"] == "3"  # maxRetries 2: three attempts, then the DLQ
+    assert len(read_all(kafka_broker.bootstrap, out)) == 199
+
+
+def test_a_broker_without_share_groups_stops_the_worker_naming_the_field(
+    topic_factory: Any, tmp_path: Path
+) -> None:
+    """Kafka formatted with share.version=0: the group's configuration is accepted, the
+    first poll is refused (UNSUPPORTED_VERSION); the worker exits 3 naming the field."""
+    with KafkaBroker(features={"share.version": 0}) as broker:
+        broker.create_topic("jobs", 1)
+        doc = queue_manifest("queue-none", broker.bootstrap, "jobs", "done")
+        worker = WorkerProcess(write_manifest(tmp_path / "p.yaml", doc), tmp_path / "w.log")
+        code = worker.start().wait(120)
+    log = worker.output()
+    assert code == 3, log[-3000:]
+    assert "spec.source.groupType share needs Kafka 4.2 or later" in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+
+
+def test_rolling_replacement_under_a_steady_flow_loses_and_duplicates_nothing(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    """Two workers replaced one at a time (SIGTERM, then a new one), as a Deployment's rolling
+    update does, while records keep arriving."""
+    src, out = topic_factory(2), topic_factory(2)
+    doc = queue_manifest(
+        "queue-roll",
+        kafka_broker.bootstrap,
+        src,
+        out,
+        processor={"function": "support.processors:slow"},
+    )
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    env = {"OFFTAKE_TEST_SLOW_SECONDS": "0.002"}
+    total = 6_000
+    workers = [WorkerProcess(path, tmp_path / f"w{i}.log", env).start() for i in range(2)]
+    with SteadyFlow(kafka_broker.bootstrap, src, 200, 0.5, total) as flow:
+        for i in range(2):
+            old = workers[i]
+            old.wait_until(lambda w=old: acquired(w) > 0, "records through it")
+            assert old.terminate() == 0, old.output()[-2000:]
+            workers.append(WorkerProcess(path, tmp_path / f"w{i + 2}.log", env).start())
+        flow.join()
+    wait_delivered(kafka_broker.bootstrap, out, total)
+    codes = [w.terminate() for w in workers[2:]]
+    assert codes == [0, 0], [w.output()[-2000:] for w in workers[2:]]
+    counts = ids_of(read_all(kafka_broker.bootstrap, out))
+    lost, duplicated = lost_and_duplicated(total, counts)
+    report("queue-rolling", produced=total, lost=lost, duplicated=duplicated)
+    assert (lost, duplicated) == (0, 0)

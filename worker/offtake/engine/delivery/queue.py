@@ -1,0 +1,117 @@
+"""Queue mode: each record acknowledged to its share group, from what happened to it.
+
+A share group (``source.groupType: share``, :mod:`offtake.kafka.share_source`) has no offsets
+to commit: every record a worker acquired is acknowledged on its own. This policy maps each
+settlement to the acknowledgement:
+
+- delivered, dropped by the processor, dead-lettered, sent to a retry topic or skipped under
+  ``errors.policy: skip``: ACCEPT (done);
+- failed under ``errors.policy: stop``: RELEASE (the worker stops; the record is not lost, the
+  next worker tries it, as an uncommitted offset would be read again);
+- what the worker gives back: everything acquired and not settled when it stops (SIGTERM:
+  released after the drain, so a graceful stop duplicates nothing), and a poll whose
+  acquisition lock is about to run out (released just before; see :meth:`Queue.step`).
+
+Retries use the broker's delivery count as the attempt number (the processing stage starts
+a record's attempts there, :func:`offtake.kafka.share_source.delivery_count`), so a record
+that crashed one worker is retried on another and still reaches ``errors.policy`` after
+``errors.maxRetries``. Exactly-once is refused at validation: Kafka has no transactional
+acknowledgement for share groups.
+
+No rebalance callbacks: :meth:`revoking` and :meth:`lost` are never called.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from offtake.engine.completions import Settled, SettledMany
+from offtake.engine.delivery.base import DeliveryPolicy, Released
+from offtake.engine.offsets import OffsetTracker
+from offtake.kafka.share_source import Ack, ShareSource, ShareStats
+from offtake.metrics import Metrics
+from offtake.records import TopicPartition
+
+log = logging.getLogger("offtake.worker")
+
+ACK_LABELS = {Ack.ACCEPT: "accept", Ack.RELEASE: "release", Ack.REJECT: "reject"}
+
+
+class Queue(DeliveryPolicy):
+    """Per-record acknowledgement to a share group (see the module docstring)."""
+
+    def __init__(self, tracker: OffsetTracker, source: ShareSource, metrics: Metrics) -> None:
+        super().__init__(tracker)
+        self.source = source
+        self.metrics = metrics
+        self._exported = ShareStats()
+
+    def settle(self, settled: Settled | SettledMany) -> int:
+        n = super().settle(settled)
+        kind = Ack.RELEASE if settled.how == "failed" else Ack.ACCEPT
+        if isinstance(settled, SettledMany):
+            for offset in settled.offsets:
+                self.source.acknowledge(settled.tp, offset, kind)
+        else:
+            self.source.acknowledge(settled.tp, settled.offset, kind)
+        self._let_go_if_done()
+        return n
+
+    def _let_go_if_done(self) -> None:
+        """Once a poll is wholly acknowledged, its records leave the tracker (nothing of them
+        is in flight any more) and the source may poll again."""
+        if self.source.acquired == 0 and self.tracker.inflight_messages:
+            for tp in self.tracker.partitions():
+                self.tracker.committed(tp, sys.maxsize)
+
+    def step(self, now: float) -> None:
+        expiring = self.source.release_expiring()
+        if expiring:
+            # The poll's lock runs out before its records finish: they went back to the group
+            # (another worker takes them at once). Drop their work here, and start the
+            # partitions' bookkeeping afresh so that a late settlement of theirs is stale.
+            partitions = {tp for tp, _ in expiring}
+            self.loop.abandon(partitions)
+            for tp in partitions:
+                self.tracker.assign(tp)
+            self.loop.assignment_changed()
+        self._let_go_if_done()
+        self.source.flush()
+        self._export()
+
+    def _export(self) -> None:
+        stats, done = self.source.stats, self._exported
+        for kind, label in ACK_LABELS.items():
+            if stats.acknowledged[kind] > done.acknowledged[kind]:
+                delta = stats.acknowledged[kind] - done.acknowledged[kind]
+                self.metrics.share_acknowledged.labels(label).inc(delta)
+                done.acknowledged[kind] = stats.acknowledged[kind]
+        for attr, counter in (
+            ("redelivered", self.metrics.share_redelivered),
+            ("late", self.metrics.share_lock_expired.labels("late")),
+            ("released_before_expiry", self.metrics.share_lock_expired.labels("released")),
+        ):
+            delta = getattr(stats, attr) - getattr(done, attr)
+            if delta:
+                counter.inc(delta)
+                setattr(done, attr, getattr(stats, attr))
+        for tp, age in self.source.acquired_ages.items():
+            self.metrics.set_lag(tp, 0, age)
+        for topic, n in self.source.take_acquired_by_topic().items():
+            self.metrics.share_acquired.labels(topic).inc(n)
+
+    def revoking(self, partitions: set[TopicPartition], deadline: float) -> Released:
+        return Released(drained=True, committed=True)  # a share group revokes nothing
+
+    def end(self, drained: bool) -> None:
+        pass  # records still settle while the processing thread runs: see final_commit
+
+    def final_commit(self, deadline: float) -> None:
+        """The processing thread stopped: release what it did not deliver (another worker
+        takes it at once), send every acknowledgement, wait for the broker's answer."""
+        released = self.source.release_all()
+        self.source.send_acknowledgements(deadline)
+        self._export()
+        if released:
+            log.info("released %d record(s) not delivered to the share group", released)

@@ -1,0 +1,369 @@
+"""The share source: the one owner of a queue-mode worker's Kafka share consumer (KIP-932).
+
+A share group hands out records, not partitions: every member fetches from every partition,
+and each record it receives is *acquired* (locked to it) until it acknowledges it (ACCEPT:
+done; RELEASE: give it back for another delivery; REJECT: archive it, never delivered again)
+or until the lock expires (``share.record.lock.duration.ms``, 30 s by default), when the
+broker delivers it again, counting deliveries. :class:`ShareSource` speaks Offtake's types:
+records in, :class:`Ack` kinds out.
+
+Explicit acknowledgement (``share.acknowledgement.mode=explicit``) has one rule that shapes
+this class: every record of a poll must be acknowledged before the next poll (confluent-kafka
+raises IllegalStateException otherwise). So :meth:`consume` polls only when the last poll's
+records are all acknowledged and returns nothing meanwhile; acknowledgements are local until
+:meth:`flush` (or the next poll) sends them.
+
+The client cannot renew a lock (confluent-kafka 2.16 has no RENEW acknowledgement): what the
+worker cannot finish within the lock, it gives back deliberately with :meth:`release_expiring`
+before the lock runs out, instead of acknowledging it too late (the broker answers
+INVALID_RECORD_STATE, and the record was delivered again meanwhile); late acknowledgements that
+still happen are counted (:attr:`ShareStats.late`).
+
+Threading: like :class:`~offtake.kafka.source.KafkaSource`, every method runs on the worker's
+poll thread; the share consumer is not thread-safe (a call from another thread raises).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import sys
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from offtake.kafka.protocols import ClientFactory, MessageLike, ShareConsumerLike
+from offtake.kafka.source import SourceFatal, SourceListener, StartPosition
+from offtake.records import TopicPartition
+
+log = logging.getLogger("offtake.share")
+
+#: The broker's default acquisition lock, when the group's own cannot be read.
+DEFAULT_LOCK_SECONDS = 30.0
+#: Give back what is still unfinished this long before its lock expires: the release must
+#: reach the broker before the lock runs out, and a poll cycle can take this long.
+RELEASE_MARGIN_SECONDS = 5.0
+_UNSUPPORTED_VERSION = 35  # the ShareGroupHeartbeat of a broker without share groups
+_INVALID_RECORD_STATE = 121  # the broker's answer to an acknowledgement after the lock expired
+_FATAL = -150
+CLOSE_COMMIT_TIMEOUT = 10.0
+
+
+class Ack(enum.IntEnum):
+    """How a record is acknowledged; the values are confluent_kafka.AcknowledgeType's."""
+
+    ACCEPT = 1
+    RELEASE = 2
+    REJECT = 3
+
+
+class ShareGroupUnavailable(SourceFatal):
+    """The brokers (or this client) do not serve share groups; names spec.source.groupType."""
+
+
+@dataclass
+class ShareStats:
+    """What the source counts for the metrics (read by the engine after each call)."""
+
+    acquired: int = 0
+    acknowledged: dict[Ack, int] = field(default_factory=lambda: dict.fromkeys(Ack, 0))
+    #: Records delivered again (delivery count > 1): released, or a lock that expired.
+    redelivered: int = 0
+    #: Acknowledgements the broker refused because the lock had expired meanwhile.
+    late: int = 0
+    #: Records given back before their lock expired (see release_expiring).
+    released_before_expiry: int = 0
+
+
+@dataclass(frozen=True)
+class ShareGroupSettings:
+    """The group configuration the worker sets when it starts (AdminClient, GROUP resource)."""
+
+    #: startFrom: a share group starts at the log end unless told otherwise.
+    auto_offset_reset: str
+    #: The broker archives a record after this many deliveries: maxRetries + 2, so that the
+    #: worker's own last attempt (delivery maxRetries + 1) comes first, and a record whose
+    #: processing killed a worker on that attempt is delivered once more, straight to policy.
+    delivery_count_limit: int
+
+    def as_config(self) -> dict[str, str]:
+        return {
+            "share.auto.offset.reset": self.auto_offset_reset,
+            "share.delivery.count.limit": str(self.delivery_count_limit),
+        }
+
+
+#: The broker's bounds on share.delivery.count.limit (group.share.min/max.delivery.count.limit).
+MIN_DELIVERY_LIMIT = 2
+MAX_DELIVERY_LIMIT = 10
+
+
+def group_settings(start_from: str, max_retries: int) -> ShareGroupSettings:
+    """The group settings for a pipeline; the loader keeps ``max_retries`` within bounds."""
+    limit = min(MAX_DELIVERY_LIMIT, max(MIN_DELIVERY_LIMIT, max_retries + 2))
+    return ShareGroupSettings(start_from, limit)
+
+
+class ShareSource:
+    """Owns one share consumer subscribed to the pipeline's topics; see the module docstring."""
+
+    def __init__(
+        self,
+        clients: ClientFactory,
+        config: dict[str, Any],
+        topics: list[str],
+        settings: ShareGroupSettings,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._clients = clients
+        self._config = dict(config)
+        self._topics = topics
+        self._settings = settings
+        self._clock = clock
+        self._consumer: ShareConsumerLike | None = None
+        self._fatal: str | None = None
+        # The last poll's records not yet acknowledged, by position, with when they were acquired.
+        self._open: dict[tuple[str, int, int], tuple[MessageLike, float]] = {}
+        self._unsent = False  # acknowledgements recorded locally, not yet sent
+        self._listener: SourceListener | None = None
+        self._seen: set[TopicPartition] = set()  # partitions the listener heard of
+        self._acquired_by_topic: dict[str, int] = {}
+        #: Per partition, the age (s) of its oldest record in the last poll when acquired: how
+        #: far behind the share group is (0 for partitions a poll brought nothing of).
+        self.acquired_ages: dict[TopicPartition, float] = {}
+        self.lock_seconds = DEFAULT_LOCK_SECONDS
+        self.stats = ShareStats()
+
+    # -- life cycle ------------------------------------------------------------------------
+    def open(self, listener: SourceListener) -> None:
+        """Set the group's configuration, create the share consumer and subscribe.
+
+        A share group assigns no partitions to wait for: the listener hears of an empty
+        assignment at once (the worker is ready), and of each partition when its first record
+        arrives (so the engine tracks it). Raises :class:`ShareGroupUnavailable` when the
+        brokers refuse the group's configuration or the client has no ShareConsumer.
+        """
+        self._listener = listener
+        group = str(self._config["group.id"])
+        try:
+            lock_ms = self._clients.configure_share_group(
+                self._config, group, self._settings.as_config()
+            )
+        except Exception as exc:
+            raise ShareGroupUnavailable(
+                f"the brokers refused share group {group!r}'s configuration ({exc}): "
+                "spec.source.groupType share needs Kafka 4.2 or later with share groups "
+                "enabled (feature share.version=1)"
+            ) from exc
+        if lock_ms:
+            self.lock_seconds = lock_ms / 1000
+        conf = dict(self._config)
+        conf["share.acknowledgement.mode"] = "explicit"
+        conf.setdefault("error_cb", self._on_client_error)
+        self._consumer = self._clients.share_consumer(conf)
+        self._consumer.set_acknowledgement_commit_callback(self._on_acknowledged)
+        self._consumer.subscribe(list(self._topics))
+        listener.assigned({})
+
+    def close(self, leave_timeout: float = CLOSE_COMMIT_TIMEOUT) -> None:
+        """Release every record acquired and not acknowledged, send what is pending, close.
+
+        Released records go to other members at once, with no wait for a lock: a graceful
+        stop duplicates nothing it had not delivered. The caller bounds this under the
+        watchdog, as for the consumer-group source.
+        """
+        if self._consumer is None:
+            return
+        try:
+            self.release_all()
+            if self._unsent:
+                self._consumer.commit_sync(max(1.0, leave_timeout))
+                self._unsent = False
+            self._consumer.close()
+        except:  # noqa: E722 -- confluent-kafka can raise a bare KafkaError (no BaseException)
+            log.warning("closing the share consumer failed: %s", sys.exc_info()[1])
+
+    # -- fetching --------------------------------------------------------------------------
+    def consume(self, max_records: int, timeout: float) -> list[MessageLike]:
+        """The records of one poll (``max_records`` is the share consumer's max.poll.records,
+        not this call's), in partition and offset order, once every record of the previous
+        poll is acknowledged; until then nothing, after ``timeout``.
+
+        Raises :class:`SourceFatal` once the client reported an error it cannot recover from.
+        """
+        if self._fatal is not None:
+            raise SourceFatal(self._fatal)
+        if self._open:
+            time.sleep(timeout)  # the processing thread's progress is what ends this wait
+            return []
+        try:
+            got = self._c.poll(timeout)
+        except Exception as exc:  # KafkaException: the first poll joins the group
+            self._refused(exc)
+            log.warning("share consumer: %s", exc)
+            return []
+        self._unsent = False  # the poll sent the acknowledgements recorded before it
+        now = self._clock()
+        wall_ms = time.time() * 1000
+        out: list[MessageLike] = []
+        for msg in got:
+            err = msg.error()
+            if err is not None:
+                if err.fatal() or err.code() == _FATAL:
+                    self._fatal = self._fatal or f"fatal Kafka error: {err.str()}"
+                else:
+                    log.warning("share consumer error: %s", err.str())
+                continue
+            self._open[_where(msg)] = (msg, now)
+            if (delivery_count(msg) or 1) > 1:
+                self.stats.redelivered += 1
+            out.append(msg)
+        out.sort(key=_where)  # the engine's unit is a partition's records in offset order
+        self.stats.acquired += len(out)
+        self._track(out, wall_ms)
+        return out
+
+    def _track(self, records: list[MessageLike], wall_ms: float) -> None:
+        """Tell the listener of new partitions; note how old each partition's records were."""
+        ages = dict.fromkeys(self.acquired_ages, 0.0)
+        for msg in records:
+            tp = TopicPartition(msg.topic() or "", msg.partition() or 0)
+            kind, ts = msg.timestamp()
+            age = max(0.0, (wall_ms - ts) / 1000) if kind and ts >= 0 else 0.0
+            ages[tp] = max(age, ages.get(tp, 0.0))
+            self._acquired_by_topic[tp.topic] = self._acquired_by_topic.get(tp.topic, 0) + 1
+        self.acquired_ages = ages
+        new = [tp for tp in ages if tp not in self._seen]
+        if new and self._listener is not None:
+            self._seen.update(new)
+            self._listener.assigned({tp: StartPosition(None, False) for tp in new})
+
+    # -- what a share group has no use for (the poll loop's calls for consumer groups) -------
+    def pause(self, partitions: Collection[TopicPartition]) -> None:
+        """No pausing: a poll's records are acknowledged before the next poll, which bounds
+        what is in flight to one poll."""
+
+    def resume(self, partitions: Collection[TopicPartition]) -> None:
+        """Nothing was paused (see :meth:`pause`)."""
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """A share group has no position to move (errors.retryTopics is refused with it)."""
+
+    def log_end(self, tp: TopicPartition) -> int | None:
+        """None: lag in queue mode is :attr:`acquired_ages`, not offsets."""
+        return None
+
+    def oldest_timestamp(self, tp: TopicPartition, offset: int) -> int | None:
+        return None
+
+    @property
+    def acquired(self) -> int:
+        """Records acquired by the last poll and not acknowledged yet."""
+        return len(self._open)
+
+    @staticmethod
+    def _refused(exc: Exception) -> None:
+        """Raise for an error the worker cannot go on after; return for a passing one."""
+        if _code(exc) == _UNSUPPORTED_VERSION:
+            raise ShareGroupUnavailable(
+                f"the brokers do not serve share groups ({exc}): spec.source.groupType share "
+                "needs Kafka 4.2 or later with share groups enabled (feature share.version=1)"
+            ) from exc
+        inner: Any = exc.args[0] if exc.args else None
+        if not callable(getattr(inner, "fatal", None)) or inner.fatal():
+            raise SourceFatal(f"fatal Kafka error: {exc}") from exc
+
+    # -- acknowledging ---------------------------------------------------------------------
+    def acknowledge(self, tp: TopicPartition, offset: int, kind: Ack) -> bool:
+        """Record how one acquired record ends; sent with the next :meth:`flush` or poll.
+        False if it is not (or no longer) held here: released already, say."""
+        held = self._open.pop((tp.topic, tp.partition, offset), None)
+        if held is None:
+            return False
+        self._c.acknowledge(held[0], int(kind))
+        self.stats.acknowledged[kind] += 1
+        self._unsent = True
+        return True
+
+    def release_all(self) -> int:
+        """Give back every record held (another member receives them at once); how many."""
+        held = list(self._open)
+        for topic, partition, offset in held:
+            self.acknowledge(TopicPartition(topic, partition), offset, Ack.RELEASE)
+        return len(held)
+
+    def release_expiring(
+        self, margin: float = RELEASE_MARGIN_SECONDS
+    ) -> list[tuple[TopicPartition, int]]:
+        """Release the records whose lock ends within ``margin`` seconds; returns them, so the
+        engine forgets them (their outcome, if they finish after all, is not acknowledged)."""
+        margin = min(margin, self.lock_seconds / 4)  # a short lock still gets most of its time
+        cutoff = self._clock() - (self.lock_seconds - margin)
+        out = [key for key, (_, at) in self._open.items() if at <= cutoff]
+        for topic, partition, offset in out:
+            self.acknowledge(TopicPartition(topic, partition), offset, Ack.RELEASE)
+        self.stats.released_before_expiry += len(out)
+        return [(TopicPartition(t, p), o) for t, p, o in out]
+
+    def send_acknowledgements(self, deadline: float) -> None:
+        """Send what is recorded and wait for the broker's answer, until ``deadline``
+        (time.monotonic()): before leaving the group."""
+        if self._unsent:
+            self._c.commit_sync(max(1.0, deadline - time.monotonic()))
+            self._unsent = False
+
+    def take_acquired_by_topic(self) -> dict[str, int]:
+        """Records acquired per topic since the last call (for the metrics)."""
+        out, self._acquired_by_topic = self._acquired_by_topic, {}
+        return out
+
+    def flush(self) -> None:
+        """Send the acknowledgements recorded so far, without waiting for the answer."""
+        if self._unsent:
+            self._c.commit_async()
+            self._unsent = False
+
+    # -- callbacks (served inside poll/commit, on this thread) ------------------------------
+    def _on_acknowledged(self, offsets: dict[Any, Any], error: Any) -> None:
+        if error is None:
+            return
+        n = sum(len(v) for v in offsets.values())
+        code = _code(error)
+        if code == _INVALID_RECORD_STATE:
+            self.stats.late += n
+            log.warning(
+                "%d acknowledgement(s) arrived after the acquisition lock expired (%.0f s): "
+                "those records were delivered again",
+                n,
+                self.lock_seconds,
+            )
+        else:
+            log.warning("acknowledging %d record(s) failed: %s", n, error)
+
+    def _on_client_error(self, err: Any) -> None:
+        if getattr(err, "fatal", lambda: False)():
+            self._fatal = self._fatal or f"fatal Kafka error: {err}"
+        else:
+            log.warning("share consumer: %s", err)
+
+    @property
+    def _c(self) -> ShareConsumerLike:
+        assert self._consumer is not None, "ShareSource.open() was not called"
+        return self._consumer
+
+
+def delivery_count(msg: MessageLike) -> int | None:
+    """The broker's delivery count of a share-group record (1 on its first delivery)."""
+    count = getattr(msg, "delivery_count", None)
+    return count() if callable(count) else None
+
+
+def _where(msg: MessageLike) -> tuple[str, int, int]:
+    return (msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
+
+
+def _code(error: Any) -> int | None:
+    inner = error.args[0] if getattr(error, "args", None) else error
+    code = getattr(inner, "code", None)
+    return code() if callable(code) else None
