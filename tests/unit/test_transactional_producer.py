@@ -78,3 +78,23 @@ def test_renew_purges_the_old_client_and_starts_a_new_one_with_transactions() ->
     assert (
         len(clients[1].reports) == 1 and not clients[0].reports
     )  # every user writes to the new one
+
+
+class FatalClient(FakeClient):
+    """A fenced client: librdkafka raises its fatal error from produce and poll."""
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("KafkaError{FATAL,code=INVALID_TXN_STATE}")
+
+    def poll(self, timeout: float = 0.0) -> int:
+        raise RuntimeError("KafkaError{FATAL,code=INVALID_TXN_STATE}")
+
+
+def test_a_fatal_client_dooms_the_transaction_instead_of_failing_the_thread() -> None:
+    producer = TransactionalProducer(FatalClient)
+    producer.begin_transaction()
+    seen: list[Any] = []
+    producer.produce("out", b"v", None, -1, lambda err, msg: seen.append(err))
+    assert seen == [None]  # reported at once: no delivery report will come
+    assert producer.poll(0) == 0
+    assert producer.doomed is not None and "INVALID_TXN_STATE" in producer.doomed

@@ -53,10 +53,18 @@ class TransactionalProducer:
         headers: Sequence[tuple[str, bytes | None]] | None = None,
     ) -> None:
         report = self._in_transaction(on_delivery)
-        if headers is None:
-            self._client.produce(topic, value, key, partition, report, timestamp)
-        else:
-            self._client.produce(topic, value, key, partition, report, timestamp, headers=headers)
+        try:
+            if headers is None:
+                self._client.produce(topic, value, key, partition, report, timestamp)
+            else:
+                self._client.produce(
+                    topic, value, key, partition, report, timestamp, headers=headers
+                )
+        except BufferError:
+            raise  # the local queue is full: the caller waits for room (kafka.produce)
+        except Exception as exc:  # a fatal client (fenced): the transaction cannot commit
+            self._broken(exc)
+            report(None, None)  # handed to the transaction, whose fate is now known
 
     def _in_transaction(
         self, report: Callable[[Any, Any], None] | None
@@ -72,10 +80,24 @@ class TransactionalProducer:
         return delivered
 
     def poll(self, timeout: float = 0.0) -> int:
-        return int(self._client.poll(timeout))
+        try:
+            return int(self._client.poll(timeout))
+        except Exception as exc:  # librdkafka raises a fatal error (fenced) from poll
+            self._broken(exc)
+            return 0
 
     def flush(self, timeout: float = -1) -> int:
-        return int(self._client.flush(timeout))
+        try:
+            return int(self._client.flush(timeout))
+        except Exception as exc:
+            self._broken(exc)
+            return len(self._client)
+
+    def _broken(self, exc: Exception) -> None:
+        """The client failed for good: the open transaction aborts, and the engine replaces
+        the client (:meth:`renew`) when the abort fails too."""
+        if self.doomed is None:
+            self.doomed = f"the transactional producer failed: {exc}"
 
     def __len__(self) -> int:
         return len(self._client)
