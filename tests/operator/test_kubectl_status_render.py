@@ -68,3 +68,17 @@ def test_slo_burn_is_consumption_over_allowance_and_says_what_it_could_not_read(
     assert status_view.slo_burn(None, 3.0, worker_metrics.Scrape()) is None
     shown = status_view._render_slo(unread)
     assert "  errors          -  no metrics, budget 0.02" in shown
+
+
+def test_a_share_group_pipeline_says_it_runs_in_queue_mode() -> None:
+    report = {
+        "name": "q", "namespace": "shop", "phase": "Running", "reason": "WorkersReady",
+        "message": "", "groupType": "share",
+        "replicas": {"desired": 6, "running": 6, "ready": 6}, "conditions": [],
+        "lag": {"records": None, "seconds": None, "from": "status"}, "partitions": [],
+        "pods": [], "metrics": {"read": [], "unreadable": {}}, "dlq": None,
+        "redrive": None, "events": [], "slo": None,
+    }  # fmt: skip
+    text = status_view.render(report, None)
+    assert "workers: 6/6 ready, 6 running; queue mode (share group" in text
+    assert "queue mode" not in status_view.render({**report, "groupType": "consumer"}, None)

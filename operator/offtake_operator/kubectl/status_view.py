@@ -72,6 +72,8 @@ def collect(cluster: Cluster, name: str) -> tuple[JSON, str | None]:
         "phase": st.get("phase", "Unknown"),
         "reason": st.get("reason", ""),
         "message": st.get("message", ""),
+        # consumer | share (queue mode); the CRD's default when the manifest leaves it out.
+        "groupType": (spec.get("source") or {}).get("groupType", "consumer"),
         "replicas": {
             "desired": spec.get("replicas"),
             "running": st.get("replicas", 0),
@@ -218,12 +220,20 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f}/s"
 
 
+def _mode(group_type: str) -> str:
+    if group_type == "share":
+        # A share group has no committed offsets: the lag from Kafka counts from the log start.
+        return "; queue mode (share group: every worker takes records of every partition)"
+    return ""
+
+
 def render(report: Mapping[str, Any], kafka_error: str | None) -> str:
     r = report["replicas"]
     lines = [
         f"ConsumerPipeline {report['namespace']}/{report['name']}: {report['phase']}"
         f" ({report['reason']}) {report['message']}",
-        f"workers: {r['ready']}/{_cell(r['desired'])} ready, {r['running']} running",
+        f"workers: {r['ready']}/{_cell(r['desired'])} ready, {r['running']} running"
+        + _mode(report.get("groupType", "consumer")),
     ]
     lag = report["lag"]
     lines.append(
