@@ -179,8 +179,8 @@ def test_lag_seconds_hpa_on_the_external_metric_accepted_by_the_api_server(
     )
     # REASON and MESSAGE columns of kubectl get.
     table = kubectl("get", "cpl", "timely", "-n", ns).stdout.splitlines()
-    assert table[0].split()[6:9] == ["REASON", "MESSAGE", "AGE"], table[0]
-    assert table[1].split()[6] == "WorkersNotReady", table[1]  # no kubelet in this test
+    assert table[0].split()[7:10] == ["REASON", "MESSAGE", "AGE"], table[0]
+    assert table[1].split()[7] == "WorkersNotReady", table[1]  # no kubelet in this test
     # Both targets at once: the API server's CEL rule refuses it, naming the fields.
     both = patch(
         kubectl, ns, "cpl/timely", {"spec": {"autoscaling": {"targetLagPerReplica": 100}}},

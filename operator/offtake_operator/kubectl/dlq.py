@@ -126,7 +126,8 @@ def _decoded(raw: bytes | None, topic: str, decoder: Decoder) -> Any:
         value = decoder.value(raw, topic)
     except DecodeError as exc:
         # A record that failed to decode is a common dead letter: show what it holds.
-        return {"undecodable": str(exc), "raw": raw[:200].decode("utf-8", "replace")}
+        shown = raw[:200].decode("utf-8", "replace")
+        return {"undecodable": f"not valid {decoder.format}: {exc}", "raw": shown}
     if isinstance(value, bytes):
         return {"base64": base64.b64encode(value).decode()}
     return value
