@@ -58,7 +58,9 @@ EXAMPLES = [
     for p in sorted((ROOT / "examples").glob("*.yaml"))
     if yaml.safe_load(p.read_text())["spec"].get("mode") != "inject"
 ]
-COLUMNS = ["NAME", "PHASE", "READY", "REPLICAS", "GROUP", "LAG", "LAG(S)", "REASON", "MESSAGE", "AGE"]
+COLUMNS = [
+    "NAME", "PHASE", "READY", "REPLICAS", "GROUP", "LAG", "LAG(S)", "REASON", "MESSAGE", "AGE",
+]  # fmt: skip
 
 
 def pipeline(name: str, **spec: Any) -> dict[str, Any]:
