@@ -66,29 +66,34 @@ def test_exactly_once_rides_out_leader_broker_kills_without_exiting(
     path = write_manifest(tmp_path / "eos-bounce.yaml", doc)
     total = 24_000
     worker = WorkerProcess(path, tmp_path / "eos-bounce.log").start()
-    started = time.monotonic()
-    with SteadyFlow(kafka_cluster.bootstrap, src, 100, 0.1, total) as flow:
-        killed: list[int] = []
-        for outage in OUTAGES:
-            time.sleep(6.0)
-            _alive(worker)
-            # Each time a broker that leads input partitions, not the one killed before.
-            leaders = [n for n in kafka_cluster.leaders(src).values() if n not in killed[-1:]]
-            victim = max(set(leaders), key=leaders.count)
-            killed.append(victim)
-            kafka_cluster.kill_node(victim)
-            time.sleep(outage)
-            _alive(worker)
-            kafka_cluster.start_node(victim)
-            kafka_cluster.wait_until_serving()
-            kafka_cluster.wait_fully_replicated(src)
-        flow.join(300)
     try:
-        wait_caught_up(kafka_cluster.bootstrap, group, src, PARTITIONS, timeout=120)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\nworker log:\n{worker.output()[-6000:]}") from None
-    _alive(worker)
-    code = worker.terminate()
+        started = time.monotonic()
+        with SteadyFlow(kafka_cluster.bootstrap, src, 100, 0.1, total) as flow:
+            killed: list[int] = []
+            for outage in OUTAGES:
+                time.sleep(6.0)
+                _alive(worker)
+                # Each time a broker that leads input partitions, not the one killed before.
+                leaders = [n for n in kafka_cluster.leaders(src).values() if n not in killed[-1:]]
+                victim = max(set(leaders), key=leaders.count)
+                killed.append(victim)
+                kafka_cluster.kill_node(victim)
+                time.sleep(outage)
+                _alive(worker)
+                kafka_cluster.start_node(victim)
+                kafka_cluster.wait_until_serving()
+                kafka_cluster.wait_fully_replicated(src)
+            flow.join(300)
+        try:
+            wait_caught_up(kafka_cluster.bootstrap, group, src, PARTITIONS, timeout=120)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\nworker log:\n{worker.output()[-6000:]}") from None
+        _alive(worker)
+        code = worker.terminate()
+    finally:
+        # A failed assertion must not leave the worker running past the test.
+        if worker.proc is not None and worker.proc.poll() is None:
+            worker.kill()
     assert code == 0, worker.output()[-4000:]
     # The flow's producer is not idempotent, so a broker bounce can write an input record
     # twice: the worker must copy exactly what the input log holds, neither more nor less.
