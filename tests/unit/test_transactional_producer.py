@@ -98,3 +98,19 @@ def test_a_fatal_client_dooms_the_transaction_instead_of_failing_the_thread() ->
     assert seen == [None]  # reported at once: no delivery report will come
     assert producer.poll(0) == 0
     assert producer.doomed is not None and "INVALID_TXN_STATE" in producer.doomed
+
+
+class FullClient(FakeClient):
+    """A client whose local queue stays full (a transaction in an abortable state)."""
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        raise BufferError("Local: Queue full")
+
+
+def test_a_queue_that_stays_full_dooms_the_transaction_after_its_timeout() -> None:
+    producer = TransactionalProducer(FullClient, queue_wait=0.2)
+    producer.begin_transaction()
+    seen: list[Any] = []
+    producer.produce("out", b"v", None, -1, lambda err, msg: seen.append(err))
+    assert seen == [None]  # the thread is free again: it can abort the transaction
+    assert producer.doomed is not None and "stayed full" in producer.doomed

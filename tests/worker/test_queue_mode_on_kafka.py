@@ -92,24 +92,31 @@ def test_six_workers_on_two_partitions_all_receive_work(
     assert (lost, duplicated) == (0, 0)
 
 
-def test_sigkill_loses_nothing_and_duplicates_only_what_it_had_acquired(
-    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
-) -> None:
+def two_slow_workers(
+    name: str, bootstrap: str, topic_factory: Any, tmp_path: Path
+) -> tuple[WorkerProcess, WorkerProcess, int, str]:
+    """Two workers of one share group on 4,000 records of a 2-partition topic, each record
+    taking 2 ms, once the first has acknowledged records: (first, second, records, output)."""
     src, out = topic_factory(2), topic_factory(2)
     doc = queue_manifest(
-        "queue-kill",
-        kafka_broker.bootstrap,
-        src,
-        out,
-        processor={"function": "support.processors:slow"},
+        name, bootstrap, src, out, processor={"function": "support.processors:slow"}
     )
     path = write_manifest(tmp_path / "pipeline.yaml", doc)
-    total = produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(4_000)))
+    total = produce(bootstrap, src, ({"id": i} for i in range(4_000)))
     env = {"OFFTAKE_TEST_SLOW_SECONDS": "0.002"}
     first = WorkerProcess(path, tmp_path / "first.log", env).start()
     second = WorkerProcess(path, tmp_path / "second.log", env).start()
     first.wait_until(
         lambda: series(first, "offtake_share_acknowledged_total") > 0, "records through it"
+    )
+    return first, second, total, out
+
+
+def test_sigkill_loses_nothing_and_duplicates_only_what_it_had_acquired(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    first, second, total, out = two_slow_workers(
+        "queue-kill", kafka_broker.bootstrap, topic_factory, tmp_path
     )
     # What it holds: acquired and not acknowledged (a poll is what the broker hands out: up
     # to share.partition.max.record.locks, 2,000, a partition; librdkafka 2.16 ignores
@@ -130,21 +137,8 @@ def test_sigkill_loses_nothing_and_duplicates_only_what_it_had_acquired(
 def test_sigterm_mid_stream_duplicates_nothing(
     kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
 ) -> None:
-    src, out = topic_factory(2), topic_factory(2)
-    doc = queue_manifest(
-        "queue-term",
-        kafka_broker.bootstrap,
-        src,
-        out,
-        processor={"function": "support.processors:slow"},
-    )
-    path = write_manifest(tmp_path / "pipeline.yaml", doc)
-    total = produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(4_000)))
-    env = {"OFFTAKE_TEST_SLOW_SECONDS": "0.002"}
-    first = WorkerProcess(path, tmp_path / "first.log", env).start()
-    second = WorkerProcess(path, tmp_path / "second.log", env).start()
-    first.wait_until(
-        lambda: series(first, "offtake_share_acknowledged_total") > 0, "records through it"
+    first, second, total, out = two_slow_workers(
+        "queue-term", kafka_broker.bootstrap, topic_factory, tmp_path
     )
     assert first.terminate() == 0, first.output()[-2000:]
     wait_delivered(kafka_broker.bootstrap, out, total)

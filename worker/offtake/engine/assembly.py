@@ -204,7 +204,10 @@ def make_sink(
     sink = spec.sink
     if sink.kafka is not None and sink.kafka.exactly_once:
         config = transactional_producer_config(spec, sink.kafka.config, instance(instance_id))
-        producer = TransactionalProducer(lambda: clients.producer(config))
+        # Each transaction call, and a wait for room in the producer's queue, is bounded by
+        # the transaction's own timeout: past it the coordinator aborts the transaction anyway.
+        transaction_timeout = max(5.0, int(config["transaction.timeout.ms"]) / 1000)
+        producer = TransactionalProducer(lambda: clients.producer(config), transaction_timeout)
         if not producer.transactional:
             raise ConfigError(
                 "spec.sink.kafka.delivery",
@@ -215,7 +218,7 @@ def make_sink(
             producer,
             sink.kafka.topic,
             clients.topic_partition,
-            commit_timeout=max(5.0, int(config["transaction.timeout.ms"]) / 1000),
+            commit_timeout=transaction_timeout,
             encode=encoder_for(sink.kafka, schema_registry).encode,
         )
     if sink.kafka is not None:

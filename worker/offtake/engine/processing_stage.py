@@ -199,7 +199,13 @@ class ProcessingStage:
         with self._cond:
             self._calls.append((fn, future))
             self._cond.notify()
-        return future.result(timeout)  # type: ignore[return-value]
+        try:
+            return future.result(timeout)  # type: ignore[return-value]
+        except TimeoutError:
+            # Not started yet: it never will (a late commit or abort would act on a state the
+            # caller has moved past). Already running: the caller knows it did not answer.
+            future.cancel()
+            raise
 
     def queued(self) -> int:
         """Records handed over and not yet started on."""

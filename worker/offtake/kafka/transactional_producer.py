@@ -20,17 +20,21 @@ Only the processing thread calls it, like every other producer the engine owns.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from offtake.kafka.produce import QUEUE_FULL_WAIT
 from offtake.kafka.protocols import ProducerLike
 
 
 class TransactionalProducer:
     """A :class:`ProducerLike` over the current transactional client (see the module)."""
 
-    def __init__(self, make: Callable[[], ProducerLike]) -> None:
+    def __init__(self, make: Callable[[], ProducerLike], queue_wait: float = 60.0) -> None:
         self._make = make
+        # How long produce() waits for room in a full local queue (the transaction's timeout).
+        self.queue_wait = queue_wait
         self._client: Any = make()
         self.renewals = 0  # how many times a fenced or broken client was replaced
         self._transaction = 0  # counts begin_transaction(): whose reports doom what
@@ -53,18 +57,33 @@ class TransactionalProducer:
         headers: Sequence[tuple[str, bytes | None]] | None = None,
     ) -> None:
         report = self._in_transaction(on_delivery)
-        try:
-            if headers is None:
-                self._client.produce(topic, value, key, partition, report, timestamp)
-            else:
-                self._client.produce(
-                    topic, value, key, partition, report, timestamp, headers=headers
-                )
-        except BufferError:
-            raise  # the local queue is full: the caller waits for room (kafka.produce)
-        except Exception as exc:  # a fatal client (fenced): the transaction cannot commit
-            self._broken(exc)
-            report(None, None)  # handed to the transaction, whose fate is now known
+        full_since: float | None = None
+        while True:
+            try:
+                if headers is None:
+                    self._client.produce(topic, value, key, partition, report, timestamp)
+                else:
+                    self._client.produce(
+                        topic, value, key, partition, report, timestamp, headers=headers
+                    )
+                return
+            except BufferError:
+                # The local queue is full. Deliveries make room, but a transaction in an
+                # abortable state holds its records until the abort, which this same thread
+                # must call: wait for room at most the transaction's timeout, then doom it.
+                now = time.monotonic()
+                full_since = now if full_since is None else full_since
+                if now - full_since >= self.queue_wait:
+                    self._broken(
+                        BufferError(f"the local queue stayed full for {self.queue_wait:g}s")
+                    )
+                    report(None, None)
+                    return
+                self.poll(QUEUE_FULL_WAIT)
+            except Exception as exc:  # a fatal client (fenced): the transaction cannot commit
+                self._broken(exc)
+                report(None, None)  # handed to the transaction, whose fate is now known
+                return
 
     def _in_transaction(
         self, report: Callable[[Any, Any], None] | None

@@ -71,6 +71,9 @@ class TransactionCommitter(Committer):
         self.stage = stage
         self.sink = sink
         self.broken: str | None = None  # why the last transaction was aborted
+        # A call to the processing thread timed out: until one is answered again, nothing is
+        # consumed again (the unanswered call may still commit), and only a renewal can clear it.
+        self.unanswered = False
 
     def commit(self, asynchronous: bool, only: set[TopicPartition] | None = None) -> bool:
         """Commit the open transaction with every partition's position; the caller drained.
@@ -93,14 +96,21 @@ class TransactionCommitter(Committer):
             self.stage.call(commit, self.sink.call_timeout)
         except Exception as exc:  # TransactionFailed, or the processing thread did not answer
             self.metrics.commits.labels("failure").inc()
-            self.broken = str(exc) or type(exc).__name__
+            self._unanswered(exc)
+            self.broken = str(exc) or "the processing thread did not answer in time"
             return False
         self.on_commit(positions, None)
         return True
 
     def recoverable(self) -> bool:
-        """After a failed commit: whether the producer is in a new transaction (not fenced)."""
-        return self.sink.in_transaction
+        """After a failed commit: whether the producer is in a new transaction (not fenced),
+        and the processing thread answered: one that did not may still be in the call, and
+        consuming again beside it could duplicate."""
+        return not self.unanswered and self.sink.in_transaction
+
+    def _unanswered(self, exc: BaseException) -> None:
+        if isinstance(exc, TimeoutError):
+            self.unanswered = True
 
     def resume(self) -> None:
         """Commit again: the worker has rewound past what the aborted transaction held."""
@@ -111,8 +121,10 @@ class TransactionCommitter(Committer):
         try:
             self.stage.call(self.sink.renew, self.sink.call_timeout)
         except Exception as exc:  # SinkError, or the processing thread did not answer
-            log.warning("%s", exc)
+            self._unanswered(exc)
+            log.warning("%s", exc or "the processing thread did not answer in time")
             return False
+        self.unanswered = False  # it answered: whatever held it is over
         return True
 
     def abort(self, reason: str) -> None:
@@ -123,7 +135,11 @@ class TransactionCommitter(Committer):
         try:
             self.stage.call(self.sink.abort_transaction, self.sink.call_timeout)
         except Exception as exc:
-            log.warning("aborting the transaction failed: %s", exc)
+            self._unanswered(exc)
+            log.warning(
+                "aborting the transaction failed: %s",
+                exc or "the processing thread did not answer in time",
+            )
 
 
 class Transactional(DeliveryPolicy):
