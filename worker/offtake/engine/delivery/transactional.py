@@ -122,7 +122,7 @@ class TransactionCommitter(Committer):
             self.stage.call(self.sink.renew, self.sink.call_timeout)
         except Exception as exc:  # SinkError, or the processing thread did not answer
             self._unanswered(exc)
-            log.warning("%s", exc or "the processing thread did not answer in time")
+            log.warning("%s", str(exc) or "the processing thread did not answer in time")
             return False
         self.unanswered = False  # it answered: whatever held it is over
         return True
@@ -138,7 +138,7 @@ class TransactionCommitter(Committer):
             self._unanswered(exc)
             log.warning(
                 "aborting the transaction failed: %s",
-                exc or "the processing thread did not answer in time",
+                str(exc) or "the processing thread did not answer in time",
             )
 
 
