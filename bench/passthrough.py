@@ -61,6 +61,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -80,13 +81,24 @@ from confluent_kafka import (
 BENCH = Path(__file__).resolve().parent
 PARTITIONS = 4
 VALUE_BYTES = 80
-CONTENDERS = ("c", "loop", "quix", "arroyo", "offtake", "offtake-eos", "offtake-queue")
+CONTENDERS = (
+    "c",
+    "loop",
+    "quix",
+    "arroyo",
+    "offtake",
+    "offtake-eos",
+    "offtake-queue",
+    "offtake-base",
+)
 # "offtake": exactly-once (offtake-eos) and queue mode on a share group (offtake-queue) read
 # against at-least-once on a consumer group in the same run.
 ANCHORS = ("loop", "quix", "arroyo", "offtake")
 # Pinned, so that a figure names what it measured; the versions of the issue's first table.
 VENV_PACKAGES = {"quix": "quixstreams==3.28.1", "arroyo": "sentry-arroyo==2.48.0"}
 LATENCY_RATE = 10_000
+# --baseline DIR: another checkout whose worker runs as "offtake-base" (before/after in one run).
+BASELINE: Path | None = None
 # --profile DIR: where py-spy writes the Offtake runs' profiles (None: not profiled).
 PROFILE_DIR: Path | None = None
 WARMUP_RECORDS = 100
@@ -103,11 +115,13 @@ class Workload:
 
 WORKLOADS = (
     Workload("bytes", "bytes", 1, 1.0),
-    Workload("json", "json", 1, 0.5),
+    # More records than pass-through for the fast loops: --quick's 25,000 JSON records were over
+    # in 0.6 s for the loop, too short a window to trust (2026-11-26).
+    Workload("json", "json", 1, 3.0),
     # json's enrich on values in the schema registry wire format, registry on both sides.
-    Workload("avro", "avro", 1, 0.3),
-    Workload("protobuf", "protobuf", 1, 0.3),
-    Workload("jsonschema", "jsonschema", 1, 0.3),
+    Workload("avro", "avro", 1, 0.8),
+    Workload("protobuf", "protobuf", 1, 0.5),
+    Workload("jsonschema", "jsonschema", 1, 0.4),
     Workload("cpu-p1", "cpu", 1, 0.1),
     Workload("cpu-p2", "cpu", 2, 0.1),
 )
@@ -151,6 +165,39 @@ def steady_rate(unique: int, times_ms: Sequence[int]) -> float | None:
         return None
     span = (max(times_ms) - min(times_ms)) / 1000
     return unique / span if span > 0 else None
+
+
+def cpu_between(samples: Sequence[tuple[float, float]], start_ms: int, end_ms: int) -> float | None:
+    """CPU seconds a process used from ``start_ms`` to ``end_ms`` (wall-clock ms, the output's
+    log-append times), from its (wall ms, CPU seconds) samples: those just outside the window."""
+    before = [cpu for at, cpu in samples if at <= start_ms]
+    after = [cpu for at, cpu in samples if at >= end_ms]
+    if not before or not after:
+        return None
+    return after[0] - before[-1]
+
+
+def _thread_cpu(pid: int, tick: int) -> dict[str, tuple[str, float]]:
+    """CPU seconds of each live thread of a process: thread id -> (name, seconds)."""
+    out: dict[str, tuple[str, float]] = {}
+    for task in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            text = task.read_text()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text.rpartition(")")[2].split()
+        out[task.parent.name] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def by_name(threads: dict[str, tuple[str, float]]) -> dict[str, float]:
+    """Threads' CPU seconds summed by name, broker threads (rdk:broker<n>) as one."""
+    out: dict[str, float] = {}
+    for name, cpu in threads.values():
+        short = name.rstrip("0123456789") if name.startswith("rdk:broker") else name
+        out[short] = out.get(short, 0.0) + cpu
+    return {name: round(cpu, 2) for name, cpu in sorted(out.items(), key=lambda i: -i[1])}
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -263,6 +310,8 @@ def prepare(wanted: Sequence[str]) -> Contenders:
     out.versions["librdkafka (loop, offtake)"] = confluent_kafka.libversion()[0]
     for name in wanted:
         try:
+            if name == "offtake-base" and BASELINE is None:
+                raise Unavailable("give --baseline DIR (another checkout) to run it")
             if name == "c":
                 out.forwarder, version = forwarder_binary()
                 out.versions["librdkafka (c, system)"] = version
@@ -306,14 +355,19 @@ def command(
     if name == "c":
         assert contenders.forwarder is not None
         return [str(contenders.forwarder), job.bootstrap, job.input, job.output, job.group], env
-    if name in ("offtake", "offtake-eos", "offtake-queue"):
+    if name in ("offtake", "offtake-eos", "offtake-queue", "offtake-base"):
         manifest = work / f"{job.group}.yaml"
         # JSON is YAML: no YAML library needed to write the manifest.
         doc = offtake_manifest(
             job, work, exactly_once=name == "offtake-eos", queue=name == "offtake-queue"
         )
         manifest.write_text(json.dumps(doc, indent=2))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), str(BENCH)) if p)
+        # offtake-base: the worker of the --baseline checkout instead of this one's.
+        base = BASELINE
+        ours = (
+            str(base / "worker") if name == "offtake-base" and base else env.get("PYTHONPATH", "")
+        )
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (ours, str(BENCH)) if p)
         argv = [sys.executable, "-m", "offtake.cli", "worker", "--pipeline", str(manifest)]
         return [*argv, "--metrics-port", "0", "--log-level", "WARNING"], env
     python = contenders.pythons.get(name, Path(sys.executable))
@@ -403,11 +457,33 @@ class Process:
             self._profiler = subprocess.Popen(
                 [
                     *(shutil.which("py-spy") or "py-spy", "record", "--gil", "--format", "raw"),
+                    *("--rate", "250"),  # py-spy's 100/s gives a few hundred samples a run
                     *("-o", str(PROFILE_DIR / f"{label}.txt"), "--pid", str(self.proc.pid)),
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
+
+        # CPU time (all threads, user and system) over wall-clock time, for the CPU a record
+        # cost: unlike records/s, it hardly moves with the other jobs on a shared machine.
+        self.cpu_samples: list[tuple[float, float]] = []
+        self.threads: dict[str, tuple[str, float]] = {}  # id: (name, CPU seconds) last seen
+        self._sampling = threading.Thread(target=self._sample_cpu, daemon=True)
+        self._sampling.start()
+
+    def _sample_cpu(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        stat = Path(f"/proc/{self.proc.pid}/stat")
+        while self.proc.poll() is None:
+            try:
+                fields = stat.read_text().rpartition(")")[2].split()
+            except OSError:
+                return
+            # utime and stime: fields 14 and 15 of proc(5), 12 and 13 after the ")".
+            cpu = (int(fields[11]) + int(fields[12])) / tick
+            self.cpu_samples.append((time.time() * 1000, cpu))
+            self.threads.update(_thread_cpu(self.proc.pid, tick))
+            time.sleep(0.05)
 
     def exited(self) -> int | None:
         return self.proc.poll()
@@ -599,8 +675,12 @@ def throughput_run(
     check = verify_output(records, keys)
     committed = watcher.committed(job.group, source)
     rate = steady_rate(check.unique, times)
+    cpu = cpu_between(process.cpu_samples, min(times), max(times)) if times else None
     result.update(
         records_per_second=None if rate is None else round(rate),
+        # The contender's CPU (all its threads) per output record over the same window.
+        cpu_us_per_record=round(cpu / check.unique * 1e6, 2) if cpu and check.unique else None,
+        cpu_seconds_by_thread=by_name(process.threads),  # the whole run's, start-up included
         output=asdict(check),
         complete=check.complete,
         # A share group commits no offsets: its progress is its output (None: not applicable).
@@ -611,6 +691,69 @@ def throughput_run(
         result["status"] = "incomplete"
     broker.delete_topic(output, missing_ok=True)
     return result
+
+
+# -- one stalled-sink run ----------------------------------------------------------------------
+STALL_RECORDS = 60_000  # several times the default in-flight bound (10,000 records)
+IN_FLIGHT_BOUND = {"records": 10_000, "bytes": 64 * 2**20}  # the CRD's limits defaults
+
+
+def stall_run(
+    broker: Any, watcher: Watcher, contenders: Contenders, name: str, seconds: float, work: Path
+) -> dict[str, Any]:
+    """The worker's RSS while its sink accepts nothing, against the in-flight bound.
+
+    The output topic does not exist (and the producer does not create topics): librdkafka
+    holds every value while it waits for the topic to appear (topic.metadata.propagation.max.ms,
+    30 s), so no delivery report arrives and nothing is committed: the sink is stalled while
+    the input holds several bounds' worth of JSON records to enrich. (An output topic with
+    min.insync.replicas 2 on this 1-broker cluster did not stall Kafka 4.3: it took them all.)
+    """
+    source, output = f"stall-in-{name}", f"stall-out-{name}"
+    broker.create_topic(source, PARTITIONS)
+    fill(broker.bootstrap, source, STALL_RECORDS, None)
+    job = Job(broker.bootstrap, source, output, f"bench-stall-{name}", WORKLOADS[1])
+    argv, env = command(name, job, contenders, work)
+    process = Process(argv, env, work, f"stall-{name}")
+    samples: list[tuple[float, int]] = []  # (seconds since start, RSS bytes)
+    began = time.monotonic()
+    try:
+        while time.monotonic() - began < seconds and process.exited() is None:
+            rss = _rss(process.proc.pid)
+            if rss is not None:
+                samples.append((round(time.monotonic() - began, 1), rss))
+            time.sleep(0.5)
+        status = "ok" if process.exited() is None else f"exited {process.exited()}"
+        committed = watcher.committed(job.group, source)
+    finally:
+        process.stop()
+        broker.delete_topic(source, missing_ok=True)
+    if not samples:
+        return {"status": status, "log_tail": process.tail()}
+    half = [rss for at, rss in samples if at >= seconds / 2]
+    mib = 2**20
+    return {
+        # Nothing may be committed: a commit would mean a delivery report arrived.
+        "status": status if committed == 0 else f"{status}, but {committed} records committed",
+        "seconds": seconds,
+        "input_records": STALL_RECORDS,
+        "in_flight_bound": IN_FLIGHT_BOUND,
+        "rss_mib_max": round(max(rss for _, rss in samples) / mib, 1),
+        "rss_mib_end": round(samples[-1][1] / mib, 1),
+        # Growth over the second half of the stall: about 0 when the bound holds.
+        "rss_mib_growth_second_half": round((half[-1] - half[0]) / mib, 1) if half else None,
+        "rss_mib_samples": [(at, round(rss / mib, 1)) for at, rss in samples],
+    }
+
+
+def _rss(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 # -- one latency run --------------------------------------------------------------------------
@@ -731,7 +874,21 @@ def main(argv: list[str] | None = None) -> int:
         help="py-spy (pip install py-spy) records each Offtake throughput run with --gil "
         "into DIR/<workload>-<contender>-<round>.txt (collapsed stacks)",
     )
+    parser.add_argument(
+        "--stall-seconds",
+        type=float,
+        help="seconds of the worker's RSS with a stalled sink (default 40; --quick 25; 0: skip)",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout (e.g. the main branch's) whose worker runs as contender "
+        "offtake-base beside this one's: before and after in the same run",
+    )
     args = parser.parse_args(argv)
+    if args.baseline is not None:
+        global BASELINE
+        BASELINE = args.baseline.resolve()
     if args.profile is not None:
         global PROFILE_DIR
         args.profile.mkdir(parents=True, exist_ok=True)
@@ -741,7 +898,12 @@ def main(argv: list[str] | None = None) -> int:
     latency_seconds = (
         args.latency_seconds if args.latency_seconds is not None else (3 if args.quick else 8)
     )
-    names = [c for c in CONTENDERS if not args.only or c in args.only.split(",")]
+    stall_seconds = (
+        # Long enough for the worker to start and reach the bound on a busy machine (10 s was not).
+        args.stall_seconds if args.stall_seconds is not None else (25 if args.quick else 40)
+    )
+    default = [c for c in CONTENDERS if c != "offtake-base" or BASELINE is not None]
+    names = [c for c in CONTENDERS if c in args.only.split(",")] if args.only else default
     unknown = set((args.only or "").split(",")) - set(CONTENDERS) - {""}
     if unknown:
         parser.error(f"--only: unknown contender(s) {sorted(unknown)}")
@@ -759,6 +921,7 @@ def main(argv: list[str] | None = None) -> int:
     throughput: dict[str, dict[str, Any]] = {w.name: {} for w in workloads}
     latency: dict[str, Any] = {}
     costs: dict[str, Any] = {}
+    stalls: dict[str, Any] = {}
     counts = {w.name: max(2, int(records * w.share)) for w in workloads}
     try:
         with KafkaBroker() as broker, contextlib.ExitStack() as stack:
@@ -783,6 +946,8 @@ def main(argv: list[str] | None = None) -> int:
                     latency,
                     costs,
                     registry,
+                    stall_seconds,
+                    stalls,
                 )
             finally:
                 watcher.close()
@@ -812,12 +977,22 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "summary": summary,
         "costs_measure": (
-            "us per record of Offtake's decode, function and encode in the bench's process (the "
-            "worker's decoder and encoder); engine: 1e6 / Offtake's rate - their sum"
+            "CPU us per record of Offtake's decode, function and encode in the bench's process "
+            "(the worker's decoder and encoder, a 500-record batch at a time); engine: 1e6 / "
+            "Offtake's rate - their sum"
+        ),
+        "cpu_measure": (
+            "CPU seconds (user + system, all threads, from /proc every 50 ms) the contender used "
+            "between its first and last output record, per distinct output record"
         ),
         "costs": with_engine(costs, summary),
         "throughput": throughput,
         "latency": latency,
+        "stalled_sink_measure": (
+            "the worker's RSS every 0.5 s while its output topic does not exist (every value "
+            f"waits in the producer), {STALL_RECORDS} JSON records to enrich"
+        ),
+        "stalled_sink": stalls,
     }
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(report, indent=2) + "\n")
@@ -840,8 +1015,12 @@ def measure(
     latency: dict[str, Any],
     costs: dict[str, Any],
     registry: str | None = None,
+    stall_seconds: float = 0,
+    stalls: dict[str, Any] | None = None,
 ) -> None:
-    """Fill the inputs, run every round, then the latency runs; results go into the dicts."""
+    """Fill the inputs, run every round, then the latency and stalled-sink runs; results go
+    into the dicts."""
+    stalls = {} if stalls is None else stalls
     sources: dict[str, str] = {}
     for w in workloads:
         sources[w.name] = f"in-{w.name}"
@@ -883,7 +1062,7 @@ def measure(
                     runs.update(status="not supported", reason=got.get("reason"))
                 log(f"round {r + 1} {w.name:<7} {name:<11} {_describe(got)}")
     for w in workloads:
-        if w.kind in ("json", "avro") and "offtake" in names:
+        if w.kind in ("json", *SCHEMA_KINDS) and "offtake" in names:
             costs[w.name] = per_record_costs(
                 broker.bootstrap, registry, sources[w.name], w.kind, work
             )
@@ -892,6 +1071,11 @@ def measure(
         for name in names:
             latency[name] = latency_run(broker, watcher, contenders, name, latency_seconds, work)
             log(f"latency {name:<11} {_describe_latency(latency[name])}")
+    if stall_seconds > 0:
+        for name in names:
+            if name in ("offtake", "offtake-base"):
+                stalls[name] = stall_run(broker, watcher, contenders, name, stall_seconds, work)
+                log(f"stalled sink {name:<11} {_describe_stall(stalls[name])}")
 
 
 def per_record_costs(
@@ -934,19 +1118,25 @@ def per_record_costs(
     messages = read_topic(bootstrap, topic)
     decoder, encoder = decoder_for(source), encoder_for(sink)
     decoder.records(messages[:1], topic, 0)  # the writer schema's one registry lookup
-    batches = [messages[i : i + 1000] for i in range(0, len(messages), 1000)]
+    # As the worker runs them: a poll's batch at a time, its values dropped before the next
+    # (kept all at once, the allocator's growth was most of "encode": 2.5 of 2.9 us a record);
+    # CPU time of this thread, so that the machine's other jobs do not count.
+    batches = [messages[i : i + 500] for i in range(0, len(messages), 500)]
     best = {"decode": math.inf, "function": math.inf, "encode": math.inf}
+    clock = time.thread_time
     for _ in range(COST_ROUNDS):  # best of: the other jobs on a shared machine only add
-        began = time.perf_counter()
-        decoded = [decoder.records(batch, topic, 0) for batch in batches]
-        best["decode"] = min(best["decode"], time.perf_counter() - began)
-        records = [record for batch in decoded for record, _ in batch]
-        began = time.perf_counter()
-        values = [bench_workloads.offtake_enrich(record) for record in records]
-        best["function"] = min(best["function"], time.perf_counter() - began)
-        began = time.perf_counter()
-        encoder.encode_many(values)
-        best["encode"] = min(best["encode"], time.perf_counter() - began)
+        spent = dict.fromkeys(best, 0.0)
+        for batch in batches:
+            began = clock()
+            records = [record for record, _ in decoder.records(batch, topic, 0)]
+            decoded = clock()
+            values = [bench_workloads.offtake_enrich(record) for record in records]
+            processed = clock()
+            encoder.encode_many(values)
+            spent["encode"] += clock() - processed
+            spent["function"] += processed - decoded
+            spent["decode"] += decoded - began
+        best = {part: min(best[part], spent[part]) for part in best}
     n = len(messages) or 1
     return {f"{part}_us": round(seconds / n * 1e6, 2) for part, seconds in best.items()}
 
@@ -977,10 +1167,22 @@ def summarize(throughput: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]
                 if g.get("complete") and g.get("records_per_second")
             ]
             best[name] = max(rates) if rates else None
+        cpu: dict[str, float | None] = {}
+        for name, runs in by_name.items():
+            costs = [
+                g["cpu_us_per_record"]
+                for g in runs["rounds"]
+                if g.get("complete") and g.get("cpu_us_per_record")
+            ]
+            cpu[name] = min(costs) if costs else None
         row: dict[str, Any] = {}
         for name, rate in best.items():
             entry: dict[str, Any] = {"records_per_second": rate}
             runs = by_name[name]
+            # CPU per record, and the loop's against it (above 1: cheaper than the loop).
+            entry["cpu_us_per_record"] = cpu[name]
+            mine, loop_cpu = cpu[name], cpu.get("loop")
+            entry["cpu_x_loop"] = round(loop_cpu / mine, 2) if loop_cpu and mine else None
             if rate is None:
                 entry["status"] = runs.get("status") or _statuses(runs["rounds"])
                 if runs.get("reason"):
@@ -1008,7 +1210,7 @@ def render(report: dict[str, Any]) -> str:
         f"{report['load_average_1m']['end']} on {report['cpus']} CPUs (shared: read ratios)",
         "",
         f"{'workload':<8} {'contender':<11} {'records/s':>10} {'x loop':>7} {'x quix':>7} "
-        f"{'x arroyo':>8} {'x offtake':>9} {'dups':>6}  note",
+        f"{'x arroyo':>8} {'x offtake':>9} {'cpu us':>7} {'cpu x loop':>10} {'dups':>6}  note",
     ]
     for workload, row in report["summary"].items():
         n = report["records"][workload]
@@ -1021,6 +1223,8 @@ def render(report: dict[str, Any]) -> str:
                     f"{e[f'x_{a}']:>{w}.2f}" if e[f"x_{a}"] else f"{'-':>{w}}"
                     for a, w in (("loop", 7), ("quix", 7), ("arroyo", 8), ("offtake", 9))
                 ),
+                f"{e['cpu_us_per_record']:>7.1f}" if e.get("cpu_us_per_record") else f"{'-':>7}",
+                f"{e['cpu_x_loop']:>10.2f}" if e.get("cpu_x_loop") else f"{'-':>10}",
                 f"{e['duplicates']:>6}" if e["duplicates"] is not None else f"{'-':>6}",
             ]
             note = "" if rate else e.get("status", "")
@@ -1054,6 +1258,20 @@ def render(report: dict[str, Any]) -> str:
                 f"{name:<11} {e.get('p50_ms', '-'):>8} {e.get('p99_ms', '-'):>8} "
                 f"{e.get('max_ms', '-'):>8} {e.get('output_per_second', '-'):>8}  {e['status']}"
             )
+    if report["stalled_sink"]:
+        bound = IN_FLIGHT_BOUND
+        lines += [
+            "",
+            f"worker RSS with a stalled sink ({STALL_RECORDS:,} records waiting; in-flight "
+            f"bound {bound['records']:,} records, {bound['bytes'] // 2**20} MiB), MiB:",
+            f"{'contender':<13} {'max':>7} {'end':>7} {'2nd half':>9}  status",
+        ]
+        for name, e in report["stalled_sink"].items():
+            growth = e.get("rss_mib_growth_second_half")
+            lines.append(
+                f"{name:<13} {e.get('rss_mib_max', '-'):>7} {e.get('rss_mib_end', '-'):>7} "
+                f"{'-' if growth is None else f'{growth:+}':>9}  {e['status']}"
+            )
     if report["unavailable"]:
         lines.append("")
         lines += [f"skipped {name}: {why}" for name, why in report["unavailable"].items()]
@@ -1071,9 +1289,20 @@ def _describe(got: dict[str, Any]) -> str:
         return f"{got['status']} {got.get('reason') or got.get('log_tail', '')[-300:]}"
     out = got["output"]
     return (
-        f"{got['records_per_second']:>9,} records/s  wall {got['wall_seconds']:.1f}s  "
+        f"{got['records_per_second']:>9,} records/s  "
+        f"cpu {got.get('cpu_us_per_record') or '-'} us/record  wall {got['wall_seconds']:.1f}s  "
         f"dups {out['duplicates']}  missing {out['missing']}  "
         f"committed {_yes_no(got['committed_to_end'])}  {got['status']}"
+    )
+
+
+def _describe_stall(got: dict[str, Any]) -> str:
+    if "rss_mib_max" not in got:
+        return f"{got['status']} {got.get('log_tail', '')[-300:]}"
+    return (
+        f"RSS max {got['rss_mib_max']} MiB, end {got['rss_mib_end']} MiB, "
+        f"second half {got['rss_mib_growth_second_half']:+} MiB over {got['seconds']:.0f}s  "
+        f"{got['status']}"
     )
 
 

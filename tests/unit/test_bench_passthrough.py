@@ -62,3 +62,21 @@ def test_nearest_rank_percentile() -> None:
     assert bench.percentile(values, 99) == 99.0
     assert bench.percentile(values, 50) == 50.0
     assert bench.percentile([7.0], 99) == 7.0
+
+
+def test_cpu_between_uses_the_samples_just_outside_the_window() -> None:
+    samples = [(1000.0, 0.5), (1050.0, 0.6), (1100.0, 0.7), (1150.0, 0.9), (1200.0, 1.0)]
+    # Output from 1060 to 1140 ms: from the sample at 1050 (0.6 s) to the one at 1150 (0.9 s).
+    assert bench.cpu_between(samples, 1060, 1140) == pytest.approx(0.3)
+    assert bench.cpu_between(samples, 900, 1140) is None  # started before the first sample
+    assert bench.cpu_between(samples, 1060, 1300) is None  # still running at the last one
+
+
+def test_cpu_by_thread_name_sums_broker_threads() -> None:
+    threads = {
+        "1": ("python", 2.0),
+        "2": ("rdk:broker1", 0.25),
+        "3": ("rdk:broker2", 0.5),
+        "4": ("rdk:main", 0.125),
+    }
+    assert bench.by_name(threads) == {"python": 2.0, "rdk:broker": 0.75, "rdk:main": 0.12}

@@ -101,6 +101,7 @@ def build_worker(
         spec.errors.max_retries,
         strict_ordering=spec.errors.ordering == "strict",
         health=health,
+        counts_deliveries=spec.source.is_share_group,
     )
 
     if spec.source.is_share_group:  # queue mode: records acknowledged one by one

@@ -115,8 +115,11 @@ class ProcessingStage:
         max_retries: int,
         strict_ordering: bool = False,
         health: Health | None = None,
+        counts_deliveries: bool = False,
     ) -> None:
         self.processor = processor
+        # Queue mode: a record's attempts start from the broker's delivery count (see _handle).
+        self.counts_deliveries = counts_deliveries
         # Told when the processor is unavailable and when it answers again (readiness).
         self.health = health
         self.sink = sink
@@ -344,16 +347,37 @@ class ProcessingStage:
             )
             self._serve()
             return
-        todo: list[Attempt] = []
         decoded_all = self._decode(work)
         if decoded_all is None:
             return  # given up while the registry was unreachable (drain budget spent)
+        parking = self.parking
+        todo: list[Attempt]
+        if not self.counts_deliveries and (
+            not parking.holding or parking.hold_of(work.tp, epoch) is None
+        ):
+            # The common case, one comprehension: nothing held on the partition, attempts
+            # start at 1; only records that failed to decode go to the policy one by one.
+            todo = [(record, epoch, 1) for record, error in decoded_all if error is None]
+            if len(todo) < len(decoded_all):
+                for record, error in decoded_all:
+                    if error is not None:
+                        self.policy.give_up(record, epoch, error, 1, "decode")
+        else:
+            todo = self._attempts(work, decoded_all)
+        for i in range(0, len(todo), CHUNK):
+            self._process(todo[i : i + CHUNK])
+
+    def _attempts(self, work: Work, decoded_all: list[Decoded]) -> list[Attempt]:
+        """The records to process, each with its attempt number; the others go to the policy or
+        wait behind the parked record of their partition."""
+        epoch = work.epoch
+        todo: list[Attempt] = []
         parking = self.parking
         for (record, decode_error), msg in zip(decoded_all, work.messages, strict=True):
             # A share group's record counts its attempts from the broker's delivery count
             # (queue mode): its earlier deliveries' attempts were made elsewhere, or by a
             # worker that crashed on it. Past the last attempt it goes to the policy unrun.
-            attempt = delivery_count(msg) or 1
+            attempt = (delivery_count(msg) or 1) if self.counts_deliveries else 1
             hold = parking.hold_of(record.tp, epoch) if parking.holding else None
             if hold is not None:  # behind a parked record of its partition
                 failed = None if decode_error is None else Outcome([], decode_error, False)
@@ -364,8 +388,7 @@ class ProcessingStage:
                 self.policy.exhausted(record, epoch, DeliveredTooOften(attempt), attempt, "process")
             else:
                 todo.append((record, epoch, attempt))
-        for i in range(0, len(todo), CHUNK):
-            self._process(todo[i : i + CHUNK])
+        return todo
 
     def _decode(self, work: Work) -> list[Decoded] | None:
         """The poll's decoded records; while the schema registry is unreachable this waits and

@@ -91,20 +91,23 @@ def _as_text(value: Any) -> str:
 # Dates and times go through _as_text (isoformat) as before, not orjson's own RFC 3339 form;
 # a dataclass is refused as before rather than sent as an object.
 _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+_dumps = orjson.dumps
 
 
 def encode_value(value: Any) -> bytes | None:
     """bytes as they are, str as UTF-8, None as a tombstone, anything else as compact JSON
     (dates, times, decimals and UUIDs as their text); raises UnsendableValueError for a value
     with no such form."""
-    if value is None:
-        return None
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    if isinstance(value, str):
-        return value.encode("utf-8")
+    if type(value) is not dict:  # a dict (what JSON functions return) goes straight to orjson
+        if value is None:
+            return None
+        if isinstance(value, bytes | bytearray | memoryview):
+            return bytes(value)
+        if isinstance(value, str):
+            return value.encode("utf-8")
     try:
-        return orjson.dumps(value, default=_as_text, option=_ORJSON_OPTIONS)
+        # Positional: orjson parses them in about half the time of keywords.
+        return _dumps(value, _as_text, _ORJSON_OPTIONS)
     except orjson.JSONEncodeError:
         pass  # the standard library writes it, or says why not (below)
     return _encode_json_stdlib(value)
