@@ -715,9 +715,12 @@ def stall_run(
     job = Job(broker.bootstrap, source, output, f"bench-stall-{name}", WORKLOADS[1])
     argv, env = command(name, job, contenders, work)
     process = Process(argv, env, work, f"stall-{name}")
-    samples: list[tuple[float, int]] = []  # (seconds since start, RSS bytes)
-    began = time.monotonic()
+    samples: list[tuple[float, int]] = []  # (seconds since it joined its group, RSS bytes)
     try:
+        # The clock starts once the worker has joined its group: start-up (imports) takes
+        # 20 s and more on a busy machine, and its RSS growth is not the stall's.
+        _wait_for_member(broker.bootstrap, job.group, process, 180)
+        began = time.monotonic()
         while time.monotonic() - began < seconds and process.exited() is None:
             rss = _rss(process.proc.pid)
             if rss is not None:
@@ -744,6 +747,22 @@ def stall_run(
         "rss_mib_growth_second_half": round((half[-1] - half[0]) / mib, 1) if half else None,
         "rss_mib_samples": [(at, round(rss / mib, 1)) for at, rss in samples],
     }
+
+
+def _wait_for_member(bootstrap: str, group: str, process: Process, timeout: float) -> None:
+    """Until ``group`` has a member (or the process exited, or ``timeout`` passed)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.exited() is None:
+        try:
+            described = admin.describe_consumer_groups([group])[group].result(10)
+            if described.members:
+                return
+        except Exception:  # not known yet
+            pass
+        time.sleep(0.5)
 
 
 def _rss(pid: int) -> int | None:
