@@ -61,14 +61,6 @@ class Outcome:
         )
 
 
-def dead_lettering(dlq: str, *, retries: int, backoff: float | None) -> dict[str, Any]:
-    """spec.errors: ``retries`` retries ``backoff`` seconds apart, then the topic ``dlq``."""
-    errors: dict[str, Any] = {"policy": "dlq", "maxRetries": retries, "dlq": {"topic": dlq}}
-    if backoff is not None:
-        errors["retryBackoffSeconds"] = backoff
-    return errors
-
-
 def new_topic(bed: Bed, stem: str, partitions: int, config: Mapping[str, str] | None = None) -> str:
     name = f"chaos-{stem}-{uuid.uuid4().hex[:8]}"
     bed.create_topic(name, partitions, config)

@@ -22,7 +22,7 @@ from offtake_testbed.kafka import read_topic
 
 from ..cgroups import MemoryCgroup
 from ..reports import lost_and_duplicated
-from ..workers import WorkerProcess, end_offsets, manifest, write_manifest
+from ..workers import WorkerProcess, dead_lettering, end_offsets, manifest, write_manifest
 from .common import (
     Bed,
     Outcome,
@@ -30,7 +30,6 @@ from .common import (
     Sampler,
     all_alive,
     count_output,
-    dead_lettering,
     new_topic,
     pipeline,
     rss_mib,
