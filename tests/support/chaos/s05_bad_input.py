@@ -29,9 +29,9 @@ from .common import (
     ProgressMonitor,
     Sampler,
     all_alive,
+    copy_pipeline,
     count_output,
     new_topic,
-    pipeline,
     rss_mib,
     running,
     start_producing,
@@ -408,13 +408,10 @@ def leak_under_memory_limit(
     is: the kernel's OOM killer ends it, it is started again as the kubelet would, and it
     resumes from its group's last commit. Nothing lost; duplicates bounded by kills x
     ``limits.maxInFlightMessages``."""
-    src, out = new_topic(bed, "oom-in", 2), new_topic(bed, "oom-out", 2)
-    path, group = pipeline(
+    src, out, path, group = copy_pipeline(
         bed,
         workdir,
         "oom",
-        src,
-        out,
         2,
         processor={"function": "support.processors:leak"},
         limits={"maxInFlightMessages": max_in_flight},
