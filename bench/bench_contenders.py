@@ -166,7 +166,7 @@ def quix_serde(args: argparse.Namespace) -> tuple[Any, Any]:
 
         return (
             AvroDeserializer(schema_registry_client_config=registry),
-            AvroSerializer(schemas.AVRO_OUT, schema_registry_client_config=registry),
+            AvroSerializer(schemas.BENCH_ORDER_OUT.avro(), schema_registry_client_config=registry),
         )
     if args.workload == "jsonschema":
         from quixstreams.models.serializers.json import JSONDeserializer, JSONSerializer

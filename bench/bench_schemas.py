@@ -10,95 +10,39 @@ whichever environment imports this file.
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
-AVRO_IN: dict[str, Any] = {
-    "type": "record",
-    "name": "BenchOrder",
-    "namespace": "offtake.bench",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "customer", "type": "string"},
-        {"name": "amount", "type": "double"},
-        {"name": "pad", "type": "string"},
-    ],
-}
-AVRO_OUT: dict[str, Any] = {
-    **AVRO_IN,
-    "name": "BenchOrderOut",
-    "fields": [
-        *AVRO_IN["fields"],
-        {"name": "amount_cents", "type": "long"},
-        {"name": "large", "type": "boolean"},
-    ],
-}
+# The record schemas' one definition is the test suite's (tests/support/record_schemas.py, the
+# standard library only): found from here in every environment that imports this file.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from support.record_schemas import FlatRecord, flat_messages
 
-def _json_schema(title: str, extra: dict[str, Any]) -> dict[str, Any]:
-    properties = {
-        "id": {"type": "integer"},
-        "customer": {"type": "string"},
-        "amount": {"type": "number"},
-        "pad": {"type": "string"},
-        **extra,
-    }
-    return {
-        "$schema": "http://json-schema.org/draft-07/schema#",
-        "title": title,
-        "type": "object",
-        "properties": properties,
-        "required": sorted(properties),
-    }
-
-
-JSON_SCHEMA_IN = _json_schema("BenchOrder", {})
-JSON_SCHEMA_OUT = _json_schema(
-    "BenchOrderOut", {"amount_cents": {"type": "integer"}, "large": {"type": "boolean"}}
+BENCH_ORDER = FlatRecord(
+    "BenchOrder",
+    "offtake.bench",
+    (("id", "long"), ("customer", "string"), ("amount", "double"), ("pad", "string")),
+)
+BENCH_ORDER_OUT = BENCH_ORDER.extended(
+    "BenchOrderOut", ("amount_cents", "long"), ("large", "boolean")
 )
 SCHEMAS = {
-    "avro": (json.dumps(AVRO_IN), json.dumps(AVRO_OUT)),
-    "jsonschema": (json.dumps(JSON_SCHEMA_IN), json.dumps(JSON_SCHEMA_OUT)),
+    "avro": (json.dumps(BENCH_ORDER.avro()), json.dumps(BENCH_ORDER_OUT.avro())),
+    "jsonschema": (
+        json.dumps(BENCH_ORDER.json_schema()),
+        json.dumps(BENCH_ORDER_OUT.json_schema()),
+    ),
 }
 PROTOBUF_IN = "bench_schemas:BenchOrder"
 PROTOBUF_OUT = "bench_schemas:BenchOrderOut"
 
 
-def _protobuf_classes() -> tuple[Any, Any]:
-    from google.protobuf import descriptor_pb2, descriptor_pool
-    from google.protobuf.message_factory import GetMessageClass
-
-    f = descriptor_pb2.FieldDescriptorProto
-    pool = descriptor_pool.Default()
-    try:
-        pool.FindMessageTypeByName("offtake.bench.BenchOrder")
-    except KeyError:
-        fd = descriptor_pb2.FileDescriptorProto(
-            name="offtake_bench.proto", package="offtake.bench", syntax="proto3"
-        )
-        fields = [
-            ("id", f.TYPE_INT64),
-            ("customer", f.TYPE_STRING),
-            ("amount", f.TYPE_DOUBLE),
-            ("pad", f.TYPE_STRING),
-        ]
-        for name, more in (
-            ("BenchOrder", []),
-            ("BenchOrderOut", [("amount_cents", f.TYPE_INT64), ("large", f.TYPE_BOOL)]),
-        ):
-            message = fd.message_type.add(name=name)
-            for number, (field, kind) in enumerate([*fields, *more], start=1):
-                message.field.add(name=field, number=number, type=kind)
-        pool.Add(fd)
-    return (
-        GetMessageClass(pool.FindMessageTypeByName("offtake.bench.BenchOrder")),
-        GetMessageClass(pool.FindMessageTypeByName("offtake.bench.BenchOrderOut")),
-    )
-
-
 def __getattr__(name: str) -> Any:
     # The classes are made on first use: environments without protobuf import this module too.
     if name in ("BenchOrder", "BenchOrderOut"):
-        order, out = _protobuf_classes()
+        order, out = flat_messages("offtake_bench.proto", BENCH_ORDER, BENCH_ORDER_OUT)
         globals().update(BenchOrder=order, BenchOrderOut=out)
         return globals()[name]
     raise AttributeError(name)

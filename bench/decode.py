@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from confluent_kafka import Producer
+from support.schemas import order, serializer
 
 from offtake.config.spec import SchemaRegistrySpec, SourceSpec
 from offtake.formats.resolve import decoder_for
@@ -31,15 +32,9 @@ from offtake_testbed.kafka import KafkaBroker, read_topic
 FORMATS = ("json", "avro", "protobuf", "jsonschema")
 
 
-def order(i: int) -> dict[str, Any]:
-    return {"id": i, "item": f"item-{i}", "amount": i * 1.5}
-
-
 def encoder(fmt: str, url: str, topic: str) -> Any:
     if fmt == "json":
         return lambda v: json.dumps(v).encode()
-    from support.schemas import serializer
-
     return serializer(fmt, url, topic)
 
 

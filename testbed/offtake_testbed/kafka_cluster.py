@@ -28,13 +28,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 
-from ._service import Service
 from .kafka.install import KAFKA_VERSION, KafkaTestbedError, install_kafka
 from .kafka.jvm import (
-    admin_client,
-    create_topic,
+    KafkaService,
     format_storage,
     launch_broker,
     log_tail,
@@ -67,7 +64,7 @@ class _Node:
         return log_tail(self.workdir, lines, f"node {self.node_id}")
 
 
-class KafkaCluster(Service):
+class KafkaCluster(KafkaService):
     """Three KRaft brokers on 127.0.0.1 with per-node stop, kill and start."""
 
     def __init__(
@@ -83,6 +80,7 @@ class KafkaCluster(Service):
         if size < 1:
             raise KafkaTestbedError("a cluster needs at least one node")
         self.size = size
+        self.replication_factor = size
         self.version = version
         self.heap = heap
         self.min_insync_replicas = min(min_insync_replicas, size)
@@ -90,7 +88,6 @@ class KafkaCluster(Service):
         self.extra_config = dict(extra_config or {})
         self._root: Path | None = None
         self._nodes: list[_Node] = []
-        self._admin: AdminClient | None = None
         self._java = ""
         self._libs = Path()
 
@@ -204,7 +201,7 @@ class KafkaCluster(Service):
         self._launch(node)
         deadline = time.monotonic() + self.start_timeout
         while not port_open(node.port):
-            self._check_alive(node)
+            self._check_node(node)
             if time.monotonic() > deadline:
                 raise KafkaTestbedError(f"node {node_id} did not listen again:\n{node.log_tail()}")
             time.sleep(0.1)
@@ -229,7 +226,7 @@ class KafkaCluster(Service):
         last = ""
         while True:
             for node in self._nodes:
-                self._check_alive(node)
+                self._check_node(node)
             try:
                 md = self.admin().list_topics(timeout=2.0)
                 if want <= set(md.brokers):
@@ -245,41 +242,6 @@ class KafkaCluster(Service):
                     + "\n".join(n.log_tail(10) for n in self._nodes)
                 )
             time.sleep(0.2)
-
-    def wait_fully_replicated(self, topic: str, timeout: float = 120.0) -> None:
-        """Wait until every partition of ``topic`` has all replicas in sync and a leader."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                isr = self.in_sync(topic)
-                leaders = self.leaders(topic)
-                if all(len(r) == self.size for r in isr.values()) and all(
-                    v >= 0 for v in leaders.values()
-                ):
-                    return
-            except KafkaException:
-                isr = {}
-            if time.monotonic() > deadline:
-                raise KafkaTestbedError(f"{topic} not fully in sync within {timeout:g}s: {isr}")
-            time.sleep(0.3)
-
-    # -- topics -------------------------------------------------------------------------------
-
-    def admin(self) -> AdminClient:
-        if self._admin is None:
-            self._admin = admin_client(self.bootstrap)
-        return self._admin
-
-    def create_topic(
-        self,
-        name: str,
-        partitions: int = 1,
-        config: Mapping[str, str] | None = None,
-        timeout: float = 60.0,
-    ) -> None:
-        """Create ``name`` replicated on every node; return once all replicas are in sync."""
-        create_topic(self.admin(), name, partitions, self.size, config, timeout)
-        self.wait_fully_replicated(name, timeout)
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -350,7 +312,7 @@ class KafkaCluster(Service):
             node.process.wait()
         node.process = None
 
-    def _check_alive(self, node: _Node) -> None:
+    def _check_node(self, node: _Node) -> None:
         if node.process is not None and node.process.poll() is not None:
             code = node.process.returncode
             raise KafkaTestbedError(

@@ -29,6 +29,7 @@ from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, Proto
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf.json_format import MessageToDict, ParseDict
 from support.diff_pb import Everything
+from support.record_schemas import json_schema
 
 from offtake.config.spec import KafkaSinkSpec, SinkSchemaSpec, SourceSpec
 from offtake.formats.errors import SchemaDecodeError
@@ -97,11 +98,9 @@ AVRO: dict[str, Any] = {
         {"name": "palette", "type": {"type": "map", "values": {"type": "array", "items": "Color"}}},
     ],
 }
-JSON_SCHEMA: dict[str, Any] = {
-    "$schema": "http://json-schema.org/draft-07/schema#",
-    "title": "Everything",
-    "type": "object",
-    "properties": {
+JSON_SCHEMA = json_schema(
+    "Everything",
+    {
         "id": {"type": "integer"},
         "amount": {"type": "number", "minimum": 0},
         "name": {"type": "string", "maxLength": 20},
@@ -118,8 +117,8 @@ JSON_SCHEMA: dict[str, Any] = {
         "attrs": {"type": "object", "additionalProperties": {"type": "integer"}},
         "when": {"type": "string", "format": "date-time"},
     },
-    "required": ["id", "name"],
-}
+    ["id", "name"],
+)
 
 
 def _registry() -> SchemaRegistryClient:

@@ -1,4 +1,5 @@
-"""Helpers for the Spark sink tests: specs, items, a completion collector, table readers."""
+"""Helpers for the Spark sink tests: specs, items, a completion collector, table readers, the
+engine with the Spark sink on a thread."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from typing import Any
 
 from offtake.config.loader import parse_pipeline
 from offtake.config.spec import PipelineSpec
+from offtake.engine.assembly import build_worker
+from offtake.engine.worker import Worker
 from offtake.metrics import Metrics
 from offtake.records import Record
 from offtake.sinks.base import SinkItem
-from offtake.sinks.spark import SparkSink
+from offtake.sinks.spark import SparkSink, make_spark_sink
 from offtake.sinks.spark.writers import Writer
 
 
@@ -115,6 +118,29 @@ def run_sink(
         sink.drain(None, 1.0)
     sink.close()
     return done, sink
+
+
+class EngineThread:
+    """The pipeline ``doc``'s engine on a thread, with the Spark sink on the shared session
+    ``spark`` (a worker process would start a session of its own)."""
+
+    def __init__(self, doc: dict[str, Any], spark: Any) -> None:
+        spec = parse_pipeline(doc)
+        metrics = Metrics(spec.name)
+        sink = make_spark_sink(spec, metrics, session=spark)
+        self.worker: Worker = build_worker(spec, sink=sink, metrics=metrics)
+        self.code: int | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.code = self.worker.run()
+
+    def stop(self) -> int | None:
+        """Stop the engine; its exit code (None: still running after a minute)."""
+        self.worker.stop()
+        self.thread.join(60)
+        return self.code
 
 
 def metric(metrics: Metrics, name: str, **labels: str) -> float:

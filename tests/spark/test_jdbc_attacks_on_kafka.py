@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -23,18 +22,15 @@ import psycopg
 import pytest
 from support.workers import manifest, produce, read_all, wait_caught_up
 
-from offtake.config import parse_pipeline
 from offtake.config.secret_env import JDBC_PASSWORD_ENV
 from offtake.config.spec import JdbcSpec
-from offtake.engine.assembly import build_worker
-from offtake.engine.worker import Worker
 from offtake.logs import JsonFormatter
-from offtake.metrics import Metrics
-from offtake.sinks.spark import make_spark_sink
 from offtake.sinks.spark.errors import describe
 from offtake.sinks.spark.identifiers import shown
 from offtake.sinks.spark.jdbc import JdbcError, JvmStatements, PsycopgStatements
 from offtake_testbed.kafka import KafkaBroker
+
+from .support import EngineThread
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -56,27 +52,6 @@ HOSTILE = [
     "w" * 1000,
 ]
 PASSWORD = "Sekr3t-" + uuid.uuid4().hex[:8]
-
-
-class _Running:
-    """The engine on a thread with the Spark sink on the shared session."""
-
-    def __init__(self, doc: dict[str, Any], spark: Any) -> None:
-        spec = parse_pipeline(doc)
-        metrics = Metrics(spec.name)
-        sink = make_spark_sink(spec, metrics, session=spark)
-        self.worker: Worker = build_worker(spec, sink=sink, metrics=metrics)
-        self.code: int | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        self.code = self.worker.run()
-
-    def stop(self) -> int | None:
-        self.worker.stop()
-        self.thread.join(60)
-        return self.code
 
 
 def _sql(postgres: Any, statement: str) -> list[tuple[Any, ...]]:
@@ -164,7 +139,7 @@ def test_hostile_field_names_are_dead_lettered_naming_the_field_and_run_nothing(
     produce(kafka_broker.bootstrap, src, values)
 
     doc = _doc(kafka_broker.bootstrap, src, dlq, postgres, victims)
-    running = _Running(doc, spark)
+    running = EngineThread(doc, spark)
     try:
         wait_caught_up(kafka_broker.bootstrap, doc["spec"]["source"]["groupId"], src, 1)
     finally:
@@ -236,7 +211,7 @@ def test_a_statement_the_database_refuses_dead_letters_its_own_message_without_p
     values = [{"id": i, "amount": f"lots-{i}"} for i in range(5)]
     produce(kafka_broker.bootstrap, src, values)
     doc = _doc(kafka_broker.bootstrap, src, dlq, postgres, victims)
-    running = _Running(doc, spark)
+    running = EngineThread(doc, spark)
     try:
         wait_caught_up(kafka_broker.bootstrap, doc["spec"]["source"]["groupId"], src, 1)
     finally:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import threading
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -33,23 +32,23 @@ from support.schemas import (
 )
 from support.workers import committed, manifest, produce, read_all, wait_caught_up
 
-from offtake.config import parse_pipeline
-from offtake.engine.assembly import build_worker
-from offtake.engine.worker import EXIT_STOPPED_ON_ERROR, Worker
-from offtake.metrics import Metrics
-from offtake.sinks.spark import make_spark_sink
+from offtake.engine.worker import EXIT_STOPPED_ON_ERROR
 from offtake_testbed.apicurio import ApicurioRegistry
 from offtake_testbed.kafka import KafkaBroker
+
+from .support import EngineThread
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 RECORDS = 12
 
 
-def _doc(fmt: str, src: str, path: Path, registry: ApicurioRegistry, dlq: str) -> dict[str, Any]:
+def _doc(
+    fmt: str, bootstrap: str, src: str, path: Path, registry: ApicurioRegistry, dlq: str
+) -> dict[str, Any]:
     doc = manifest(
         f"typed-{fmt}",
-        "",
+        bootstrap,
         [src],
         sink={
             "spark": {
@@ -64,28 +63,6 @@ def _doc(fmt: str, src: str, path: Path, registry: ApicurioRegistry, dlq: str) -
     if fmt == "protobuf":
         doc["spec"]["source"]["protobufMessage"] = RICH_PROTOBUF_MESSAGE
     return doc
-
-
-class _Running:
-    """The engine on a thread, with the Spark sink on the shared session."""
-
-    def __init__(self, doc: dict[str, Any], bootstrap: str, spark: Any) -> None:
-        doc["spec"]["kafka"]["bootstrapServers"] = bootstrap
-        spec = parse_pipeline(doc)
-        metrics = Metrics(spec.name)
-        sink = make_spark_sink(spec, metrics, session=spark)
-        self.worker: Worker = build_worker(spec, sink=sink, metrics=metrics)
-        self.code: int | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        self.code = self.worker.run()
-
-    def stop(self) -> int | None:
-        self.worker.stop()
-        self.thread.join(60)
-        return self.code
 
 
 def _table(path: Path) -> pa.Table:
@@ -141,13 +118,13 @@ def test_each_format_lands_in_parquet_with_its_schemas_column_types(
     src, dlq = topic_factory(), topic_factory()
     encode = rich_serializer(fmt, schema_registry.url, src)
     path = tmp_path / "table"
-    doc = _doc(fmt, src, path, schema_registry, dlq)
+    doc = _doc(fmt, kafka_broker.bootstrap, src, path, schema_registry, dlq)
     group = doc["spec"]["source"]["groupId"]
     # Two runs: the second checks its records against the columns the first wrote (read back
     # through Spark), and every mapped type must match them.
     for run, records in enumerate((range(RECORDS - 2), range(RECORDS - 2, RECORDS))):
         produce(kafka_broker.bootstrap, src, [encode(rich_order(fmt, i)) for i in records])
-        running = _Running(doc, kafka_broker.bootstrap, spark)
+        running = EngineThread(doc, spark)
         try:
             wait_caught_up(kafka_broker.bootstrap, group, src, 1)
         finally:
@@ -212,9 +189,9 @@ def test_a_new_optional_field_adds_a_column_and_a_type_change_stops_naming_field
     first += [v2({**order(i), "note": f"n{i}"}) for i in range(10, 20)]
     produce(kafka_broker.bootstrap, src, first)
     path = tmp_path / "table"
-    doc = _doc("avro", src, path, schema_registry, dlq)
+    doc = _doc("avro", kafka_broker.bootstrap, src, path, schema_registry, dlq)
     group = doc["spec"]["source"]["groupId"]
-    running = _Running(doc, kafka_broker.bootstrap, spark)
+    running = EngineThread(doc, spark)
     try:
         wait_caught_up(kafka_broker.bootstrap, group, src, 1)
         table = _table(path)
@@ -251,7 +228,7 @@ def test_a_new_optional_field_adds_a_column_and_a_type_change_stops_naming_field
     # Restarted (as Kubernetes restarts the pod): the new worker checks the records against
     # the table's columns, not only against what it wrote itself, and stops again.
     caplog.clear()
-    again = _Running(doc, kafka_broker.bootstrap, spark)
+    again = EngineThread(doc, spark)
     again.thread.join(120)
     assert again.code == EXIT_STOPPED_ON_ERROR
     assert any(

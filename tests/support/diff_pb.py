@@ -26,15 +26,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf import (
-    descriptor_pb2,
-    descriptor_pool,
-    duration_pb2,
-    struct_pb2,
-    timestamp_pb2,
-    wrappers_pb2,
-)
-from google.protobuf.message_factory import GetMessageClass
+from google.protobuf import descriptor_pb2, duration_pb2, struct_pb2, timestamp_pb2, wrappers_pb2
+
+from support.record_schemas import message_classes
 
 _F = descriptor_pb2.FieldDescriptorProto
 _WKT = (timestamp_pb2, duration_pb2, wrappers_pb2, struct_pb2)
@@ -118,15 +112,5 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
     return fd
 
 
-def _message_class() -> Any:
-    pool = descriptor_pool.Default()
-    assert all(m.DESCRIPTOR.name for m in _WKT)  # their files are in the pool first
-    try:
-        found = pool.FindMessageTypeByName("offtake.diff.Everything")
-    except KeyError:
-        pool.Add(_file())
-        found = pool.FindMessageTypeByName("offtake.diff.Everything")
-    return GetMessageClass(found)
-
-
-Everything: Any = _message_class()
+assert all(m.DESCRIPTOR.name for m in _WKT)  # their files are in the pool first
+Everything: Any = message_classes(_file, "offtake.diff.Everything")[0]

@@ -27,36 +27,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, timestamp_pb2
-from google.protobuf.message_factory import GetMessageClass
+from google.protobuf import descriptor_pb2, timestamp_pb2
+
+from support.record_schemas import ORDER, flat_messages, message_classes
 
 _FIELD = descriptor_pb2.FieldDescriptorProto
 
-
-def _file() -> descriptor_pb2.FileDescriptorProto:
-    fd = descriptor_pb2.FileDescriptorProto(
-        name="offtake_test_orders.proto", package="offtake.test", syntax="proto3"
-    )
-    order = fd.message_type.add(name="Order")
-    for number, (name, kind) in enumerate(
-        (("id", _FIELD.TYPE_INT64), ("item", _FIELD.TYPE_STRING), ("amount", _FIELD.TYPE_DOUBLE)),
-        start=1,
-    ):
-        order.field.add(name=name, number=number, type=kind, label=_FIELD.LABEL_OPTIONAL)
-    return fd
-
-
-def _message_class() -> Any:
-    pool = descriptor_pool.Default()
-    try:
-        found = pool.FindMessageTypeByName("offtake.test.Order")
-    except KeyError:
-        pool.Add(_file())
-        found = pool.FindMessageTypeByName("offtake.test.Order")
-    return GetMessageClass(found)
-
-
-Order: Any = _message_class()
+Order: Any = flat_messages("offtake_test_orders.proto", ORDER)[0]
 
 
 def _rich_file() -> descriptor_pb2.FileDescriptorProto:
@@ -111,15 +88,5 @@ def _rich_file() -> descriptor_pb2.FileDescriptorProto:
     return fd
 
 
-def _rich_class() -> Any:
-    pool = descriptor_pool.Default()
-    assert timestamp_pb2.Timestamp.DESCRIPTOR.full_name  # its file is in the pool first
-    try:
-        found = pool.FindMessageTypeByName("offtake.test.RichOrder")
-    except KeyError:
-        pool.Add(_rich_file())
-        found = pool.FindMessageTypeByName("offtake.test.RichOrder")
-    return GetMessageClass(found)
-
-
-RichOrder: Any = _rich_class()
+assert timestamp_pb2.Timestamp.DESCRIPTOR.full_name  # its file is in the pool first
+RichOrder: Any = message_classes(_rich_file, "offtake.test.RichOrder")[0]

@@ -22,3 +22,11 @@ def lost_and_duplicated(expected: int, counts: Counter[int]) -> tuple[int, int]:
     lost = sum(1 for i in range(expected) if counts[i] == 0)
     duplicated = sum(c - 1 for c in counts.values() if c > 1)
     return lost, duplicated
+
+
+def assert_each_once(name: str, expected: int, counts: Counter[int], **numbers: Any) -> None:
+    """Report what ``name`` delivered of ids 0..expected-1 (with ``numbers``), then assert that
+    every id arrived exactly once."""
+    lost, duplicated = lost_and_duplicated(expected, counts)
+    report(name, produced=expected, lost=lost, duplicated=duplicated, **numbers)
+    assert (lost, duplicated) == (0, 0)

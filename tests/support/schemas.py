@@ -15,17 +15,9 @@ from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from support.orders_pb import Order, RichOrder
+from support.record_schemas import ORDER, json_schema
 
-ORDER_AVRO = {
-    "type": "record",
-    "name": "Order",
-    "namespace": "offtake.test",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "item", "type": "string"},
-        {"name": "amount", "type": "double"},
-    ],
-}
+ORDER_AVRO = ORDER.avro()
 # Version 2: a new optional field, a compatible change.
 ORDER_AVRO_V2 = {
     **ORDER_AVRO,
@@ -34,17 +26,7 @@ ORDER_AVRO_V2 = {
         {"name": "note", "type": ["null", "string"], "default": None},
     ],
 }
-ORDER_JSON_SCHEMA = {
-    "$schema": "http://json-schema.org/draft-07/schema#",
-    "title": "Order",
-    "type": "object",
-    "properties": {
-        "id": {"type": "integer"},
-        "item": {"type": "string"},
-        "amount": {"type": "number"},
-    },
-    "required": ["id", "item", "amount"],
-}
+ORDER_JSON_SCHEMA = ORDER.json_schema()
 FORMATS = ("avro", "protobuf", "jsonschema")
 PROTOBUF_MESSAGE = "support.orders_pb:Order"
 
@@ -63,15 +45,32 @@ def serializer(
     """Encodes an order dict as ``fmt`` in the wire format (registering the schema on first
     use, as a producer does). ``client_conf``: the registry client's (TLS, credentials)."""
     client = SchemaRegistryClient(client_conf or {"url": url})
+    return _wire_format(
+        fmt, client, topic, avro_schema, ORDER_JSON_SCHEMA, Order, lambda value: Order(**value)
+    )
+
+
+def _wire_format(
+    fmt: str,
+    client: SchemaRegistryClient,
+    topic: str,
+    avro_schema: dict[str, Any],
+    jsonschema: dict[str, Any],
+    message_class: Any,
+    message: Callable[[dict[str, Any]], Any],
+) -> Callable[[dict[str, Any]], bytes]:
+    """confluent-kafka's serializer of ``fmt`` for ``topic``'s values: Avro with
+    ``avro_schema``, JSON Schema with ``jsonschema``, Protobuf as ``message(value)``, an
+    instance of ``message_class``."""
     ctx = SerializationContext(topic, MessageField.VALUE)
     if fmt == "avro":
         avro = AvroSerializer(client, json.dumps(avro_schema))
         return lambda value: bytes(avro(value, ctx))
     if fmt == "jsonschema":
-        js = JSONSerializer(json.dumps(ORDER_JSON_SCHEMA), client)
+        js = JSONSerializer(json.dumps(jsonschema), client)
         return lambda value: bytes(js(value, ctx))
-    pb = ProtobufSerializer(Order, client, {"use.deprecated.format": False})
-    return lambda value: bytes(pb(Order(**value), ctx))
+    pb = ProtobufSerializer(message_class, client, {"use.deprecated.format": False})
+    return lambda value: bytes(pb(message(value), ctx))
 
 
 # One field of each kind the Spark sink maps to a column type (tests/spark/test_schema_columns*).
@@ -116,11 +115,9 @@ RICH_AVRO: dict[str, Any] = {
         {"name": "note", "type": ["null", "string"], "default": None},
     ],
 }
-RICH_JSON_SCHEMA: dict[str, Any] = {
-    "$schema": "http://json-schema.org/draft-07/schema#",
-    "title": "RichOrder",
-    "type": "object",
-    "properties": {
+RICH_JSON_SCHEMA = json_schema(
+    "RichOrder",
+    {
         "id": {"type": "integer"},
         "customer": {
             "type": "object",
@@ -142,8 +139,8 @@ RICH_JSON_SCHEMA: dict[str, Any] = {
         "day": {"type": "string", "format": "date"},
         "note": {"type": ["null", "string"]},
     },
-    "required": ["id", "customer", "lines", "attrs", "total", "placed", "day"],
-}
+    ["id", "customer", "lines", "attrs", "total", "placed", "day"],
+)
 RICH_PROTOBUF_MESSAGE = "support.orders_pb:RichOrder"
 PLACED = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -178,19 +175,11 @@ def rich_order(fmt: str, i: int) -> dict[str, Any]:
 
 def rich_serializer(fmt: str, url: str, topic: str) -> Callable[[dict[str, Any]], bytes]:
     """Encodes a :func:`rich_order` value as ``fmt`` in the wire format."""
+
+    def message(value: dict[str, Any]) -> Any:
+        rich = RichOrder(**{k: v for k, v in value.items() if k != "placed"})
+        rich.placed.FromDatetime(value["placed"])
+        return rich
+
     client = SchemaRegistryClient({"url": url})
-    ctx = SerializationContext(topic, MessageField.VALUE)
-    if fmt == "avro":
-        avro = AvroSerializer(client, json.dumps(RICH_AVRO))
-        return lambda value: bytes(avro(value, ctx))
-    if fmt == "jsonschema":
-        js = JSONSerializer(json.dumps(RICH_JSON_SCHEMA), client)
-        return lambda value: bytes(js(value, ctx))
-    pb = ProtobufSerializer(RichOrder, client, {"use.deprecated.format": False})
-
-    def proto(value: dict[str, Any]) -> bytes:
-        message = RichOrder(**{k: v for k, v in value.items() if k != "placed"})
-        message.placed.FromDatetime(value["placed"])
-        return bytes(pb(message, ctx))
-
-    return proto
+    return _wire_format(fmt, client, topic, RICH_AVRO, RICH_JSON_SCHEMA, RichOrder, message)

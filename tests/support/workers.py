@@ -63,6 +63,47 @@ def manifest(
     return doc
 
 
+#: An exactly-once sink's settings in the tests: a killed worker's open transaction is aborted
+#: by the broker after this long (its successor has another transactional.id when it is
+#: another process). Short, so that read_committed readers are not held up for librdkafka's
+#: default minute.
+EXACTLY_ONCE_SINK_CONFIG = {"transaction.timeout.ms": "10000"}
+
+
+def exactly_once_manifest(
+    name: str, bootstrap: str, src: str, out: str, **spec: Any
+) -> dict[str, Any]:
+    """A pipeline copying ``src`` to the topic ``out`` with sink.kafka.delivery exactly-once."""
+    sink = {
+        "kafka": {
+            "topic": out,
+            "delivery": "exactly-once",
+            "config": dict(EXACTLY_ONCE_SINK_CONFIG),
+        }
+    }
+    # A transaction ends only once everything handed out is settled, within the drain budget
+    # (else it aborts and the worker exits 3): generous, for a loaded test machine.
+    spec.setdefault("shutdown", {"drainTimeoutSeconds": 30})
+    return manifest(name, bootstrap, [src], sink=sink, **spec)
+
+
+def queue_manifest(name: str, bootstrap: str, src: str, out: str, **spec: Any) -> dict[str, Any]:
+    """A pipeline copying ``src`` to the topic ``out`` in queue mode (source.groupType share)."""
+    doc = manifest(name, bootstrap, [src], sink={"kafka": {"topic": out}}, **spec)
+    doc["spec"]["source"]["groupType"] = "share"
+    # A share consumer takes no session or heartbeat settings (the broker's group has them).
+    doc["spec"]["kafka"]["config"] = {}
+    return doc
+
+
+def dead_lettering(dlq: str, *, retries: int, backoff: float | None) -> dict[str, Any]:
+    """spec.errors: ``retries`` retries ``backoff`` seconds apart, then the topic ``dlq``."""
+    errors: dict[str, Any] = {"policy": "dlq", "maxRetries": retries, "dlq": {"topic": dlq}}
+    if backoff is not None:
+        errors["retryBackoffSeconds"] = backoff
+    return errors
+
+
 def write_manifest(path: Path, doc: dict[str, Any]) -> Path:
     path.write_text(yaml.safe_dump(doc))
     return path

@@ -19,8 +19,8 @@ from support.reports import lost_and_duplicated, report
 from support.workers import (
     SteadyFlow,
     WorkerProcess,
+    exactly_once_manifest,
     ids_of,
-    manifest,
     wait_caught_up,
     write_manifest,
 )
@@ -58,21 +58,7 @@ def test_exactly_once_rides_out_leader_broker_kills_without_exiting(
     kafka_cluster.create_topic(src, PARTITIONS)
     kafka_cluster.create_topic(out, PARTITIONS)
     group = f"eos-bounce-{tag}"
-    sink = {
-        "kafka": {
-            "topic": out,
-            "delivery": "exactly-once",
-            "config": {"transaction.timeout.ms": "10000"},
-        }
-    }
-    doc = manifest(
-        "eos-bounce",
-        kafka_cluster.bootstrap,
-        [src],
-        sink=sink,
-        group=group,
-        shutdown={"drainTimeoutSeconds": 30},
-    )
+    doc = exactly_once_manifest("eos-bounce", kafka_cluster.bootstrap, src, out, group=group)
     path = write_manifest(tmp_path / "eos-bounce.yaml", doc)
     total = 24_000
     worker = WorkerProcess(path, tmp_path / "eos-bounce.log").start()

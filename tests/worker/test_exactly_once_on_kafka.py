@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.reports import lost_and_duplicated, report
+from support.reports import assert_each_once
 from support.workers import (
     SteadyFlow,
     WorkerProcess,
     committed_records,
+    dead_lettering,
+    exactly_once_manifest,
     ids_of,
-    manifest,
     produce,
     wait_caught_up,
     write_manifest,
@@ -29,19 +30,6 @@ from support.workers import (
 from offtake_testbed.kafka import KafkaBroker, read_topic
 
 pytestmark = pytest.mark.kafka
-
-# A killed worker's open transaction is aborted by the broker after this long (its successor
-# has another transactional.id here: another process id). Short, so that read_committed
-# readers are not held up for librdkafka's default minute.
-SINK = {"transaction.timeout.ms": "10000"}
-
-
-def eos_manifest(name: str, bootstrap: str, src: str, out: str, **spec: Any) -> dict[str, Any]:
-    sink = {"kafka": {"topic": out, "delivery": "exactly-once", "config": dict(SINK)}}
-    # A transaction ends only once everything handed out is settled, within the drain budget
-    # (else it aborts and the worker exits 3): generous, for a loaded test machine.
-    spec.setdefault("shutdown", {"drainTimeoutSeconds": 30})
-    return manifest(name, bootstrap, [src], sink=sink, **spec)
 
 
 def read_isolated(bootstrap: str, topic: str, isolation: str) -> list[Any]:
@@ -52,7 +40,7 @@ def test_sigkills_mid_stream_lose_and_duplicate_nothing(
     kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
 ) -> None:
     src, out = topic_factory(4), topic_factory(4)
-    doc = eos_manifest(
+    doc = exactly_once_manifest(
         "eos-kill",
         kafka_broker.bootstrap,
         src,
@@ -84,24 +72,22 @@ def test_sigkills_mid_stream_lose_and_duplicate_nothing(
     assert last.terminate() == 0, last.output()[-2000:]
     counts = ids_of(read_isolated(kafka_broker.bootstrap, out, "read_committed"))
     in_log = len(read_isolated(kafka_broker.bootstrap, out, "read_uncommitted"))
-    lost, duplicated = lost_and_duplicated(total, counts)
-    report(
+    delivered = sum(counts.values())
+    assert_each_once(
         "exactly-once-sigkill",
-        produced=total,
+        total,
+        counts,
         kills=kills,
-        delivered=sum(counts.values()),
-        lost=lost,
-        duplicated=duplicated,
-        aborted_in_log=in_log - sum(counts.values()),
+        delivered=delivered,
+        aborted_in_log=in_log - delivered,
     )
-    assert (lost, duplicated) == (0, 0)
 
 
 def test_rolling_replacement_under_flow_loses_and_duplicates_nothing(
     kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
 ) -> None:
     src, out = topic_factory(6), topic_factory(6)
-    doc = eos_manifest("eos-roll", kafka_broker.bootstrap, src, out)
+    doc = exactly_once_manifest("eos-roll", kafka_broker.bootstrap, src, out)
     path = write_manifest(tmp_path / "pipeline.yaml", doc)
     total = 12_000
 
@@ -120,27 +106,20 @@ def test_rolling_replacement_under_flow_loses_and_duplicates_nothing(
     codes = [w.terminate() for w in workers[1:]]
     assert codes == [0, 0], [w.output()[-2000:] for w in workers]
     counts = ids_of(read_isolated(kafka_broker.bootstrap, out, "read_committed"))
-    lost, duplicated = lost_and_duplicated(total, counts)
-    report("exactly-once-rolling", produced=total, lost=lost, duplicated=duplicated)
-    assert (lost, duplicated) == (0, 0)
+    assert_each_once("exactly-once-rolling", total, counts)
 
 
 def test_dead_letters_are_part_of_the_transaction(
     kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
 ) -> None:
     src, out, dlq = topic_factory(2), topic_factory(2), topic_factory(1)
-    doc = eos_manifest(
+    doc = exactly_once_manifest(
         "eos-dlq",
         kafka_broker.bootstrap,
         src,
         out,
         processor={"function": "support.processors:poison"},
-        errors={
-            "policy": "dlq",
-            "maxRetries": 1,
-            "retryBackoffSeconds": 0.05,
-            "dlq": {"topic": dlq},
-        },
+        errors=dead_lettering(dlq, retries=1, backoff=0.05),
     )
     path = write_manifest(tmp_path / "pipeline.yaml", doc)
     records = ({"id": i, "poison": i % 100 == 0} for i in range(2_000))
@@ -160,7 +139,9 @@ def test_sigterm_commits_the_open_transaction(
 ) -> None:
     """A graceful stop ends the transaction: nothing is left for the successor to redo."""
     src, out = topic_factory(1), topic_factory(1)
-    doc = eos_manifest("eos-term", kafka_broker.bootstrap, src, out, commit={"intervalSeconds": 60})
+    doc = exactly_once_manifest(
+        "eos-term", kafka_broker.bootstrap, src, out, commit={"intervalSeconds": 60}
+    )
     path = write_manifest(tmp_path / "pipeline.yaml", doc)
     group = doc["spec"]["source"]["groupId"]
     total = produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(500)))
@@ -179,7 +160,7 @@ def test_a_broker_refusing_transactions_is_a_clear_error_and_commits_nothing(
     kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
 ) -> None:
     src, out = topic_factory(1), topic_factory(1)
-    doc = eos_manifest("eos-refused", kafka_broker.bootstrap, src, out)
+    doc = exactly_once_manifest("eos-refused", kafka_broker.bootstrap, src, out)
     # Above the broker's transaction.max.timeout.ms (15 min): InitProducerId is refused.
     doc["spec"]["sink"]["kafka"]["config"]["transaction.timeout.ms"] = "3600000"
     path = write_manifest(tmp_path / "pipeline.yaml", doc)

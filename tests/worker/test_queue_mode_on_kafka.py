@@ -12,26 +12,19 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
-from support.reports import lost_and_duplicated, report
+from support.reports import assert_each_once, lost_and_duplicated, report
 from support.workers import (
     SteadyFlow,
     WorkerProcess,
+    dead_lettering,
     ids_of,
-    manifest,
     produce,
+    queue_manifest,
     read_all,
     write_manifest,
 )
 
 from offtake_testbed.kafka import KafkaBroker
-
-
-def queue_manifest(name: str, bootstrap: str, src: str, out: str, **spec: Any) -> dict[str, Any]:
-    doc = manifest(name, bootstrap, [src], sink={"kafka": {"topic": out}}, **spec)
-    doc["spec"]["source"]["groupType"] = "share"
-    # A share consumer takes no session or heartbeat settings (the broker's group has them).
-    doc["spec"]["kafka"]["config"] = {}
-    return doc
 
 
 def series(worker: WorkerProcess, name: str) -> float:
@@ -85,11 +78,10 @@ def test_six_workers_on_two_partitions_all_receive_work(
     shares = [acquired(w) for w in workers]
     codes = [w.terminate() for w in workers]
     assert codes == [0] * 6, [w.output()[-2000:] for w in workers]
-    counts = ids_of(read_all(kafka_broker.bootstrap, out))
-    lost, duplicated = lost_and_duplicated(total, counts)
-    report("queue-six-workers", produced=total, lost=lost, duplicated=duplicated, acquired=shares)
     assert all(shares), shares
-    assert (lost, duplicated) == (0, 0)
+    assert_each_once(
+        "queue-six-workers", total, ids_of(read_all(kafka_broker.bootstrap, out)), acquired=shares
+    )
 
 
 def two_slow_workers(
@@ -143,10 +135,7 @@ def test_sigterm_mid_stream_duplicates_nothing(
     assert first.terminate() == 0, first.output()[-2000:]
     wait_delivered(kafka_broker.bootstrap, out, total)
     assert second.terminate() == 0, second.output()[-2000:]
-    counts = ids_of(read_all(kafka_broker.bootstrap, out))
-    lost, duplicated = lost_and_duplicated(total, counts)
-    report("queue-sigterm", produced=total, lost=lost, duplicated=duplicated)
-    assert (lost, duplicated) == (0, 0)
+    assert_each_once("queue-sigterm", total, ids_of(read_all(kafka_broker.bootstrap, out)))
 
 
 def test_poison_record_reaches_the_dlq_after_max_retries(
@@ -159,12 +148,7 @@ def test_poison_record_reaches_the_dlq_after_max_retries(
         src,
         out,
         processor={"function": "support.processors:poison"},
-        errors={
-            "policy": "dlq",
-            "maxRetries": 2,
-            "retryBackoffSeconds": 0.05,
-            "dlq": {"topic": dlq},
-        },
+        errors=dead_lettering(dlq, retries=2, backoff=0.05),
     )
     path = write_manifest(tmp_path / "pipeline.yaml", doc)
     values = [{"id": i, "poison": i == 7} for i in range(200)]
@@ -225,7 +209,4 @@ def test_rolling_replacement_under_a_steady_flow_loses_and_duplicates_nothing(
     wait_delivered(kafka_broker.bootstrap, out, total)
     codes = [w.terminate() for w in workers[2:]]
     assert codes == [0, 0], [w.output()[-2000:] for w in workers[2:]]
-    counts = ids_of(read_all(kafka_broker.bootstrap, out))
-    lost, duplicated = lost_and_duplicated(total, counts)
-    report("queue-rolling", produced=total, lost=lost, duplicated=duplicated)
-    assert (lost, duplicated) == (0, 0)
+    assert_each_once("queue-rolling", total, ids_of(read_all(kafka_broker.bootstrap, out)))

@@ -398,13 +398,6 @@ class PipelineHarness:
             headers=headers,
         )
 
-    def produce_many(self, values: Iterable[Any], key: Callable[[Any], Any] | None = None) -> int:
-        n = 0
-        for value in values:
-            self.produce(value, key=key(value) if key else None)
-            n += 1
-        return n
-
     def outputs(self) -> list[Any]:
         return [decode_output(m.value()) for m in self.output_messages()]
 

@@ -25,25 +25,21 @@ from confluent_kafka import (
     Message,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
 
 # Imported from where it is defined: confluent_kafka.admin re-exports it only implicitly,
 # which mypy --strict rejects.
 from confluent_kafka.admin._metadata import ClusterMetadata
 
-from .._service import Service
 from ..maven import find_java
 from ..process import free_port, port_open, terminate
 from .install import KAFKA_VERSION, KafkaTestbedError, install_kafka
 from .jvm import (
-    admin_client,
-    create_topic,
+    KafkaService,
     format_storage,
     launch_broker,
     log_tail,
     new_cluster_id,
     remove_stale_workdirs,
-    topic_ready,
     write_server_config,
 )
 
@@ -87,7 +83,7 @@ PROTOCOLS = {
 _SCRAM_SAFE = re.compile(r"[A-Za-z0-9._-]+")
 
 
-class KafkaBroker(Service):
+class KafkaBroker(KafkaService):
     """A single-node KRaft Kafka broker on 127.0.0.1, in a temporary folder.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
@@ -134,7 +130,6 @@ class KafkaBroker(Service):
         self._server_pair: KeyPair | None = None
         self._workdir: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
-        self._admin: AdminClient | None = None
 
     # -- public state -------------------------------------------------------------------------
 
@@ -233,27 +228,6 @@ class KafkaBroker(Service):
         self._ca = self._server_pair = None
 
     # -- topics -------------------------------------------------------------------------------
-
-    def admin(self) -> AdminClient:
-        """A shared AdminClient for this broker (librdkafka logs go to Python logging)."""
-        if self._admin is None:
-            self._admin = admin_client(self.bootstrap)
-        return self._admin
-
-    def create_topic(
-        self,
-        name: str,
-        partitions: int = 1,
-        config: Mapping[str, str] | None = None,
-        timeout: float = 30.0,
-    ) -> None:
-        """Create ``name`` and return once every partition has a leader."""
-        create_topic(self.admin(), name, partitions, 1, config, timeout)
-        self._wait_for(
-            lambda md: topic_ready(md, name, partitions),
-            timeout,
-            f"topic {name!r} to get leaders for {partitions} partitions",
-        )
 
     def delete_topic(self, name: str, timeout: float = 30.0, missing_ok: bool = False) -> None:
         """Delete ``name`` and return once the broker's metadata no longer lists it."""

@@ -8,18 +8,20 @@ import logging
 import shutil
 import subprocess
 import tempfile
+import time
 import uuid
+from abc import abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-# Imported from where they are defined: confluent_kafka.admin re-exports them only implicitly,
+# Imported from where it is defined: confluent_kafka.admin re-exports it only implicitly,
 # which mypy --strict rejects.
-from confluent_kafka.admin._metadata import ClusterMetadata
 from confluent_kafka.cimpl import NewTopic
 
+from .._service import Service
 from ..process import die_with_parent, pid_alive, tail
 from .install import KafkaTestbedError
 
@@ -127,25 +129,6 @@ def log_tail(workdir: Path, lines: int, who: str) -> str:
     return "\n".join(parts) or f"({who} wrote no output)"
 
 
-def create_topic(
-    admin: AdminClient,
-    name: str,
-    partitions: int,
-    replication: int,
-    config: Mapping[str, str] | None,
-    timeout: float,
-) -> None:
-    """Ask the brokers to create ``name``; the caller waits for what "ready" means to it."""
-    topic = NewTopic(
-        name, num_partitions=partitions, replication_factor=replication, config=dict(config or {})
-    )
-    futures = admin.create_topics([topic], operation_timeout=timeout)
-    try:
-        futures[name].result(timeout=timeout)
-    except KafkaException as exc:
-        raise KafkaTestbedError(f"could not create topic {name!r}: {exc}") from exc
-
-
 def remove_stale_workdirs(prefix: str) -> None:
     """Delete the folders ``<prefix><pid>-*`` whose process is gone (killed before its stop())."""
     for path in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
@@ -159,13 +142,80 @@ def _escape_property(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "")
 
 
+class KafkaService(Service):
+    """What the single broker and the cluster share: one AdminClient, and topics with a
+    replica on every broker (``replication_factor``), ready once all of them are in sync."""
+
+    replication_factor = 1
+    _admin: AdminClient | None = None
+
+    @property
+    @abstractmethod
+    def bootstrap(self) -> str: ...
+
+    def admin(self) -> AdminClient:
+        """A shared AdminClient (librdkafka's logs go to Python logging)."""
+        if self._admin is None:
+            self._admin = admin_client(self.bootstrap)
+        return self._admin
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        config: Mapping[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> None:
+        """Create ``name``; return once every partition has a leader and all its replicas
+        in sync."""
+        topic = NewTopic(
+            name,
+            num_partitions=partitions,
+            replication_factor=self.replication_factor,
+            config=dict(config or {}),
+        )
+        futures = self.admin().create_topics([topic], operation_timeout=timeout)
+        try:
+            futures[name].result(timeout=timeout)
+        except KafkaException as exc:
+            raise KafkaTestbedError(f"could not create topic {name!r}: {exc}") from exc
+        self.wait_fully_replicated(name, timeout, partitions=partitions)
+
+    def wait_fully_replicated(
+        self, topic: str, timeout: float = 120.0, *, partitions: int | None = None
+    ) -> None:
+        """Wait until every partition of ``topic`` (``partitions`` of them, when given) has a
+        leader and all its replicas in sync."""
+        deadline = time.monotonic() + timeout
+        last = ""
+        while True:
+            self._check_alive()
+            try:
+                md = self.admin().list_topics(topic, timeout=10)
+                found = md.topics.get(topic)
+                parts = {} if found is None or found.error is not None else found.partitions
+                want = len(parts) if partitions is None else partitions
+                if (
+                    parts
+                    and len(parts) == want
+                    and all(
+                        p.leader >= 0 and len(p.isrs) == self.replication_factor
+                        for p in parts.values()
+                    )
+                ):
+                    return
+                last = f" (in sync: { {n: sorted(p.isrs) for n, p in sorted(parts.items())} })"
+            except KafkaException as exc:
+                last = f" (last error: {exc})"
+            if time.monotonic() > deadline:
+                raise KafkaTestbedError(f"{topic} not fully in sync within {timeout:g}s{last}")
+            time.sleep(0.2)
+
+    def _check_alive(self) -> None:
+        """Raise KafkaTestbedError if the service's own process died (the cluster's nodes may
+        be down on purpose)."""
+
+
 def admin_client(bootstrap: str) -> AdminClient:
     # logger=: librdkafka's connection errors go to Python logging (captured by pytest), not stderr.
     return AdminClient({"bootstrap.servers": bootstrap}, logger=_log)
-
-
-def topic_ready(metadata: ClusterMetadata, name: str, partitions: int) -> bool:
-    topic = metadata.topics.get(name)
-    if topic is None or topic.error is not None or len(topic.partitions) != partitions:
-        return False
-    return all(p.leader >= 0 for p in topic.partitions.values())

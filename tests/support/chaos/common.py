@@ -61,14 +61,6 @@ class Outcome:
         )
 
 
-def dead_lettering(dlq: str, *, retries: int, backoff: float | None) -> dict[str, Any]:
-    """spec.errors: ``retries`` retries ``backoff`` seconds apart, then the topic ``dlq``."""
-    errors: dict[str, Any] = {"policy": "dlq", "maxRetries": retries, "dlq": {"topic": dlq}}
-    if backoff is not None:
-        errors["retryBackoffSeconds"] = backoff
-    return errors
-
-
 def new_topic(bed: Bed, stem: str, partitions: int, config: Mapping[str, str] | None = None) -> str:
     name = f"chaos-{stem}-{uuid.uuid4().hex[:8]}"
     bed.create_topic(name, partitions, config)
@@ -207,12 +199,72 @@ def count_output(bootstrap: str, topic: str, records: int) -> tuple[int, int]:
     return lost_and_duplicated(records, counts)
 
 
-def pipeline(
-    bed: Bed, workdir: Path, name: str, src: str, out: str, partitions: int, **spec: Any
-) -> tuple[Path, str]:
+def copy_pipeline(
+    bed: Bed, workdir: Path, name: str, partitions: int, **spec: Any
+) -> tuple[str, str, Path, str]:
+    """Topics ``chaos-<name>-in`` and ``-out`` of ``partitions`` partitions and a pipeline
+    ``name`` copying the first to the second: (input, output, manifest path, group)."""
+    src, out = new_topic(bed, f"{name}-in", partitions), new_topic(bed, f"{name}-out", partitions)
     group = f"chaos-{name}-{uuid.uuid4().hex[:8]}"
     doc = manifest(name, bed.bootstrap, [src], sink={"kafka": {"topic": out}}, group=group, **spec)
-    return write_manifest(workdir / f"{name}.yaml", doc), group
+    return src, out, write_manifest(workdir / f"{name}.yaml", doc), group
+
+
+class CopyUnderFaults:
+    """Scenarios 1 and 2's run: ``workers`` workers copying ``records`` records, produced over
+    about ``seconds``, through a :func:`copy_pipeline` (limits.maxInFlightMessages
+    ``max_in_flight``), watched by a :class:`ProgressMonitor`, while the ``with`` block
+    injects faults; :meth:`finish` waits for every record and stops the workers. Workers
+    still running when the block ends are killed."""
+
+    def __init__(
+        self,
+        bed: Bed,
+        workdir: Path,
+        name: str,
+        *,
+        partitions: int,
+        records: int,
+        seconds: float,
+        workers: int,
+        max_in_flight: int,
+    ) -> None:
+        self.bed, self.workdir, self.name, self.records = bed, workdir, name, records
+        self.partitions, self._seconds, self._count = partitions, seconds, workers
+        limits = {"maxInFlightMessages": max_in_flight}
+        self.src, self.out, self.path, self.group = copy_pipeline(
+            bed, workdir, name, partitions, limits=limits
+        )
+        self.workers: list[WorkerProcess] = []
+        self.alive = all_alive(self.workers)
+
+    def start_worker(self, label: str) -> WorkerProcess:
+        return WorkerProcess(self.path, self.workdir / f"{self.name}-{label}.log").start()
+
+    def __enter__(self) -> Self:
+        bootstrap = self.bed.bootstrap
+        self._producer = start_producing(bootstrap, self.src, self.records, self._seconds)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(running(self.workers))
+            self.workers.extend(self.start_worker(f"w{i}") for i in range(self._count))
+            self.monitor = stack.enter_context(
+                ProgressMonitor(bootstrap, self.group, self.src, self.partitions)
+            )
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def finish(self, faults: list[float]) -> tuple[float, int, int]:
+        """Wait for every record to be produced and committed, stop the workers (each must
+        exit 0), count the output: (the longest recovery after a fault, lost, duplicated)."""
+        self._producer.join(600)
+        self.monitor.wait_for(self.records, 600, self.alive)
+        recover = max((self.monitor.recovery(t, self.records) for t in faults), default=0.0)
+        codes = [w.terminate() for w in self.workers]
+        assert codes == [0] * len(self.workers), codes
+        return recover, *count_output(self.bed.bootstrap, self.out, self.records)
 
 
 def all_alive(workers: list[WorkerProcess]) -> Callable[[], None]:

@@ -7,18 +7,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from ..workers import WorkerProcess
-from .common import (
-    Bed,
-    Outcome,
-    ProgressMonitor,
-    all_alive,
-    count_output,
-    new_topic,
-    pipeline,
-    running,
-    start_producing,
-)
+from .common import Bed, CopyUnderFaults, Outcome
 
 
 class Cluster(Bed, Protocol):
@@ -43,35 +32,29 @@ def broker_failover(
     """Two workers on the three-broker cluster: the broker leading most partitions of the
     input is SIGKILLed mid-run and started again after ``outage`` seconds; then every broker
     restarts together. The workers must ride both out without being restarted."""
-    src, out = (
-        new_topic(cluster, "brokers-in", partitions),
-        new_topic(cluster, "brokers-out", partitions),
-    )
-    path, group = pipeline(
+    notes = []
+    seconds = max(10.0, records / 10_000)
+    with CopyUnderFaults(
         cluster,
         workdir,
         "brokers",
-        src,
-        out,
-        partitions,
-        limits={"maxInFlightMessages": max_in_flight},
-    )
-    producer = start_producing(cluster.bootstrap, src, records, seconds=max(10.0, records / 10_000))
-    workers = [WorkerProcess(path, workdir / f"brokers-w{i}.log").start() for i in range(2)]
-    alive = all_alive(workers)
-    notes = []
-    with running(workers), ProgressMonitor(cluster.bootstrap, group, src, partitions) as monitor:
-        monitor.wait_for(records // 5, 300, alive)
-        leaders = list(cluster.leaders(src).values())
+        partitions=partitions,
+        records=records,
+        seconds=seconds,
+        workers=2,
+        max_in_flight=max_in_flight,
+    ) as run:
+        run.monitor.wait_for(records // 5, 300, run.alive)
+        leaders = list(cluster.leaders(run.src).values())
         victim = max(set(leaders), key=leaders.count)
         cluster.kill_node(victim)
         first = time.monotonic()
         time.sleep(outage)
-        alive()
+        run.alive()
         cluster.start_node(victim)
         cluster.wait_until_serving()
-        cluster.wait_fully_replicated(src)
-        monitor.wait_for(min(records, monitor.latest() + records // 10), 300, alive)
+        cluster.wait_fully_replicated(run.src)
+        run.monitor.wait_for(min(records, run.monitor.latest() + records // 10), 300, run.alive)
         faults = [first]
         if full_restart:
             cluster.restart_all()
@@ -80,12 +63,7 @@ def broker_failover(
             notes.append(
                 f"full restart: brokers serving again after {time.monotonic() - faults[-1]:.1f}s"
             )
-        producer.join(600)
-        monitor.wait_for(records, 600, alive)
-        recover = max(monitor.recovery(t, records) for t in faults)
-        codes = [w.terminate() for w in workers]
-    assert codes == [0, 0], codes
-    lost, dup = count_output(cluster.bootstrap, out, records)
+        recover, lost, dup = run.finish(faults)
     return Outcome(
         "2. three brokers (RF 3, min.insync 2): leaders' broker killed, then all restarted",
         records,

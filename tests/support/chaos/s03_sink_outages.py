@@ -16,13 +16,12 @@ from typing import Any, Protocol
 
 from offtake_testbed.kafka import read_topic
 
-from ..workers import WorkerProcess, ids_of, manifest, write_manifest
+from ..workers import WorkerProcess, dead_lettering, ids_of, manifest, write_manifest
 from .common import (
     Bed,
     Outcome,
     ProgressMonitor,
     all_alive,
-    dead_lettering,
     new_topic,
     rss_mib,
     running,

@@ -22,17 +22,16 @@ from offtake_testbed.kafka import read_topic
 
 from ..cgroups import MemoryCgroup
 from ..reports import lost_and_duplicated
-from ..workers import WorkerProcess, end_offsets, manifest, write_manifest
+from ..workers import WorkerProcess, dead_lettering, end_offsets, manifest, write_manifest
 from .common import (
     Bed,
     Outcome,
     ProgressMonitor,
     Sampler,
     all_alive,
+    copy_pipeline,
     count_output,
-    dead_lettering,
     new_topic,
-    pipeline,
     rss_mib,
     running,
     start_producing,
@@ -409,13 +408,10 @@ def leak_under_memory_limit(
     is: the kernel's OOM killer ends it, it is started again as the kubelet would, and it
     resumes from its group's last commit. Nothing lost; duplicates bounded by kills x
     ``limits.maxInFlightMessages``."""
-    src, out = new_topic(bed, "oom-in", 2), new_topic(bed, "oom-out", 2)
-    path, group = pipeline(
+    src, out, path, group = copy_pipeline(
         bed,
         workdir,
         "oom",
-        src,
-        out,
         2,
         processor={"function": "support.processors:leak"},
         limits={"maxInFlightMessages": max_in_flight},

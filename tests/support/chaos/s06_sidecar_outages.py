@@ -14,14 +14,13 @@ from pathlib import Path
 from offtake_testbed.kafka import read_topic
 from offtake_testbed.process import free_port
 
-from ..workers import REPO, WorkerProcess, manifest, write_manifest
+from ..workers import REPO, WorkerProcess, dead_lettering, manifest, write_manifest
 from .common import (
     Bed,
     Outcome,
     ProgressMonitor,
     all_alive,
     count_output,
-    dead_lettering,
     new_topic,
     running,
     start_producing,

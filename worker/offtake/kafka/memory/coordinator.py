@@ -5,7 +5,7 @@ who owns each partition now, the committed offsets and the log of :class:`GroupE
 has no lock of its own: every method runs with the broker lock held (the
 :class:`~.cluster.Cluster` condition, passed in so that changes wake waiting clients), and it
 never calls application code. Members learn of a new generation lazily, when their consumer
-asks for its :meth:`GroupCoordinator.next_action` inside ``consume()``: that is where
+asks for its :meth:`GroupCoordinator.next_step` inside ``consume()``: that is where
 librdkafka serves rebalance callbacks too.
 """
 
