@@ -167,3 +167,22 @@ def test_a_transaction_calls_own_error_reaches_the_caller() -> None:
     producer = TransactionalProducer(Refusing)
     with pytest.raises(RuntimeError, match="INVALID_TXN_STATE"):
         producer.commit_transaction(1.0)
+
+
+def test_reports_served_inside_a_transaction_call_fire_on_the_calling_thread() -> None:
+    class Flushing(FakeClient):
+        def commit_transaction(self, timeout: float) -> None:
+            for report in self.reports:  # librdkafka's commit flushes, serving reports
+                report(None, "msg")
+
+    client = Flushing()
+    producer = TransactionalProducer(lambda: client)
+    producer.begin_transaction()
+    threads: list[str] = []
+    producer.produce("out", b"v", None, -1, lambda err, msg: threads.append(_thread_name()))
+    producer.commit_transaction(1.0)
+    assert threads == [_thread_name()]
+
+
+def _thread_name() -> str:
+    return threading.current_thread().name

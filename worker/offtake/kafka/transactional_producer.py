@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from typing import Any
@@ -34,6 +35,8 @@ from offtake.kafka.errors import describe
 from offtake.kafka.produce import produce_waiting
 from offtake.kafka.protocols import ProducerLike
 
+# Marks the threads that run transaction calls (TransactionalProducer._bounded).
+_CALL_THREAD = threading.local()
 # How long past its own timeout a librdkafka transaction call may run before it is given up.
 CALL_GRACE = 5.0
 
@@ -50,6 +53,8 @@ class TransactionalProducer:
         self._transaction = 0  # counts begin_transaction(): whose reports doom what
         self.doomed: str | None = None  # why the open transaction cannot commit
         self._stuck: str | None = None  # a call on the current client that never returned
+        # Delivery reports served on a transaction call's thread, for this producer's owner.
+        self._deferred: deque[Callable[[], None]] = deque()
 
     @property
     def transactional(self) -> bool:
@@ -107,12 +112,23 @@ class TransactionalProducer:
         def delivered(err: Any, msg: Any) -> None:
             if err is not None and transaction == self._transaction and self.doomed is None:
                 self.doomed = f"a record of the transaction failed: {describe(err)}"
-            if report is not None:
+            if report is None:
+                return
+            if getattr(_CALL_THREAD, "active", False):
+                # Served inside a transaction call, on its thread: the report goes to its
+                # owner on the thread that owns this producer (see _bounded).
+                self._deferred.append(functools.partial(report, None, msg))
+            else:
                 report(None, msg)  # its fate is the transaction's
 
         return delivered
 
+    def _fire_deferred(self) -> None:
+        while self._deferred:
+            self._deferred.popleft()()
+
     def poll(self, timeout: float = 0.0) -> int:
+        self._fire_deferred()
         try:
             return int(self._client.poll(timeout))
         except Exception as exc:  # librdkafka raises a fatal error (fenced) from poll
@@ -120,6 +136,7 @@ class TransactionalProducer:
             return 0
 
     def flush(self, timeout: float = -1) -> int:
+        self._fire_deferred()
         try:
             return int(self._client.flush(timeout))
         except Exception as exc:
@@ -170,14 +187,16 @@ class TransactionalProducer:
         ``init_transactions`` bumps the epoch, which fences whatever the stuck one might
         still do; the stuck call's thread ends when librdkafka lets it.
 
-        Delivery reports that the call serves (commit and abort flush) fire on that thread
-        while this one waits for it, so they never run beside this thread's own work.
+        Delivery reports that the call serves (commit and abort flush, purged records) are
+        kept and fired here once it returned (or at the next poll): the sink's reports stay on
+        the processing thread, as the engine's threading rule has it.
         """
         if self._stuck is not None:
             raise TransactionCallStuck(self._stuck)
         done: Future[None] = Future()
 
         def run() -> None:
+            _CALL_THREAD.active = True
             try:
                 call(timeout)
             except BaseException as exc:  # handed to the waiting thread as it is
@@ -193,6 +212,7 @@ class TransactionalProducer:
             )
             self._broken(TransactionCallStuck(self._stuck))
             raise TransactionCallStuck(self._stuck)
+        self._fire_deferred()
         done.result()
 
     def close(self) -> None:
@@ -214,6 +234,7 @@ class TransactionalProducer:
         if purge is not None:
             purge()  # queued and in-flight records: their delivery reports say "purged"
         old.poll(0)  # fire those reports now, while their owners still expect them
+        self._fire_deferred()
         del old  # librdkafka's handle is destroyed with the last reference
         self._stuck = None
         self._client = self._make()
