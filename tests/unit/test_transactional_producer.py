@@ -3,9 +3,14 @@ record dooms its transaction only, and a renewal replaces the client under every
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
-from offtake.kafka.transactional_producer import TransactionalProducer
+import pytest
+
+from offtake.kafka import transactional_producer
+from offtake.kafka.transactional_producer import TransactionalProducer, TransactionCallStuck
 
 
 class FakeClient:
@@ -114,3 +119,70 @@ def test_a_queue_that_stays_full_dooms_the_transaction_after_its_timeout() -> No
     producer.produce("out", b"v", None, -1, lambda err, msg: seen.append(err))
     assert seen == [None]  # the thread is free again: it can abort the transaction
     assert producer.doomed is not None and "stayed full" in producer.doomed
+
+
+class StuckClient(FakeClient):
+    """librdkafka's send_offsets_to_transaction waiting for an answer that never comes (seen
+    after a broker bounce), until the test lets it go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def send_offsets_to_transaction(self, offsets: Any, metadata: Any, timeout: float) -> None:
+        self.release.wait(30)
+
+    def abort_transaction(self, timeout: float) -> None:
+        self.calls.append("abort")
+
+
+def test_a_transaction_call_that_does_not_return_gives_its_client_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(transactional_producer, "CALL_GRACE", 0.2)
+    stuck, fresh = StuckClient(), FakeClient()
+    made = iter([stuck, fresh])
+    producer = TransactionalProducer(lambda: next(made))
+    producer.begin_transaction()
+    started = time.monotonic()
+    with pytest.raises(TransactionCallStuck, match="send_offsets_to_transaction did not return"):
+        producer.send_offsets_to_transaction([], None, 0.1)
+    assert time.monotonic() - started < 5  # the caller is free again
+    assert producer.doomed is not None  # the transaction cannot commit
+    with pytest.raises(TransactionCallStuck):  # nothing more goes to the stuck client
+        producer.abort_transaction(0.1)
+    assert "abort" not in stuck.calls
+    producer.renew(1.0)  # a new client, a new epoch: the way out
+    assert fresh.calls == ["init"]
+    producer.begin_transaction()
+    assert producer.doomed is None
+    stuck.release.set()
+
+
+def test_a_transaction_calls_own_error_reaches_the_caller() -> None:
+    class Refusing(FakeClient):
+        def commit_transaction(self, timeout: float) -> None:
+            raise RuntimeError("KafkaError{code=INVALID_TXN_STATE}")
+
+    producer = TransactionalProducer(Refusing)
+    with pytest.raises(RuntimeError, match="INVALID_TXN_STATE"):
+        producer.commit_transaction(1.0)
+
+
+def test_reports_served_inside_a_transaction_call_fire_on_the_calling_thread() -> None:
+    class Flushing(FakeClient):
+        def commit_transaction(self, timeout: float) -> None:
+            for report in self.reports:  # librdkafka's commit flushes, serving reports
+                report(None, "msg")
+
+    client = Flushing()
+    producer = TransactionalProducer(lambda: client)
+    producer.begin_transaction()
+    threads: list[str] = []
+    producer.produce("out", b"v", None, -1, lambda err, msg: threads.append(_thread_name()))
+    producer.commit_transaction(1.0)
+    assert threads == [_thread_name()]
+
+
+def _thread_name() -> str:
+    return threading.current_thread().name

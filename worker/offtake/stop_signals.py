@@ -14,6 +14,7 @@ import-linter layers put it at the bottom).
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import threading
@@ -38,6 +39,9 @@ class StopSignals:
             return self
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        # `kill -USR1 <pid>` prints every thread's stack to stderr and the worker goes on:
+        # where a stalled worker is stuck, without a debugger in the pod.
+        faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
         return self
 
     @property

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from offtake.formats.plain import encode_value
-from offtake.kafka.transactional_producer import TransactionalProducer
+from offtake.kafka.errors import describe
+from offtake.kafka.transactional_producer import CALL_GRACE, TransactionalProducer
 from offtake.records import TopicPartition
 from offtake.sinks.base import OnComplete, OnCompleteBatch, SinkError
 from offtake.sinks.kafka import KafkaSink
@@ -61,7 +62,7 @@ class TransactionalKafkaSink(KafkaSink):
         except Exception as exc:  # KafkaException: refused, timed out, not authorised
             raise SinkError(
                 "spec.sink.kafka.delivery: exactly-once needs Kafka transactions, and "
-                f"initialising them failed: {_describe(exc)} (the broker must allow "
+                f"initialising them failed: {describe(exc)} (the broker must allow "
                 "transactions for this transactional.id; transaction.timeout.ms must not exceed "
                 "the broker's transaction.max.timeout.ms)"
             ) from exc
@@ -87,17 +88,19 @@ class TransactionalKafkaSink(KafkaSink):
             p.commit_transaction(self.commit_timeout)
         except Exception as exc:  # KafkaException: fenced, timed out, coordinator moved...
             self.abort_transaction()
-            raise TransactionFailed(f"committing the transaction failed: {_describe(exc)}") from exc
+            raise TransactionFailed(f"committing the transaction failed: {describe(exc)}") from exc
         p.begin_transaction()
 
     @property
     def call_timeout(self) -> float:
         """The longest any one of this sink's transaction calls can keep the processing thread:
-        a failed commit is send_offsets, commit and abort, each up to ``commit_timeout``.
+        a failed commit is send_offsets, commit and abort, each up to ``commit_timeout`` and
+        the producer's grace past it (after which the producer gives the call up).
 
         The engine waits this long for a call's outcome: giving up earlier would leave the call
         running while the engine acted as if it had failed (it may still commit)."""
-        return max(3 * self.commit_timeout, INIT_TIMEOUT + self.commit_timeout) + CALL_MARGIN
+        call = self.commit_timeout + CALL_GRACE
+        return max(3 * call, INIT_TIMEOUT + CALL_GRACE + call) + CALL_MARGIN
 
     @property
     def in_transaction(self) -> bool:
@@ -113,7 +116,7 @@ class TransactionalKafkaSink(KafkaSink):
         try:
             p.abort_transaction(self.commit_timeout)
         except Exception as exc:  # fatal (fenced): the broker aborts it when it times out
-            log.warning("aborting the transaction failed: %s", _describe(exc))
+            log.warning("aborting the transaction failed: %s", describe(exc))
             return
         if begin_next:
             p.begin_transaction()
@@ -132,7 +135,7 @@ class TransactionalKafkaSink(KafkaSink):
             self.producer.begin_transaction()
         except Exception as exc:  # KafkaException: the coordinator is unreachable, refused...
             raise SinkError(
-                f"exactly-once: a new transactional producer could not start: {_describe(exc)}"
+                f"exactly-once: a new transactional producer could not start: {describe(exc)}"
             ) from exc
         self._open = True
         log.warning("exactly-once: started a new transactional producer (new epoch)")
@@ -142,9 +145,3 @@ class TransactionalKafkaSink(KafkaSink):
         # also spares read_committed readers the wait for transaction.timeout.ms.
         self.abort_transaction(begin_next=False)
         super().close()
-
-
-def _describe(exc: BaseException) -> str:
-    err = exc.args[0] if exc.args else None
-    text = getattr(err, "str", None)
-    return text() if callable(text) else str(exc)

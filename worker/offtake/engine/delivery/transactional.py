@@ -16,7 +16,8 @@ A transaction that cannot commit is aborted and its records are consumed again, 
 broker down past ``message.timeout.ms``), the commit was refused (a rebalance, a coordinator
 moving), the drain budget ran out (what is still under way is abandoned first), or partitions
 were lost. The policy rewinds every partition to its last commit (new epochs make anything of
-the old ones stale) and goes on; a producer that was fenced or could not abort is first
+the old ones stale) and goes on; a producer that was fenced, could not abort, or has a
+transaction call that never returned (``TransactionalProducer._bounded``) is first
 replaced by one with the same ``transactional.id`` and a new epoch
 (:meth:`TransactionalKafkaSink.renew`). Only after :data:`MAX_RECOVERIES` transactions in a
 row aborted without one committing does the worker stop (exit code 3), so that a restart
@@ -215,17 +216,17 @@ class Transactional(DeliveryPolicy):
 
     def _recover(self) -> None:
         """After an abort: go on in process on a producer that can, or stop (see module)."""
-        self.aborted_in_a_row += 1
-        if self.aborted_in_a_row > MAX_RECOVERIES:
-            self._failed(f"{MAX_RECOVERIES} transactions in a row aborted")
-            return
-        if self.aborted_in_a_row > 1:
-            backoff = RECOVERY_BACKOFF * 2 ** (self.aborted_in_a_row - 2)
-            time.sleep(min(RECOVERY_BACKOFF_CAP, backoff))
-        if not self.committer.recoverable() and not self.committer.renew():
+        while True:
+            self.aborted_in_a_row += 1
+            if self.aborted_in_a_row > MAX_RECOVERIES:
+                self._failed(f"{MAX_RECOVERIES} transactions in a row aborted")
+                return
+            if self.aborted_in_a_row > 1:
+                backoff = RECOVERY_BACKOFF * 2 ** (self.aborted_in_a_row - 2)
+                time.sleep(min(RECOVERY_BACKOFF_CAP, backoff))
+            if self.committer.recoverable() or self.committer.renew():
+                break
             # No producer now (the coordinator unreachable): again, after a longer wait.
-            self._recover()
-            return
         self._consume_aborted_again()
 
     def _consume_aborted_again(self) -> None:
