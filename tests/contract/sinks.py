@@ -16,7 +16,7 @@ import json
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +28,7 @@ from offtake.engine.assembly import make_sink
 from offtake.kafka.memory import MemoryBroker
 from offtake.metrics import Metrics
 from offtake.records import Record, TopicPartition
-from offtake.sinks.base import Sink, SinkItem
+from offtake.sinks.base import Sink, SinkBatch, SinkItem
 from offtake.sinks.kafka import KafkaSink
 from offtake.sinks.kafka_transactional import TransactionalKafkaSink, TransactionFailed
 from offtake.sinks.log import LogSink
@@ -46,8 +46,8 @@ class Capabilities:
 
     ``abandon_withholds_writes``: an abandoned item's values are never written (a batch sink
     holds them until its job); a record sink has sent them already and cannot take them back.
-    ``failure``: how a destination that refuses writes shows: an error completion of each
-    item, ``submit`` raising (a sink that writes synchronously), or the open transaction doomed
+    ``failure``: how a destination that refuses writes shows: each record failed in its
+    batch's settlement, or the open transaction doomed
     (the exactly-once sink: a record's fate is its transaction's; the commit aborts, and the
     engine consumes the records again).
     ``can_hold``: the harness can hold writes at the destination, so a drain can run out of
@@ -55,7 +55,7 @@ class Capabilities:
     """
 
     abandon_withholds_writes: bool
-    failure: Literal["error-completion", "submit-raises", "dooms-transaction"]
+    failure: Literal["error-completion", "dooms-transaction"]
     can_hold: bool
 
 
@@ -129,7 +129,7 @@ class SinkCase(ABC):
 class LogCase(SinkCase):
     """The log sink on stdout, read back through pytest's capsys."""
 
-    caps = Capabilities(abandon_withholds_writes=False, failure="submit-raises", can_hold=False)
+    caps = Capabilities(abandon_withholds_writes=False, failure="error-completion", can_hold=False)
 
     def __init__(self, capsys: Any) -> None:
         self.capsys = capsys
@@ -323,8 +323,9 @@ def _decoded(payloads: Any) -> list[Value]:
 class Contract:
     """Drives a sink as the engine does and records what it reports.
 
-    ``submit``, ``poll`` and ``drain`` run with a thread-local flag set, so a completion that
-    arrives from anywhere else (another thread, ``abandon``, ``close``) is caught.
+    ``submit``, ``poll`` and ``drain`` run with a thread-local flag set, so a settlement that
+    arrives from anywhere else (another thread, ``abandon``, ``close``) is caught. What it
+    records is per record: each record of a settled batch, with its error if it failed.
     """
 
     def __init__(self, case: SinkCase) -> None:
@@ -335,11 +336,16 @@ class Contract:
         self._lock = threading.Lock()
         self.completions: list[tuple[SinkItem, BaseException | None]] = []
         self.outside_calls: list[str] = []
-        self.sink.start(self._on_complete)
+        self.settlements = 0
+        self.sink.start(self._on_settled)
 
-    def _on_complete(self, item: SinkItem, error: BaseException | None) -> None:
+    def _on_settled(self, batch: SinkBatch, failed: Mapping[int, BaseException]) -> None:
         with self._lock:
-            self.completions.append((item, error))
+            self.settlements += 1
+            assert len(batch.offsets) == len(batch.items), "a batch's offsets are its records'"
+            for i, item in enumerate(batch.items):
+                assert item.tp == batch.tp, f"{item.record.where()} settled in {batch.tp}'s batch"
+                self.completions.append((item, failed.get(i)))
             if not getattr(self._inside, "call", False):
                 self.outside_calls.append(threading.current_thread().name)
 
@@ -352,9 +358,10 @@ class Contract:
             self._inside.call = False
 
     # -- the engine's calls ----------------------------------------------------------------
-    def submit(self, item: SinkItem) -> None:
+    def submit(self, *items: SinkItem) -> None:
+        """Hand over one batch: the items (of one partition, in offset order)."""
         with self._call():
-            self.sink.submit(item)
+            self.sink.submit(SinkBatch.of(list(items)))
 
     def poll(self) -> None:
         with self._call():

@@ -13,7 +13,7 @@ from offtake.config.loader import parse_pipeline
 from offtake.config.spec import PipelineSpec
 from offtake.metrics import Metrics
 from offtake.records import Record
-from offtake.sinks.base import SinkItem
+from offtake.sinks.base import SinkBatch, SinkItem
 from offtake.sinks.spark import SparkSink
 from offtake.sinks.spark.writers import Writer
 
@@ -70,7 +70,7 @@ def items(offsets: Iterable[int], **kw: Any) -> list[SinkItem]:
 
 
 class Collector:
-    """The engine's side of on_complete: records every completion."""
+    """The engine's side of on_settled: records every settled record (with its error)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -78,13 +78,15 @@ class Collector:
         self.failed: list[tuple[SinkItem, BaseException]] = []
         self.threads: set[str] = set()
 
-    def __call__(self, it: SinkItem, error: BaseException | None) -> None:
+    def __call__(self, batch: SinkBatch, failed: Mapping[int, BaseException]) -> None:
         with self.lock:
             self.threads.add(threading.current_thread().name)
-            if error is None:
-                self.ok.append(it)
-            else:
-                self.failed.append((it, error))
+            for i, it in enumerate(batch.items):
+                error = failed.get(i)
+                if error is None:
+                    self.ok.append(it)
+                else:
+                    self.failed.append((it, error))
 
     @property
     def count(self) -> int:
@@ -107,7 +109,7 @@ def run_sink(
     total = 0
     for chunk in batches_of:
         for it in chunk:
-            sink.submit(it)
+            sink.submit(SinkBatch.of([it]))
             total += 1
         sink.poll()
     deadline = time.monotonic() + timeout

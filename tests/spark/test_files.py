@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from offtake.metrics import Metrics
-from offtake.sinks.base import SinkError
+from offtake.sinks.base import SinkBatch, SinkError
 from offtake.sinks.spark import SparkSink
 from offtake.sinks.spark.batching import BatchId
 from offtake.sinks.spark.fileops import HadoopFileOps
@@ -233,7 +233,7 @@ def test_completions_fire_on_the_engine_thread_and_metrics_count(
     done = Collector()
     sink.start(done)
     for it in items(range(25)):
-        sink.submit(it)
+        sink.submit(SinkBatch.of([it]))
     assert done.count == 0  # completions fire only inside poll or drain
     import time
 

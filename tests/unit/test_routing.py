@@ -11,7 +11,7 @@ from offtake.engine.routing import Router
 from offtake.metrics import Metrics
 from offtake.processing.base import Outcome
 from offtake.records import Record, TopicPartition
-from offtake.sinks.base import Forward, Sink, SinkError, SinkItem
+from offtake.sinks.base import Sink, SinkBatch, SinkError
 
 TP = TopicPartition("in", 0)
 
@@ -64,18 +64,10 @@ class RecordingSink(Sink):
 
     def __init__(self) -> None:
         super().__init__()
-        self.batches: list[list[SinkItem]] = []
-        self.forwarded: list[Forward] = []
+        self.batches: list[SinkBatch] = []
 
-    def submit(self, item: SinkItem) -> None:
-        raise AssertionError("routing hands items over as a batch")
-
-    def submit_batch(self, items: list[SinkItem]) -> list[tuple[SinkItem, BaseException]]:
-        self.batches.append(items)
-        return []
-
-    def forward(self, forward: Forward) -> None:
-        self.forwarded.append(forward)
+    def submit(self, batch: SinkBatch) -> None:
+        self.batches.append(batch)
 
     def drain(self, partitions: Collection[TopicPartition] | None, timeout: float) -> bool:
         return True
@@ -85,7 +77,7 @@ def router(strict: bool = False) -> tuple[Router, RecordingSink, Policy, Complet
     sink, policy, completions, parking = RecordingSink(), Policy(), Completions(), Parking()
     policy_any: Any = policy
     r = Router(sink, policy_any, completions, Metrics("t"), parking, lambda: {TP: 1}, 2, strict)
-    r.start(forwarding=True)
+    r.start()
     return r, sink, policy, completions, parking
 
 
@@ -103,7 +95,7 @@ def test_outcomes_go_to_the_sink_as_one_batch_the_rest_where_they_belong() -> No
         Outcome([], ValueError("bad"), retriable=False),
     ]
     retry = r.route(todo, outcomes)
-    assert [[it.record.offset for it in b] for b in sink.batches] == [[0]]
+    assert [b.offsets for b in sink.batches] == [[0]]
     assert completions.take_all() == [Settled(TP, 1, 1, "dropped")]
     assert [(rec.offset, epoch, attempt) for rec, epoch, attempt in retry] == [(2, 1, 2)]
     assert [(how, record.offset, stage) for how, record, stage in policy.calls] == [
@@ -135,10 +127,10 @@ def test_strict_ordering_holds_the_records_behind_a_retried_one() -> None:
 
 def test_a_forwarded_record_that_failed_reaches_the_error_policy_as_consumed() -> None:
     r, sink, policy, completions, _ = router()
-    forward = Forward(TP, 1, [Message(10), Message(11), Message(12)], [10, 11, 12])
-    r.forward(forward)
-    assert sink.forwarded == [forward] and r.out == 3
-    sink.complete_forward(forward, {1: SinkError("too large")})
+    forward = SinkBatch(TP, 1, [10, 11, 12], [], [Message(10), Message(11), Message(12)])
+    r.submit(forward)
+    assert sink.batches == [forward] and r.out == 3
+    sink.settle(forward, {1: SinkError("too large")})
     assert r.out == 0
     assert completions.take_all() == [SettledMany(TP, [10, 12], 1, "delivered")]
     [(how, record, stage)] = policy.calls
@@ -147,3 +139,31 @@ def test_a_forwarded_record_that_failed_reaches_the_error_policy_as_consumed() -
     assert (record.tp, record.offset, record.key) == (TP, 11, b"k")
     assert record.value == record.raw_value == b"\xff not even utf-8"
     assert record.headers == (("h", b"1"),) and record.timestamp == 1_700_000_000_000
+
+
+def test_a_poll_of_a_partition_goes_to_the_sink_as_one_batch_and_settles_once() -> None:
+    """Settlement per Work: more records than one processor call (100) are still one batch."""
+    r, sink, policy, completions, _ = router()
+    todo = [(rec(o), 1, 1) for o in range(250)]
+    r.route(todo, [Outcome([o]) for o in range(250)])
+    [batch] = sink.batches
+    assert (batch.tp, batch.epoch, batch.offsets) == (TP, 1, list(range(250)))
+    sink.settle(batch, {7: SinkError("refused")})
+    assert r.out == 0
+    assert completions.take_all() == [
+        SettledMany(TP, [o for o in range(250) if o != 7], 1, "delivered")
+    ]
+    assert [(how, record.offset, stage) for how, record, stage in policy.calls] == [
+        ("exhausted", 7, "sink")
+    ]
+
+
+def test_records_of_several_partitions_go_to_the_sink_as_a_batch_per_partition() -> None:
+    r, sink, _, completions, _ = router()
+    r.current = lambda: {TP: 1, TopicPartition("in", 1): 1}
+    other = Record("in", 1, 5, b"k", {}, (), None, b"{}")
+    r.route([(rec(0), 1, 2), (other, 1, 2), (rec(1), 1, 2)], [Outcome(["v"])] * 3)
+    assert [(b.tp.partition, b.offsets) for b in sink.batches] == [(0, [0]), (1, [5]), (0, [1])]
+    for b in sink.batches:
+        sink.settle(b)
+    assert r.out == 0 and len(completions.take_all()) == 3

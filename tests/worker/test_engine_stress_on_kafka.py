@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +24,12 @@ from support.workers import manifest, produce, read_all, running, wait_committed
 from offtake.config import parse_pipeline
 from offtake.engine.assembly import build_worker
 from offtake.records import Record
-from offtake.sinks.base import SinkItem
+from offtake.sinks.base import SinkBatch, SinkItem
 from offtake.sinks.kafka import KafkaSink
 from offtake_testbed.kafka import KafkaBroker
 
 
-def test_kafka_sink_completes_each_multi_value_item_once_with_two_threads_polling(
+def test_kafka_sink_settles_each_multi_value_item_once_with_two_threads_polling(
     kafka_broker: KafkaBroker, topic_factory: Any
 ) -> None:
     out = topic_factory(4)
@@ -46,19 +47,13 @@ def test_kafka_sink_completes_each_multi_value_item_once_with_two_threads_pollin
     failures: list[BaseException] = []
     lock = threading.Lock()
 
-    def one(item: SinkItem, error: BaseException | None) -> None:
+    def settled(batch: SinkBatch, failed: Mapping[int, BaseException]) -> None:
         with lock:
-            completions[item.record.partition, item.record.offset] += 1
-            if error is not None:
-                failures.append(error)
-
-    def batch(items: list[SinkItem], failed: dict[int, BaseException]) -> None:
-        with lock:
-            for item in items:
+            for item in batch.items:
                 completions[item.record.partition, item.record.offset] += 1
             failures.extend(failed.values())
 
-    sink.start(one, batch)
+    sink.start(settled)
     items = [
         SinkItem(
             Record("src", p, o, str(o).encode(), None, (), None),
@@ -75,7 +70,8 @@ def test_kafka_sink_completes_each_multi_value_item_once_with_two_threads_pollin
         try:
             for start in range(0, len(items), 400):
                 for p in range(4):
-                    sink.submit_batch([it for it in items[start : start + 400] if it.tp[1] == p])
+                    mine = [it for it in items[start : start + 400] if it.tp[1] == p]
+                    sink.submit(SinkBatch.of(mine))
                 sink.poll()
         except BaseException as exc:
             errors.append(exc)

@@ -60,15 +60,16 @@ from offtake.metrics import Metrics
 from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
 from offtake.processing.function import PassThrough
 from offtake.records import TopicPartition
-from offtake.sinks.base import Forward, Sink
+from offtake.sinks.base import Sink, SinkBatch
 
 log = logging.getLogger("offtake.processing")
 
 T = TypeVar("T")
 
 UNAVAILABLE_BACKOFF_CAP = 5.0
-# Records per processor call: small enough that results (and so commits) flow steadily
-# instead of in bursts of a whole poll batch, large enough to amortise a sidecar round trip.
+# Records per processor call: bounds one call (a sidecar request, a function process's
+# timeout covers one call), large enough to amortise a sidecar round trip. A Work's results
+# still go to the sink together, as one batch: it settles once.
 CHUNK = 100
 # How long the idle thread sleeps before it serves the sink again while items are out: short,
 # since delivery reports are what frees in-flight capacity and lets offsets be committed.
@@ -81,8 +82,9 @@ FLUSH_SLICE = 0.1  # one sink.drain() call while a flush is requested; the loop 
 class Work:
     """Records of one partition from one poll, in offset order: the unit the engine moves.
 
-    The poll loop registered them with the offset tracker as one chunk (``offsets``); when
-    all of them are delivered together they settle with one entry in :class:`Completions`.
+    The poll loop registered them with the offset tracker as one chunk (``offsets``); they go
+    to the sink as one :class:`~offtake.sinks.base.SinkBatch`, and when all of them are
+    delivered they settle with one entry in :class:`Completions`.
     """
 
     tp: TopicPartition
@@ -127,8 +129,8 @@ class ProcessingStage:
         self.max_retries = max_retries
         self.strict = strict_ordering
         # Pass-through (no processor, format bytes) into a sink that can write consumed
-        # records as they are: a poll's records of a partition go to the sink as one Forward,
-        # with no Record, Outcome or SinkItem made per record (docs/architecture.md).
+        # records as they are: a poll's records of a partition go to the sink as one batch of
+        # them, with no Record, Outcome or SinkItem made per record (docs/architecture.md).
         self.forwarding = (
             isinstance(processor, PassThrough) and decoder.format == "bytes" and sink.forwards
         )
@@ -160,7 +162,7 @@ class ProcessingStage:
 
     # -- called by the poll loop -----------------------------------------------------------
     def start(self) -> None:
-        self.router.start(self.forwarding)
+        self.router.start()
         self._thread.start()
 
     def submit(self, works: list[Work]) -> None:
@@ -339,9 +341,8 @@ class ProcessingStage:
         if not self._is_current(work.tp, epoch):
             return  # its partition was revoked or lost meanwhile: not ours any more
         if self.forwarding:
-            self.router.forward(
-                Forward(work.tp, epoch, work.messages, work.offsets, time.monotonic())
-            )
+            batch = SinkBatch(work.tp, epoch, work.offsets, [], work.messages, time.monotonic())
+            self.router.submit(batch)
             self._serve()
             return
         todo: list[Attempt] = []
@@ -364,8 +365,7 @@ class ProcessingStage:
                 self.policy.exhausted(record, epoch, DeliveredTooOften(attempt), attempt, "process")
             else:
                 todo.append((record, epoch, attempt))
-        for i in range(0, len(todo), CHUNK):
-            self._process(todo[i : i + CHUNK])
+        self._process(todo)
 
     def _decode(self, work: Work) -> list[Decoded] | None:
         """The poll's decoded records; while the schema registry is unreachable this waits and
@@ -386,9 +386,30 @@ class ProcessingStage:
                     return None
 
     def _process(self, todo: list[Attempt]) -> None:
-        """Run the processor on records, route results, park failures for a retry."""
+        """Run the processor on records (a call per ``CHUNK``), route the results together,
+        park failures for a retry."""
+        outcomes: list[Outcome] = []
+        for i in range(0, len(todo), CHUNK):
+            done = self._run_processor(todo[i : i + CHUNK])
+            if done is None:
+                return  # given up (the drain budget was spent)
+            outcomes.extend(done)
+            self._serve()  # delivery reports keep settling earlier batches meanwhile
+        if not todo:
+            return
+        retry = self.router.route(todo, outcomes)
+        if retry:
+            self._park(retry)
+        while settled := self.parking.take_settled():
+            for tp in settled:
+                self._release(tp)
+        self._serve()
+
+    def _run_processor(self, todo: list[Attempt]) -> list[Outcome] | None:
+        """The processor's outcomes of ``todo``, waiting out an unavailable processor; None
+        once the stage aborts."""
         unavailable = 0
-        while todo and not self.abort.is_set():
+        while not self.abort.is_set():
             started = time.monotonic()
             try:
                 outcomes = self.processor.process([r for r, _, _ in todo])
@@ -417,15 +438,9 @@ class ProcessingStage:
                 # Given up while the call ran (the drain budget was spent): the poll loop has
                 # let these records go (uncommitted, or released to a share group), so sending
                 # them on now would only duplicate what the next worker sends.
-                return
-            retry = self.router.route(todo, outcomes)
-            if retry:
-                self._park(retry)
-            while settled := self.parking.take_settled():
-                for tp in settled:
-                    self._release(tp)
-            self._serve()
-            return
+                return None
+            return outcomes
+        return None
 
     def _release(self, tp: TopicPartition) -> None:
         """strict: the parked record of ``tp`` is settled; the records behind it go on, in order.

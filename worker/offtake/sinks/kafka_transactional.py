@@ -17,7 +17,7 @@ from typing import Any
 from offtake.formats.plain import encode_value
 from offtake.kafka.transactional_producer import TransactionalProducer
 from offtake.records import TopicPartition
-from offtake.sinks.base import OnComplete, OnCompleteBatch, SinkError
+from offtake.sinks.base import OnSettled, SinkError
 from offtake.sinks.kafka import KafkaSink
 
 log = logging.getLogger("offtake.sinks.kafka")
@@ -50,11 +50,9 @@ class TransactionalKafkaSink(KafkaSink):
         self.commit_timeout = commit_timeout
         self._open = False
 
-    def start(
-        self, on_complete: OnComplete, on_complete_batch: OnCompleteBatch | None = None
-    ) -> None:
+    def start(self, on_settled: OnSettled) -> None:
         """Register the transactional.id (fencing an older producer with it) and begin."""
-        super().start(on_complete, on_complete_batch)
+        super().start(on_settled)
         p = self.producer
         try:
             p.init_transactions(INIT_TIMEOUT)
