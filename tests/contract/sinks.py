@@ -55,7 +55,7 @@ class Capabilities:
     """
 
     abandon_withholds_writes: bool
-    failure: Literal["error-completion", "dooms-transaction"]
+    failure: Literal["error-settlement", "dooms-transaction"]
     can_hold: bool
 
 
@@ -129,7 +129,7 @@ class SinkCase(ABC):
 class LogCase(SinkCase):
     """The log sink on stdout, read back through pytest's capsys."""
 
-    caps = Capabilities(abandon_withholds_writes=False, failure="error-completion", can_hold=False)
+    caps = Capabilities(abandon_withholds_writes=False, failure="error-settlement", can_hold=False)
 
     def __init__(self, capsys: Any) -> None:
         self.capsys = capsys
@@ -166,7 +166,7 @@ class _BrokenStream:
 class MemoryKafkaCase(SinkCase):
     """The Kafka sink producing to the in-memory broker."""
 
-    caps = Capabilities(abandon_withholds_writes=False, failure="error-completion", can_hold=True)
+    caps = Capabilities(abandon_withholds_writes=False, failure="error-settlement", can_hold=True)
 
     def __init__(self) -> None:
         self.broker = MemoryBroker()
@@ -193,7 +193,7 @@ class MemoryKafkaCase(SinkCase):
 class RealKafkaCase(SinkCase):
     """The Kafka sink producing to the test bed's broker, with confluent-kafka."""
 
-    caps = Capabilities(abandon_withholds_writes=False, failure="error-completion", can_hold=False)
+    caps = Capabilities(abandon_withholds_writes=False, failure="error-settlement", can_hold=False)
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         from offtake.engine.assembly import default_clients
@@ -267,7 +267,7 @@ class RealKafkaTransactionalCase(RealKafkaCase):
 class SparkParquetCase(SinkCase):
     """The Spark sink in local mode writing parquet into a temporary folder."""
 
-    caps = Capabilities(abandon_withholds_writes=True, failure="error-completion", can_hold=True)
+    caps = Capabilities(abandon_withholds_writes=True, failure="error-settlement", can_hold=True)
 
     def __init__(self, session: Any, path: Path) -> None:
         self.session = session
@@ -334,7 +334,7 @@ class Contract:
         self.caps = case.caps
         self._inside = threading.local()
         self._lock = threading.Lock()
-        self.completions: list[tuple[SinkItem, BaseException | None]] = []
+        self.settlements: list[tuple[SinkItem, BaseException | None]] = []
         self.outside_calls: list[str] = []
         self.settlements = 0
         self.sink.start(self._on_settled)
@@ -345,7 +345,7 @@ class Contract:
             assert len(batch.offsets) == len(batch.items), "a batch's offsets are its records'"
             for i, item in enumerate(batch.items):
                 assert item.tp == batch.tp, f"{item.record.where()} settled in {batch.tp}'s batch"
-                self.completions.append((item, failed.get(i)))
+                self.settlements.append((item, failed.get(i)))
             if not getattr(self._inside, "call", False):
                 self.outside_calls.append(threading.current_thread().name)
 
@@ -378,26 +378,26 @@ class Contract:
         self.sink.close()
 
     # -- what the engine saw ---------------------------------------------------------------
-    def times_completed(self, item: SinkItem) -> int:
+    def times_settled(self, item: SinkItem) -> int:
         with self._lock:
-            return sum(1 for it, _ in self.completions if it is item)
+            return sum(1 for it, _ in self.settlements if it is item)
 
-    def completed(self, items: Collection[SinkItem]) -> list[SinkItem]:
+    def settled(self, items: Collection[SinkItem]) -> list[SinkItem]:
         with self._lock:
-            done = {id(it) for it, _ in self.completions}
+            done = {id(it) for it, _ in self.settlements}
         return [it for it in items if id(it) in done]
 
     def errors(self) -> list[BaseException]:
         with self._lock:
-            return [e for _, e in self.completions if e is not None]
+            return [e for _, e in self.settlements if e is not None]
 
     def settle(self, items: Collection[SinkItem], poll_only: bool = False) -> None:
-        """Drive the sink until every item completed; fail if that takes unreasonably long."""
+        """Drive the sink until every item settled; fail if that takes unreasonably long."""
         deadline = time.monotonic() + SETTLE_SECONDS
-        while len(self.completed(items)) < len(items):
+        while len(self.settled(items)) < len(items):
             assert time.monotonic() < deadline, (
-                f"{len(items) - len(self.completed(items))} of {len(items)} item(s) never "
-                f"completed within {SETTLE_SECONDS:g}s"
+                f"{len(items) - len(self.settled(items))} of {len(items)} item(s) never "
+                f"settled within {SETTLE_SECONDS:g}s"
             )
             if poll_only:
                 self.poll()

@@ -1,4 +1,4 @@
-"""Helpers for the Spark sink tests: specs, items, a completion collector, table readers."""
+"""Helpers for the Spark sink tests: specs, items, a settlement collector, table readers."""
 
 from __future__ import annotations
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from offtake.engine.completions import Completions, Settled, SettledMany
 from offtake.engine.parking import Parking
 from offtake.engine.routing import Router
+from offtake.engine.settlements import Settled, SettledMany, Settlements
 from offtake.metrics import Metrics
 from offtake.processing.base import Outcome
 from offtake.records import Record, TopicPartition
@@ -73,12 +73,12 @@ class RecordingSink(Sink):
         return True
 
 
-def router(strict: bool = False) -> tuple[Router, RecordingSink, Policy, Completions, Parking]:
-    sink, policy, completions, parking = RecordingSink(), Policy(), Completions(), Parking()
+def router(strict: bool = False) -> tuple[Router, RecordingSink, Policy, Settlements, Parking]:
+    sink, policy, settlements, parking = RecordingSink(), Policy(), Settlements(), Parking()
     policy_any: Any = policy
-    r = Router(sink, policy_any, completions, Metrics("t"), parking, lambda: {TP: 1}, 2, strict)
+    r = Router(sink, policy_any, settlements, Metrics("t"), parking, lambda: {TP: 1}, 2, strict)
     r.start()
-    return r, sink, policy, completions, parking
+    return r, sink, policy, settlements, parking
 
 
 def rec(offset: int) -> Record:
@@ -86,7 +86,7 @@ def rec(offset: int) -> Record:
 
 
 def test_outcomes_go_to_the_sink_as_one_batch_the_rest_where_they_belong() -> None:
-    r, sink, policy, completions, _ = router()
+    r, sink, policy, settlements, _ = router()
     todo = [(rec(o), 1, 1) for o in range(4)]
     outcomes = [
         Outcome(["a"]),
@@ -96,7 +96,7 @@ def test_outcomes_go_to_the_sink_as_one_batch_the_rest_where_they_belong() -> No
     ]
     retry = r.route(todo, outcomes)
     assert [b.offsets for b in sink.batches] == [[0]]
-    assert completions.take_all() == [Settled(TP, 1, 1, "dropped")]
+    assert settlements.take_all() == [Settled(TP, 1, 1, "dropped")]
     assert [(rec.offset, epoch, attempt) for rec, epoch, attempt in retry] == [(2, 1, 2)]
     assert [(how, record.offset, stage) for how, record, stage in policy.calls] == [
         ("give_up", 3, "process")
@@ -105,9 +105,9 @@ def test_outcomes_go_to_the_sink_as_one_batch_the_rest_where_they_belong() -> No
 
 
 def test_records_of_a_stale_assignment_go_nowhere() -> None:
-    r, sink, policy, completions, _ = router()
+    r, sink, policy, settlements, _ = router()
     r.route([(rec(0), 7, 1)], [Outcome(["a"])])  # epoch 7: not the current assignment (1)
-    assert sink.batches == [] and policy.calls == [] and completions.take_all() == []
+    assert sink.batches == [] and policy.calls == [] and settlements.take_all() == []
 
 
 def test_strict_ordering_holds_the_records_behind_a_retried_one() -> None:
@@ -126,13 +126,13 @@ def test_strict_ordering_holds_the_records_behind_a_retried_one() -> None:
 
 
 def test_a_forwarded_record_that_failed_reaches_the_error_policy_as_consumed() -> None:
-    r, sink, policy, completions, _ = router()
+    r, sink, policy, settlements, _ = router()
     forward = SinkBatch(TP, 1, [10, 11, 12], [], [Message(10), Message(11), Message(12)])
     r.submit(forward)
     assert sink.batches == [forward] and r.out == 3
     sink.settle(forward, {1: SinkError("too large")})
     assert r.out == 0
-    assert completions.take_all() == [SettledMany(TP, [10, 12], 1, "delivered")]
+    assert settlements.take_all() == [SettledMany(TP, [10, 12], 1, "delivered")]
     [(how, record, stage)] = policy.calls
     assert (how, stage) == ("exhausted", "sink")
     # Not decoded again: the bytes as consumed, for a dead letter byte for byte the same.
@@ -143,14 +143,14 @@ def test_a_forwarded_record_that_failed_reaches_the_error_policy_as_consumed() -
 
 def test_a_poll_of_a_partition_goes_to_the_sink_as_one_batch_and_settles_once() -> None:
     """Settlement per Work: more records than one processor call (100) are still one batch."""
-    r, sink, policy, completions, _ = router()
+    r, sink, policy, settlements, _ = router()
     todo = [(rec(o), 1, 1) for o in range(250)]
     r.route(todo, [Outcome([o]) for o in range(250)])
     [batch] = sink.batches
     assert (batch.tp, batch.epoch, batch.offsets) == (TP, 1, list(range(250)))
     sink.settle(batch, {7: SinkError("refused")})
     assert r.out == 0
-    assert completions.take_all() == [
+    assert settlements.take_all() == [
         SettledMany(TP, [o for o in range(250) if o != 7], 1, "delivered")
     ]
     assert [(how, record.offset, stage) for how, record, stage in policy.calls] == [
@@ -159,11 +159,11 @@ def test_a_poll_of_a_partition_goes_to_the_sink_as_one_batch_and_settles_once() 
 
 
 def test_records_of_several_partitions_go_to_the_sink_as_a_batch_per_partition() -> None:
-    r, sink, _, completions, _ = router()
+    r, sink, _, settlements, _ = router()
     r.current = lambda: {TP: 1, TopicPartition("in", 1): 1}
     other = Record("in", 1, 5, b"k", {}, (), None, b"{}")
     r.route([(rec(0), 1, 2), (other, 1, 2), (rec(1), 1, 2)], [Outcome(["v"])] * 3)
     assert [(b.tp.partition, b.offsets) for b in sink.batches] == [(0, [0]), (1, [5]), (0, [1])]
     for b in sink.batches:
         sink.settle(b)
-    assert r.out == 0 and len(completions.take_all()) == 3
+    assert r.out == 0 and len(settlements.take_all()) == 3

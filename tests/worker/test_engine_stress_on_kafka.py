@@ -43,14 +43,14 @@ def test_kafka_sink_settles_each_multi_value_item_once_with_two_threads_polling(
         }
     )
     sink = KafkaSink(producer, out)
-    completions: Counter[tuple[int, int]] = Counter()
+    settlements: Counter[tuple[int, int]] = Counter()
     failures: list[BaseException] = []
     lock = threading.Lock()
 
     def settled(batch: SinkBatch, failed: Mapping[int, BaseException]) -> None:
         with lock:
             for item in batch.items:
-                completions[item.record.partition, item.record.offset] += 1
+                settlements[item.record.partition, item.record.offset] += 1
             failures.extend(failed.values())
 
     sink.start(settled)
@@ -85,12 +85,12 @@ def test_kafka_sink_settles_each_multi_value_item_once_with_two_threads_polling(
         time.sleep(0.001)
     thread.join()
     deadline = time.monotonic() + 60
-    while len(completions) < len(items) and time.monotonic() < deadline:
+    while len(settlements) < len(items) and time.monotonic() < deadline:
         sink.drain(None, 0.5)
     assert errors == [] and failures == []
-    doubled = {k: n for k, n in completions.items() if n != 1}
-    assert doubled == {}, f"{len(doubled)} item(s) completed more than once"
-    assert len(completions) == len(items), f"{len(items) - len(completions)} never completed"
+    doubled = {k: n for k, n in settlements.items() if n != 1}
+    assert doubled == {}, f"{len(doubled)} item(s) settled more than once"
+    assert len(settlements) == len(items), f"{len(items) - len(settlements)} never settled"
     written = Counter(
         (v["p"], v["o"])
         for v in (json.loads(m.value()) for m in read_all(kafka_broker.bootstrap, out))

@@ -136,7 +136,7 @@ class OffsetTracker:
         """Start tracking a newly assigned partition; returns its epoch.
 
         The epoch tells work of this assignment apart from stale work of an earlier one, so
-        a completion that arrives after a revoke cannot touch a later assignment's state.
+        a settlement that arrives after a revoke cannot touch a later assignment's state.
         """
         self.release(tp)
         self._epochs += 1

@@ -23,12 +23,12 @@ order, once it is settled; other partitions are not held.
 Threading model (the rule every other module relies on):
 
 - This thread is the only one that calls the sink (submit, poll, drain, abandon) and the
-  dead-letter producer while the worker runs. Sink completions and DLQ delivery reports
+  dead-letter producer while the worker runs. Sink settlements and DLQ delivery reports
   therefore fire on this thread, and per-item state in a sink needs no lock.
 - The poll loop talks to this thread only through this class's methods, which post to queues
   or set flags under ``_cond``: :meth:`submit`, :meth:`set_current`, :meth:`request_flush`,
   :meth:`abandon`, :meth:`call`, :meth:`close`. This thread reports back only through
-  :class:`Completions` (and the result of a :meth:`call`).
+  :class:`Settlements` (and the result of a :meth:`call`).
 - Which partition assignments are current is published by the poll loop as an immutable
   mapping (:meth:`set_current`); this thread never reads the offset tracker.
 - After :meth:`close` returned with the thread stopped, ownership of the sink passes back to
@@ -47,10 +47,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TypeVar
 
-from offtake.engine.completions import Completions
 from offtake.engine.errors import ErrorPolicy
 from offtake.engine.parking import Attempt, Parking
 from offtake.engine.routing import Router
+from offtake.engine.settlements import Settlements
 from offtake.formats.base import Decoded, Decoder
 from offtake.formats.errors import RegistryUnavailable
 from offtake.health import Health
@@ -84,7 +84,7 @@ class Work:
 
     The poll loop registered them with the offset tracker as one chunk (``offsets``); they go
     to the sink as one :class:`~offtake.sinks.base.SinkBatch`, and when all of them are
-    delivered they settle with one entry in :class:`Completions`.
+    delivered they settle with one entry in :class:`Settlements`.
     """
 
     tp: TopicPartition
@@ -112,7 +112,7 @@ class ProcessingStage:
         sink: Sink,
         policy: ErrorPolicy,
         decoder: Decoder,
-        completions: Completions,
+        settlements: Settlements,
         metrics: Metrics,
         max_retries: int,
         strict_ordering: bool = False,
@@ -124,7 +124,7 @@ class ProcessingStage:
         self.sink = sink
         self.policy = policy
         self.decoder = decoder
-        self.completions = completions
+        self.settlements = settlements
         self.metrics = metrics
         self.max_retries = max_retries
         self.strict = strict_ordering
@@ -138,7 +138,7 @@ class ProcessingStage:
         self.router = Router(
             sink,
             policy,
-            completions,
+            settlements,
             metrics,
             self.parking,
             lambda: self._current,
@@ -233,7 +233,7 @@ class ProcessingStage:
             self._loop()
         except Exception:  # a bug here must not kill the thread silently
             log.exception("processing thread failed; stopping the worker")
-            self.completions.request_stop("internal error in the processing thread (see the log)")
+            self.settlements.request_stop("internal error in the processing thread (see the log)")
         finally:
             with self._cond:
                 self._busy = False

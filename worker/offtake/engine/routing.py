@@ -14,7 +14,7 @@ processed record's :class:`~offtake.processing.base.Outcome` sends it on:
 
 A record of a partition held by a parked record waits behind it (:mod:`offtake.engine.parking`).
 The sink's settlements come back here (the one callback :meth:`Router.start` registers) and
-settle the records in :class:`~offtake.engine.completions.Completions`, one entry per settled
+settle the records in :class:`~offtake.engine.settlements.Settlements`, one entry per settled
 batch; a record that failed in the sink goes to the error policy, its neighbours are not
 touched.
 """
@@ -25,9 +25,9 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from offtake.engine.completions import Completions
 from offtake.engine.errors import ErrorPolicy
 from offtake.engine.parking import Attempt, Parking
+from offtake.engine.settlements import Settlements
 from offtake.formats.errors import DecodeError
 from offtake.kafka.protocols import MessageLike
 from offtake.metrics import Metrics
@@ -44,7 +44,7 @@ class Router:
         self,
         sink: Sink,
         policy: ErrorPolicy,
-        completions: Completions,
+        settlements: Settlements,
         metrics: Metrics,
         parking: Parking,
         current: Callable[[], Mapping[TopicPartition, int]],
@@ -53,7 +53,7 @@ class Router:
     ) -> None:
         self.sink = sink
         self.policy = policy
-        self.completions = completions
+        self.settlements = settlements
         self.metrics = metrics
         self.parking = parking
         self.current = current  # the poll loop's published assignment epochs
@@ -95,7 +95,7 @@ class Router:
                 if outcome.values:
                     to_sink.append(SinkItem(record, outcome.values, epoch, attempts))
                 else:
-                    self.completions.put(record.tp, record.offset, epoch, "dropped")
+                    self.settlements.put(record.tp, record.offset, epoch, "dropped")
             elif outcome.retriable and attempts <= self.max_retries:
                 self.metrics.errors.labels("process").inc()
                 self.metrics.retries.inc()
@@ -127,7 +127,7 @@ class Router:
         self.parking.park(record, epoch, attempts, time.monotonic() + exc.retry_after)
         if not parked:
             self.parking.hold(record.tp, record.offset, epoch)
-        self.completions.request_slow_down(record.tp, epoch, time.time() + exc.retry_after)
+        self.settlements.request_slow_down(record.tp, epoch, time.time() + exc.retry_after)
 
     def submit(self, batch: SinkBatch) -> None:
         """Hand a batch to the sink (a forward too: a poll's records of a partition as they
@@ -145,11 +145,11 @@ class Router:
         if batch.submitted:
             self.metrics.sink_seconds.observe(time.monotonic() - batch.submitted)
         if not failed:
-            self.completions.put_many(batch.tp, batch.offsets, batch.epoch, "delivered")
+            self.settlements.put_many(batch.tp, batch.offsets, batch.epoch, "delivered")
             return
         offsets = [o for i, o in enumerate(batch.offsets) if i not in failed]
         if offsets:
-            self.completions.put_many(batch.tp, offsets, batch.epoch, "delivered")
+            self.settlements.put_many(batch.tp, offsets, batch.epoch, "delivered")
         for i in sorted(failed):  # a failing record does not fail its neighbours
             if batch.messages is None:
                 item = batch.items[i]

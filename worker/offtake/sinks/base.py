@@ -128,9 +128,7 @@ class Sink(ABC):
         """Called once by the engine before the first submit: where :meth:`settle` reports."""
         self._on_settled = on_settled
 
-    def settle(
-        self, batch: SinkBatch, failed: Mapping[int, BaseException] = NO_FAILURES
-    ) -> None:
+    def settle(self, batch: SinkBatch, failed: Mapping[int, BaseException] = NO_FAILURES) -> None:
         """Report ``batch`` settled; ``failed`` maps the index of each failed record to why.
         Only from submit, poll or drain."""
         assert self._on_settled is not None, "Sink.start() was not called"

@@ -202,4 +202,3 @@ class KafkaSink(Sink):
         with self._lock:
             dropped = [self._in_flight.pop(tp, set()) for tp in set(partitions)]
         return sum(len(p.batch) for pendings in dropped for p in pendings)
-
