@@ -336,12 +336,10 @@ class Contract:
         self._lock = threading.Lock()
         self.settlements: list[tuple[SinkItem, BaseException | None]] = []
         self.outside_calls: list[str] = []
-        self.settlements = 0
         self.sink.start(self._on_settled)
 
     def _on_settled(self, batch: SinkBatch, failed: Mapping[int, BaseException]) -> None:
         with self._lock:
-            self.settlements += 1
             assert len(batch.offsets) == len(batch.items), "a batch's offsets are its records'"
             for i, item in enumerate(batch.items):
                 assert item.tp == batch.tp, f"{item.record.where()} settled in {batch.tp}'s batch"

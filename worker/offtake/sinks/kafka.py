@@ -23,7 +23,7 @@ from offtake.formats.plain import encode_value
 from offtake.kafka.produce import produce_waiting
 from offtake.kafka.protocols import ProducerLike
 from offtake.records import TopicPartition
-from offtake.sinks.base import Sink, SinkBatch, SinkError
+from offtake.sinks.base import Sink, SinkBatch, SinkError, SinkItem
 
 Headers = list[tuple[str, bytes | None]] | None
 # What the produce loop writes: (index of its record in the batch, key, value, headers).
@@ -153,11 +153,12 @@ class KafkaSink(Sink):
         """What to produce for ``batch``: consumed records as they are, or each value encoded.
         A value that cannot be encoded refuses its record (through ``pending``)."""
         if batch.messages is not None:
-            for i, msg in enumerate(batch.messages):
-                yield i, msg.key(), msg.value(), msg.headers()
-            return
+            return ((i, m.key(), m.value(), m.headers()) for i, m in enumerate(batch.messages))
+        return self._encoded(batch.items, pending)
+
+    def _encoded(self, items: list[SinkItem], pending: _InFlight | None) -> Iterator[Row]:
         encode = self.encode
-        for i, item in enumerate(batch.items):
+        for i, item in enumerate(items):
             record = item.record
             key, headers = record.key, list(record.headers) if record.headers else None
             for n, value in enumerate(item.values):
