@@ -52,13 +52,10 @@ class _InFlight:
         if next(self._count) == self.expected:
             self.sink._finish(self)
 
-    def refuse(self, i: int, exc: BaseException, unsent: int) -> None:
-        """Record ``i`` could not be produced; ``unsent`` of its values never will be."""
-        if i not in self.refused:
-            where = self.batch.where(i)
-            self.refused[i] = SinkError(
-                f"record {where}: producing to {self.sink.topic} failed: {exc}"
-            )
+    def refuse(self, i: int, error: BaseException, unsent: int) -> None:
+        """Record ``i`` failed before it was produced (``error`` says why); ``unsent`` of its
+        values never will be."""
+        self.refused.setdefault(i, error)
         self.skip(unsent)
 
     def skip(self, n: int) -> None:
@@ -147,7 +144,9 @@ class KafkaSink(Sink):
                         on_delivery=on_delivery,
                     )
             except Exception as exc:  # this record only (too large, say): it fails, not the rest
-                pending.refuse(i, exc, 1)
+                where = batch.where(i)
+                failed = SinkError(f"record {where}: producing to {topic} failed: {exc}")
+                pending.refuse(i, failed, 1)
 
     def _rows(self, batch: SinkBatch, pending: _InFlight | None = None) -> Iterator[Row]:
         """What to produce for ``batch``: consumed records as they are, or each value encoded.
@@ -164,7 +163,7 @@ class KafkaSink(Sink):
             for n, value in enumerate(item.values):
                 try:
                     payload = encode(value)
-                except Exception as exc:
+                except Exception as exc:  # the value's fault: the encoder's error names the field
                     if pending is not None:
                         pending.refuse(i, exc, len(item.values) - n)
                     break
