@@ -16,7 +16,7 @@ import json
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +28,7 @@ from offtake.engine.assembly import make_sink
 from offtake.kafka.memory import MemoryBroker
 from offtake.metrics import Metrics
 from offtake.records import Record, TopicPartition
-from offtake.sinks.base import Sink, SinkItem
+from offtake.sinks.base import Sink, SinkBatch, SinkItem
 from offtake.sinks.kafka import KafkaSink
 from offtake.sinks.kafka_transactional import TransactionalKafkaSink, TransactionFailed
 from offtake.sinks.log import LogSink
@@ -46,8 +46,8 @@ class Capabilities:
 
     ``abandon_withholds_writes``: an abandoned item's values are never written (a batch sink
     holds them until its job); a record sink has sent them already and cannot take them back.
-    ``failure``: how a destination that refuses writes shows: an error completion of each
-    item, ``submit`` raising (a sink that writes synchronously), or the open transaction doomed
+    ``failure``: how a destination that refuses writes shows: each record failed in its
+    batch's settlement, or the open transaction doomed
     (the exactly-once sink: a record's fate is its transaction's; the commit aborts, and the
     engine consumes the records again).
     ``can_hold``: the harness can hold writes at the destination, so a drain can run out of
@@ -55,7 +55,7 @@ class Capabilities:
     """
 
     abandon_withholds_writes: bool
-    failure: Literal["error-completion", "submit-raises", "dooms-transaction"]
+    failure: Literal["error-settlement", "dooms-transaction"]
     can_hold: bool
 
 
@@ -129,7 +129,7 @@ class SinkCase(ABC):
 class LogCase(SinkCase):
     """The log sink on stdout, read back through pytest's capsys."""
 
-    caps = Capabilities(abandon_withholds_writes=False, failure="submit-raises", can_hold=False)
+    caps = Capabilities(abandon_withholds_writes=False, failure="error-settlement", can_hold=False)
 
     def __init__(self, capsys: Any) -> None:
         self.capsys = capsys
@@ -166,7 +166,7 @@ class _BrokenStream:
 class MemoryKafkaCase(SinkCase):
     """The Kafka sink producing to the in-memory broker."""
 
-    caps = Capabilities(abandon_withholds_writes=False, failure="error-completion", can_hold=True)
+    caps = Capabilities(abandon_withholds_writes=False, failure="error-settlement", can_hold=True)
 
     def __init__(self) -> None:
         self.broker = MemoryBroker()
@@ -193,7 +193,7 @@ class MemoryKafkaCase(SinkCase):
 class RealKafkaCase(SinkCase):
     """The Kafka sink producing to the test bed's broker, with confluent-kafka."""
 
-    caps = Capabilities(abandon_withholds_writes=False, failure="error-completion", can_hold=False)
+    caps = Capabilities(abandon_withholds_writes=False, failure="error-settlement", can_hold=False)
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         from offtake.engine.assembly import default_clients
@@ -267,7 +267,7 @@ class RealKafkaTransactionalCase(RealKafkaCase):
 class SparkParquetCase(SinkCase):
     """The Spark sink in local mode writing parquet into a temporary folder."""
 
-    caps = Capabilities(abandon_withholds_writes=True, failure="error-completion", can_hold=True)
+    caps = Capabilities(abandon_withholds_writes=True, failure="error-settlement", can_hold=True)
 
     def __init__(self, session: Any, path: Path) -> None:
         self.session = session
@@ -323,8 +323,9 @@ def _decoded(payloads: Any) -> list[Value]:
 class Contract:
     """Drives a sink as the engine does and records what it reports.
 
-    ``submit``, ``poll`` and ``drain`` run with a thread-local flag set, so a completion that
-    arrives from anywhere else (another thread, ``abandon``, ``close``) is caught.
+    ``submit``, ``poll`` and ``drain`` run with a thread-local flag set, so a settlement that
+    arrives from anywhere else (another thread, ``abandon``, ``close``) is caught. What it
+    records is per record: each record of a settled batch, with its error if it failed.
     """
 
     def __init__(self, case: SinkCase) -> None:
@@ -333,13 +334,16 @@ class Contract:
         self.caps = case.caps
         self._inside = threading.local()
         self._lock = threading.Lock()
-        self.completions: list[tuple[SinkItem, BaseException | None]] = []
+        self.settlements: list[tuple[SinkItem, BaseException | None]] = []
         self.outside_calls: list[str] = []
-        self.sink.start(self._on_complete)
+        self.sink.start(self._on_settled)
 
-    def _on_complete(self, item: SinkItem, error: BaseException | None) -> None:
+    def _on_settled(self, batch: SinkBatch, failed: Mapping[int, BaseException]) -> None:
         with self._lock:
-            self.completions.append((item, error))
+            assert len(batch.offsets) == len(batch.items), "a batch's offsets are its records'"
+            for i, item in enumerate(batch.items):
+                assert item.tp == batch.tp, f"{item.record.where()} settled in {batch.tp}'s batch"
+                self.settlements.append((item, failed.get(i)))
             if not getattr(self._inside, "call", False):
                 self.outside_calls.append(threading.current_thread().name)
 
@@ -352,9 +356,10 @@ class Contract:
             self._inside.call = False
 
     # -- the engine's calls ----------------------------------------------------------------
-    def submit(self, item: SinkItem) -> None:
+    def submit(self, *items: SinkItem) -> None:
+        """Hand over one batch: the items (of one partition, in offset order)."""
         with self._call():
-            self.sink.submit(item)
+            self.sink.submit(SinkBatch.of(list(items)))
 
     def poll(self) -> None:
         with self._call():
@@ -371,26 +376,26 @@ class Contract:
         self.sink.close()
 
     # -- what the engine saw ---------------------------------------------------------------
-    def times_completed(self, item: SinkItem) -> int:
+    def times_settled(self, item: SinkItem) -> int:
         with self._lock:
-            return sum(1 for it, _ in self.completions if it is item)
+            return sum(1 for it, _ in self.settlements if it is item)
 
-    def completed(self, items: Collection[SinkItem]) -> list[SinkItem]:
+    def settled(self, items: Collection[SinkItem]) -> list[SinkItem]:
         with self._lock:
-            done = {id(it) for it, _ in self.completions}
+            done = {id(it) for it, _ in self.settlements}
         return [it for it in items if id(it) in done]
 
     def errors(self) -> list[BaseException]:
         with self._lock:
-            return [e for _, e in self.completions if e is not None]
+            return [e for _, e in self.settlements if e is not None]
 
     def settle(self, items: Collection[SinkItem], poll_only: bool = False) -> None:
-        """Drive the sink until every item completed; fail if that takes unreasonably long."""
+        """Drive the sink until every item settled; fail if that takes unreasonably long."""
         deadline = time.monotonic() + SETTLE_SECONDS
-        while len(self.completed(items)) < len(items):
+        while len(self.settled(items)) < len(items):
             assert time.monotonic() < deadline, (
-                f"{len(items) - len(self.completed(items))} of {len(items)} item(s) never "
-                f"completed within {SETTLE_SECONDS:g}s"
+                f"{len(items) - len(self.settled(items))} of {len(items)} item(s) never "
+                f"settled within {SETTLE_SECONDS:g}s"
             )
             if poll_only:
                 self.poll()

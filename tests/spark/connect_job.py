@@ -13,6 +13,7 @@ import sys
 import time
 
 from offtake.metrics import Metrics
+from offtake.sinks.base import SinkBatch
 from offtake.sinks.spark import SparkSink
 from offtake.sinks.spark.session import is_remote
 
@@ -38,7 +39,7 @@ def main() -> None:
     sink.start(done)
     recs = items(range(args["start"], args["stop"]), partition=args.get("partition", 0))
     for it in recs:
-        sink.submit(it)
+        sink.submit(SinkBatch.of([it]))
     deadline = time.monotonic() + 300
     while done.count < len(recs) and time.monotonic() < deadline:
         sink.drain(None, 1.0)

@@ -1,4 +1,4 @@
-"""Helpers for the Spark sink tests: specs, items, a completion collector, table readers, the
+"""Helpers for the Spark sink tests: specs, items, a settlement collector, table readers, the
 engine with the Spark sink on a thread."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from offtake.engine.assembly import build_worker
 from offtake.engine.worker import Worker
 from offtake.metrics import Metrics
 from offtake.records import Record
-from offtake.sinks.base import SinkItem
+from offtake.sinks.base import SinkBatch, SinkItem
 from offtake.sinks.spark import SparkSink, make_spark_sink
 from offtake.sinks.spark.writers import Writer
 
@@ -73,7 +73,7 @@ def items(offsets: Iterable[int], **kw: Any) -> list[SinkItem]:
 
 
 class Collector:
-    """The engine's side of on_complete: records every completion."""
+    """The engine's side of on_settled: records every settled record (with its error)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -81,13 +81,15 @@ class Collector:
         self.failed: list[tuple[SinkItem, BaseException]] = []
         self.threads: set[str] = set()
 
-    def __call__(self, it: SinkItem, error: BaseException | None) -> None:
+    def __call__(self, batch: SinkBatch, failed: Mapping[int, BaseException]) -> None:
         with self.lock:
             self.threads.add(threading.current_thread().name)
-            if error is None:
-                self.ok.append(it)
-            else:
-                self.failed.append((it, error))
+            for i, it in enumerate(batch.items):
+                error = failed.get(i)
+                if error is None:
+                    self.ok.append(it)
+                else:
+                    self.failed.append((it, error))
 
     @property
     def count(self) -> int:
@@ -110,7 +112,7 @@ def run_sink(
     total = 0
     for chunk in batches_of:
         for it in chunk:
-            sink.submit(it)
+            sink.submit(SinkBatch.of([it]))
             total += 1
         sink.poll()
     deadline = time.monotonic() + timeout

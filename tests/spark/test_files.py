@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from offtake.metrics import Metrics
-from offtake.sinks.base import SinkError
+from offtake.sinks.base import SinkBatch, SinkError
 from offtake.sinks.spark import SparkSink
 from offtake.sinks.spark.batching import BatchId
 from offtake.sinks.spark.fileops import HadoopFileOps
@@ -218,7 +218,7 @@ def test_failing_transform_retries_then_completes_every_item_with_the_error(
     assert not (tmp_path / "t").exists() or not list((tmp_path / "t").rglob("part-*"))
 
 
-def test_completions_fire_on_the_engine_thread_and_metrics_count(
+def test_settlements_fire_on_the_engine_thread_and_metrics_count(
     spark: Any, tmp_path: Path
 ) -> None:
     spec = pipeline(
@@ -233,13 +233,13 @@ def test_completions_fire_on_the_engine_thread_and_metrics_count(
     done = Collector()
     sink.start(done)
     for it in items(range(25)):
-        sink.submit(it)
-    assert done.count == 0  # completions fire only inside poll or drain
+        sink.submit(SinkBatch.of([it]))
+    assert done.count == 0  # settlements fire only inside poll or drain
     import time
 
     deadline = time.monotonic() + 120
     while done.count < 25 and time.monotonic() < deadline:
-        sink.poll()  # the interval bound closes the batch; poll fires completions
+        sink.poll()  # the interval bound closes the batch; poll settles them
         time.sleep(0.05)
     sink.close()
     assert len(done.ok) == 25

@@ -6,6 +6,7 @@ PostgreSQL columns."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from offtake.metrics import Metrics
+from offtake.sinks.base import Sink, SinkBatch
 from offtake.sinks.spark import SparkSink
 from offtake.sinks.spark.columns import column_name
 from offtake.sinks.spark.identifiers import (
@@ -171,15 +173,18 @@ def test_plain_jdbc_tables_are_taken() -> None:
         assert table_problem(table, POSTGRES, STAGING_SUFFIX_CHARS) is None, table
 
 
-def test_the_sink_gives_a_hostile_record_back_and_batches_its_neighbours() -> None:
-    """submit raises (the engine then applies errors.policy to that record alone); the
-    records around it join the batch."""
+def test_the_sink_fails_a_hostile_record_and_batches_its_neighbours() -> None:
+    """The record fails at once, alone, in a settlement of its own (the engine then applies
+    errors.policy to it); the records around it join the batch."""
     spec = pipeline({"format": "jdbc", "jdbc": {"url": "jdbc:postgresql://db/x", "table": "t"}})
     sink = SparkSink(spec, Metrics("test"))
-    sink.submit(item(0))
-    with pytest.raises(UnsafeName, match=r"orders\[0\]@1: field 'a\"\) SELECT 1"):
-        sink.submit(item(1, {"id": 1, 'a") SELECT 1; DROP TABLE victims; --': 1}))
-    sink.submit(item(2))
+    done = Collector()
+    Sink.start(sink, done)  # the callback alone: no job thread, no Spark here
+    hostile = item(1, {"id": 1, 'a") SELECT 1; DROP TABLE victims; --': 1})
+    sink.submit(SinkBatch.of([item(0), hostile, item(2)]))
+    [(failed, error)] = done.failed
+    assert failed is hostile and isinstance(error, UnsafeName)
+    assert re.search(r"orders\[0\]@1: field 'a\"\) SELECT 1", str(error)), error
     closed = sink._batcher.close(None)
     assert [it.record.offset for b in closed for it in b.items] == [0, 2]
 
@@ -229,7 +234,7 @@ def test_a_parquet_sink_refuses_what_spark_would_interpret_and_writes_the_rest(
     spark: Any, tmp_path: Any
 ) -> None:
     """Spark's own formats: names with a backtick, a dot or a newline, and names Spark would
-    take for one column. Each such record is given back naming its field (the engine
+    take for one column. Each such record fails at once naming its field (the engine
     applies errors.policy to it); its neighbours land in the same job."""
     import pyarrow.dataset as pads
 
@@ -244,7 +249,9 @@ def test_a_parquet_sink_refuses_what_spark_would_interpret_and_writes_the_rest(
         9: ({"id": 9, "Note": "x", "note": "y"}, "'Note' and 'note'"),
     }
     batch = [item(o, hostile[o][0]) if o in hostile else item(o) for o in range(12)]
-    refused = sink.submit_batch(batch)
+    sink.submit(SinkBatch.of(batch))
+    refused = list(done.failed)
+    done.failed.clear()
     assert sorted(it.record.offset for it, _ in refused) == sorted(hostile)
     for it, error in refused:
         assert isinstance(error, UnsafeName)
@@ -270,12 +277,15 @@ def test_any_name_through_the_sinks_submit_is_batched_only_if_it_is_safe(
     name: str, fmt: str
 ) -> None:
     """Through SparkSink.submit (the engine's call): a record is batched only if every name
-    passes the allowlist; otherwise it is given back with an error naming the field."""
+    passes the allowlist; otherwise it fails at once with an error naming the field."""
     sink = SparkSink(_SINKS[fmt], Metrics("test"))
     value = {"id": 1, name: "v"}
-    try:
-        sink.submit(item(0, value))
-    except UnsafeName as exc:
+    done = Collector()
+    Sink.start(sink, done)  # the callback alone: no job thread, no Spark here
+    sink.submit(SinkBatch.of([item(0, value)]))
+    if done.failed:
+        [(_, exc)] = done.failed
+        assert isinstance(exc, UnsafeName)
         assert shown(name) in str(exc) or "would be the same column" in str(exc)
         assert not sink._batcher.close(None)
         return

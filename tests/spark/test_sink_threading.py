@@ -9,6 +9,7 @@ from typing import Any
 
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
+from offtake.sinks.base import SinkBatch
 from offtake.sinks.spark import SparkSink
 from offtake.sinks.spark.batching import BatchId
 from offtake.sinks.spark.writers import Writer
@@ -53,11 +54,11 @@ def test_submit_and_poll_do_not_wait_for_a_running_job() -> None:
     writer = GatedWriter()
     sink, done = _sink(writer)
     for it in items(range(10)):
-        sink.submit(it)
+        sink.submit(SinkBatch.of([it]))
     assert writer.started.wait(10)  # the job runs, blocked in the writer
     began = time.monotonic()
     for it in items(range(10, 1000)):
-        sink.submit(it)
+        sink.submit(SinkBatch.of([it]))
     sink.poll()
     # The job stays blocked until the gate opens, so returning at all shows nothing waited on
     # it; the bound only keeps a regression from hanging the suite.
@@ -75,7 +76,7 @@ def test_drain_closes_open_batches_of_the_given_partitions_only() -> None:
     writer.gate.set()
     sink, done = _sink(writer, maxRecords=1000, maxIntervalSeconds=3600)
     for it in items(range(5), partition=0) + items(range(7), partition=1):
-        sink.submit(it)
+        sink.submit(SinkBatch.of([it]))
     assert sink.drain([P1], 10)
     assert [str(b) for b in writer.written] == ["orders-1-0-6"]
     assert len(done.ok) == 7 and {it.tp for it in done.ok} == {P1}
@@ -87,7 +88,7 @@ def test_drain_times_out_while_a_job_runs_and_can_be_called_again() -> None:
     writer = GatedWriter()
     sink, done = _sink(writer)
     for it in items(range(10)):
-        sink.submit(it)
+        sink.submit(SinkBatch.of([it]))
     assert not sink.drain(None, 0.2)
     assert done.count == 0
     writer.gate.set()
@@ -99,9 +100,9 @@ def test_abandon_drops_queued_work_and_stops_the_running_swap() -> None:
     writer = GatedWriter()
     sink, done = _sink(writer)
     for it in items(range(30), partition=0) + items(range(10), partition=1):
-        sink.submit(it)
+        sink.submit(SinkBatch.of([it]))
     assert writer.started.wait(10)  # orders-0-0-9 is running
-    sink.submit(item(30))  # an open batch of partition 0
+    sink.submit(SinkBatch.of([item(30)]))  # an open batch of partition 0
     assert sink.abandon([P0]) == 31
     writer.gate.set()
     assert sink.drain(None, 10)
@@ -123,7 +124,7 @@ def test_batches_closed_while_a_job_runs_join_the_queued_batch_of_their_partitio
 
     def tick(offsets: range, partition: int = 0) -> None:
         for it in items(offsets, partition=partition):
-            sink.submit(it)
+            sink.submit(SinkBatch.of([it]))
         now[0] += 1.0
         sink.poll()  # the time bound closes the partition's open batch
 
@@ -176,11 +177,11 @@ def test_every_queued_batch_shares_the_next_job_in_offset_order() -> None:
     writer = CombiningWriter()
     sink, done = _sink(writer)
     for it in items(range(10), partition=0):
-        sink.submit(it)
+        sink.submit(SinkBatch.of([it]))
     assert writer.running.acquire(timeout=10)  # orders-0-0-9 runs alone, waiting
     # Queued behind it: two batches of partition 0, one each of partitions 1 and 2.
     for it in items(range(10, 30)) + items(range(10), partition=1) + items(range(10), partition=2):
-        sink.submit(it)
+        sink.submit(SinkBatch.of([it]))
     writer.turns.release(3)
     assert sink.drain(None, 10)
     # One job for everything queued behind the running one; partition 0's two batches in
@@ -197,10 +198,10 @@ def test_abandoning_a_partition_of_a_shared_job_keeps_the_others() -> None:
     writer = CombiningWriter()
     sink, done = _sink(writer)
     for it in items(range(10), partition=0):
-        sink.submit(it)
+        sink.submit(SinkBatch.of([it]))
     assert writer.running.acquire(timeout=10)  # orders-0-0-9 runs alone, waiting
     for it in items(range(10), partition=1) + items(range(10), partition=2):
-        sink.submit(it)
+        sink.submit(SinkBatch.of([it]))
     writer.turns.release()
     assert writer.running.acquire(timeout=10)  # orders-1-0-9 and orders-2-0-9 run together
     assert sink.abandon([P1]) == 10

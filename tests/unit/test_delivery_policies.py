@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from offtake.engine.commits import Committer
-from offtake.engine.completions import Settled, SettledMany
 from offtake.engine.delivery.at_least_once import COMMIT_RETRY_FLOOR, AtLeastOnce
 from offtake.engine.delivery.transactional import Transactional, TransactionCommitter
 from offtake.engine.exit_codes import EXIT_FATAL
 from offtake.engine.offsets import OffsetTracker
+from offtake.engine.settlements import Settled, SettledMany
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
 from offtake.sinks.base import SinkError

@@ -52,7 +52,7 @@ def test_a_failed_record_caps_the_position_forever() -> None:
     assert t.pending_in(None) == 0  # settled, so drains do not wait for it
 
 
-def test_stale_completions_after_reassignment_are_ignored() -> None:
+def test_stale_settlements_after_reassignment_are_ignored() -> None:
     t, old = tracker_with(range(3))
     new = t.assign(TP)  # revoked and assigned again: in-flight work of `old` is stale
     assert t.inflight_messages == 0

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from offtake.engine.completions import Settled, SettledMany
 from offtake.engine.delivery.queue import Queue
 from offtake.engine.offsets import OffsetTracker
+from offtake.engine.settlements import Settled, SettledMany
 from offtake.kafka.memory import MemoryBroker
 from offtake.kafka.share_source import ShareSource, group_settings
 from offtake.kafka.source import StartPosition

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from offtake.engine.completions import Completions, Settled, SettledMany
 from offtake.engine.parking import Parking
 from offtake.engine.routing import Router
+from offtake.engine.settlements import Settled, SettledMany, Settlements
 from offtake.metrics import Metrics
 from offtake.processing.base import Outcome
 from offtake.records import Record, TopicPartition
-from offtake.sinks.base import Forward, Sink, SinkError, SinkItem
+from offtake.sinks.base import Sink, SinkBatch, SinkError
 
 TP = TopicPartition("in", 0)
 
@@ -64,29 +64,21 @@ class RecordingSink(Sink):
 
     def __init__(self) -> None:
         super().__init__()
-        self.batches: list[list[SinkItem]] = []
-        self.forwarded: list[Forward] = []
+        self.batches: list[SinkBatch] = []
 
-    def submit(self, item: SinkItem) -> None:
-        raise AssertionError("routing hands items over as a batch")
-
-    def submit_batch(self, items: list[SinkItem]) -> list[tuple[SinkItem, BaseException]]:
-        self.batches.append(items)
-        return []
-
-    def forward(self, forward: Forward) -> None:
-        self.forwarded.append(forward)
+    def submit(self, batch: SinkBatch) -> None:
+        self.batches.append(batch)
 
     def drain(self, partitions: Collection[TopicPartition] | None, timeout: float) -> bool:
         return True
 
 
-def router(strict: bool = False) -> tuple[Router, RecordingSink, Policy, Completions, Parking]:
-    sink, policy, completions, parking = RecordingSink(), Policy(), Completions(), Parking()
+def router(strict: bool = False) -> tuple[Router, RecordingSink, Policy, Settlements, Parking]:
+    sink, policy, settlements, parking = RecordingSink(), Policy(), Settlements(), Parking()
     policy_any: Any = policy
-    r = Router(sink, policy_any, completions, Metrics("t"), parking, lambda: {TP: 1}, 2, strict)
-    r.start(forwarding=True)
-    return r, sink, policy, completions, parking
+    r = Router(sink, policy_any, settlements, Metrics("t"), parking, lambda: {TP: 1}, 2, strict)
+    r.start()
+    return r, sink, policy, settlements, parking
 
 
 def rec(offset: int) -> Record:
@@ -94,7 +86,7 @@ def rec(offset: int) -> Record:
 
 
 def test_outcomes_go_to_the_sink_as_one_batch_the_rest_where_they_belong() -> None:
-    r, sink, policy, completions, _ = router()
+    r, sink, policy, settlements, _ = router()
     todo = [(rec(o), 1, 1) for o in range(4)]
     outcomes = [
         Outcome(["a"]),
@@ -103,8 +95,8 @@ def test_outcomes_go_to_the_sink_as_one_batch_the_rest_where_they_belong() -> No
         Outcome([], ValueError("bad"), retriable=False),
     ]
     retry = r.route(todo, outcomes)
-    assert [[it.record.offset for it in b] for b in sink.batches] == [[0]]
-    assert completions.take_all() == [Settled(TP, 1, 1, "dropped")]
+    assert [b.offsets for b in sink.batches] == [[0]]
+    assert settlements.take_all() == [Settled(TP, 1, 1, "dropped")]
     assert [(rec.offset, epoch, attempt) for rec, epoch, attempt in retry] == [(2, 1, 2)]
     assert [(how, record.offset, stage) for how, record, stage in policy.calls] == [
         ("give_up", 3, "process")
@@ -113,9 +105,9 @@ def test_outcomes_go_to_the_sink_as_one_batch_the_rest_where_they_belong() -> No
 
 
 def test_records_of_a_stale_assignment_go_nowhere() -> None:
-    r, sink, policy, completions, _ = router()
+    r, sink, policy, settlements, _ = router()
     r.route([(rec(0), 7, 1)], [Outcome(["a"])])  # epoch 7: not the current assignment (1)
-    assert sink.batches == [] and policy.calls == [] and completions.take_all() == []
+    assert sink.batches == [] and policy.calls == [] and settlements.take_all() == []
 
 
 def test_strict_ordering_holds_the_records_behind_a_retried_one() -> None:
@@ -134,16 +126,44 @@ def test_strict_ordering_holds_the_records_behind_a_retried_one() -> None:
 
 
 def test_a_forwarded_record_that_failed_reaches_the_error_policy_as_consumed() -> None:
-    r, sink, policy, completions, _ = router()
-    forward = Forward(TP, 1, [Message(10), Message(11), Message(12)], [10, 11, 12])
-    r.forward(forward)
-    assert sink.forwarded == [forward] and r.out == 3
-    sink.complete_forward(forward, {1: SinkError("too large")})
+    r, sink, policy, settlements, _ = router()
+    forward = SinkBatch(TP, 1, [10, 11, 12], [], [Message(10), Message(11), Message(12)])
+    r.submit(forward)
+    assert sink.batches == [forward] and r.out == 3
+    sink.settle(forward, {1: SinkError("too large")})
     assert r.out == 0
-    assert completions.take_all() == [SettledMany(TP, [10, 12], 1, "delivered")]
+    assert settlements.take_all() == [SettledMany(TP, [10, 12], 1, "delivered")]
     [(how, record, stage)] = policy.calls
     assert (how, stage) == ("exhausted", "sink")
     # Not decoded again: the bytes as consumed, for a dead letter byte for byte the same.
     assert (record.tp, record.offset, record.key) == (TP, 11, b"k")
     assert record.value == record.raw_value == b"\xff not even utf-8"
     assert record.headers == (("h", b"1"),) and record.timestamp == 1_700_000_000_000
+
+
+def test_a_poll_of_a_partition_goes_to_the_sink_as_one_batch_and_settles_once() -> None:
+    """Settlement per Work: more records than one processor call (100) are still one batch."""
+    r, sink, policy, settlements, _ = router()
+    todo = [(rec(o), 1, 1) for o in range(250)]
+    r.route(todo, [Outcome([o]) for o in range(250)])
+    [batch] = sink.batches
+    assert (batch.tp, batch.epoch, batch.offsets) == (TP, 1, list(range(250)))
+    sink.settle(batch, {7: SinkError("refused")})
+    assert r.out == 0
+    assert settlements.take_all() == [
+        SettledMany(TP, [o for o in range(250) if o != 7], 1, "delivered")
+    ]
+    assert [(how, record.offset, stage) for how, record, stage in policy.calls] == [
+        ("exhausted", 7, "sink")
+    ]
+
+
+def test_records_of_several_partitions_go_to_the_sink_as_a_batch_per_partition() -> None:
+    r, sink, _, settlements, _ = router()
+    r.current = lambda: {TP: 1, TopicPartition("in", 1): 1}
+    other = Record("in", 1, 5, b"k", {}, (), None, b"{}")
+    r.route([(rec(0), 1, 2), (other, 1, 2), (rec(1), 1, 2)], [Outcome(["v"])] * 3)
+    assert [(b.tp.partition, b.offsets) for b in sink.batches] == [(0, [0]), (1, [5]), (0, [1])]
+    for b in sink.batches:
+        sink.settle(b)
+    assert r.out == 0 and len(settlements.take_all()) == 3

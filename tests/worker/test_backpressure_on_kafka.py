@@ -14,18 +14,18 @@ from support.workers import manifest, produce, running
 from offtake.config import parse_pipeline
 from offtake.engine.assembly import build_worker
 from offtake.records import TopicPartition
-from offtake.sinks.base import Sink, SinkItem
+from offtake.sinks.base import Sink, SinkBatch
 from offtake_testbed.kafka import KafkaBroker
 
 STALL_SECONDS = 30.0
 
 
 class StallingSink(Sink):
-    """Confirms items at once, except during a stall window, when it holds them all."""
+    """Settles batches at once, except during a stall window, when it holds them all."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.held: list[SinkItem] = []
+        self.held: list[SinkBatch] = []
         self.seen: list[int] = []
         self.lock = threading.Lock()
         self.stall_until = 0.0
@@ -37,20 +37,20 @@ class StallingSink(Sink):
     def stalled(self) -> bool:
         return time.monotonic() < self.stall_until
 
-    def submit(self, item: SinkItem) -> None:
+    def submit(self, batch: SinkBatch) -> None:
         with self.lock:
-            self.seen.append(item.record.value["id"])
+            self.seen.extend(item.record.value["id"] for item in batch.items)
             if self.stalled:
-                self.held.append(item)
+                self.held.append(batch)
                 return
-        self.complete(item)
+        self.settle(batch)
 
     def poll(self) -> None:
         if not self.stalled:
             with self.lock:
                 held, self.held = self.held, []
-            for item in held:
-                self.complete(item)
+            for batch in held:
+                self.settle(batch)
 
     def drain(self, partitions: Collection[TopicPartition] | None, timeout: float) -> bool:
         self.poll()

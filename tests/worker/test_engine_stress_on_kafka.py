@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +24,12 @@ from support.workers import manifest, produce, read_all, running, wait_committed
 from offtake.config import parse_pipeline
 from offtake.engine.assembly import build_worker
 from offtake.records import Record
-from offtake.sinks.base import SinkItem
+from offtake.sinks.base import SinkBatch, SinkItem
 from offtake.sinks.kafka import KafkaSink
 from offtake_testbed.kafka import KafkaBroker
 
 
-def test_kafka_sink_completes_each_multi_value_item_once_with_two_threads_polling(
+def test_kafka_sink_settles_each_multi_value_item_once_with_two_threads_polling(
     kafka_broker: KafkaBroker, topic_factory: Any
 ) -> None:
     out = topic_factory(4)
@@ -42,23 +43,17 @@ def test_kafka_sink_completes_each_multi_value_item_once_with_two_threads_pollin
         }
     )
     sink = KafkaSink(producer, out)
-    completions: Counter[tuple[int, int]] = Counter()
+    settlements: Counter[tuple[int, int]] = Counter()
     failures: list[BaseException] = []
     lock = threading.Lock()
 
-    def one(item: SinkItem, error: BaseException | None) -> None:
+    def settled(batch: SinkBatch, failed: Mapping[int, BaseException]) -> None:
         with lock:
-            completions[item.record.partition, item.record.offset] += 1
-            if error is not None:
-                failures.append(error)
-
-    def batch(items: list[SinkItem], failed: dict[int, BaseException]) -> None:
-        with lock:
-            for item in items:
-                completions[item.record.partition, item.record.offset] += 1
+            for item in batch.items:
+                settlements[item.record.partition, item.record.offset] += 1
             failures.extend(failed.values())
 
-    sink.start(one, batch)
+    sink.start(settled)
     items = [
         SinkItem(
             Record("src", p, o, str(o).encode(), None, (), None),
@@ -75,7 +70,8 @@ def test_kafka_sink_completes_each_multi_value_item_once_with_two_threads_pollin
         try:
             for start in range(0, len(items), 400):
                 for p in range(4):
-                    sink.submit_batch([it for it in items[start : start + 400] if it.tp[1] == p])
+                    mine = [it for it in items[start : start + 400] if it.tp[1] == p]
+                    sink.submit(SinkBatch.of(mine))
                 sink.poll()
         except BaseException as exc:
             errors.append(exc)
@@ -89,12 +85,12 @@ def test_kafka_sink_completes_each_multi_value_item_once_with_two_threads_pollin
         time.sleep(0.001)
     thread.join()
     deadline = time.monotonic() + 60
-    while len(completions) < len(items) and time.monotonic() < deadline:
+    while len(settlements) < len(items) and time.monotonic() < deadline:
         sink.drain(None, 0.5)
     assert errors == [] and failures == []
-    doubled = {k: n for k, n in completions.items() if n != 1}
-    assert doubled == {}, f"{len(doubled)} item(s) completed more than once"
-    assert len(completions) == len(items), f"{len(items) - len(completions)} never completed"
+    doubled = {k: n for k, n in settlements.items() if n != 1}
+    assert doubled == {}, f"{len(doubled)} item(s) settled more than once"
+    assert len(settlements) == len(items), f"{len(items) - len(settlements)} never settled"
     written = Counter(
         (v["p"], v["o"])
         for v in (json.loads(m.value()) for m in read_all(kafka_broker.bootstrap, out))

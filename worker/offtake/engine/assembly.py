@@ -14,7 +14,6 @@ from typing import Any
 from offtake.config import ConfigError
 from offtake.config.spec import PipelineSpec
 from offtake.engine.commits import Committer
-from offtake.engine.completions import Completions
 from offtake.engine.dead_letters import DeadLetterQueue
 from offtake.engine.delivery.at_least_once import AtLeastOnce
 from offtake.engine.delivery.base import DeliveryPolicy
@@ -24,6 +23,7 @@ from offtake.engine.errors import ErrorPolicy
 from offtake.engine.offsets import OffsetTracker
 from offtake.engine.processing_stage import ProcessingStage
 from offtake.engine.retry_topics import RetryRoute, RetrySender
+from offtake.engine.settlements import Settlements
 from offtake.engine.worker import Worker, WorkerParts
 from offtake.formats.resolve import decoder_for, encoder_for
 from offtake.health import Health
@@ -72,7 +72,7 @@ def build_worker(
     health = health or Health(max_poll_interval_s=300.0)
     processor = processor or make_processor(spec)
     sink = sink or make_sink(spec, clients, metrics, instance_id, schema_registry)
-    completions = Completions()
+    settlements = Settlements()
     dlq: DeadLetterQueue | None = None
     retries: RetrySender | None = None
     route = RetryRoute.of(spec.errors, spec.source.topics)
@@ -90,13 +90,13 @@ def build_worker(
             dlq = DeadLetterQueue(producer, spec.errors.dlq.topic)
         if route is not None:
             retries = RetrySender(producer, route)
-    policy = ErrorPolicy(spec.errors, completions, dlq, metrics, retries)
+    policy = ErrorPolicy(spec.errors, settlements, dlq, metrics, retries)
     stage = ProcessingStage(
         processor,
         sink,
         policy,
         decoder_for(spec.source, schema_registry),
-        completions,
+        settlements,
         metrics,
         spec.errors.max_retries,
         strict_ordering=spec.errors.ordering == "strict",
@@ -113,7 +113,7 @@ def build_worker(
         )
         queue = Queue(OffsetTracker(), share, metrics)
         parts = WorkerParts(
-            spec, share, stage, completions, processor, sink, metrics, health, queue, route
+            spec, share, stage, settlements, processor, sink, metrics, health, queue, route
         )
         return Worker(parts)
 
@@ -132,7 +132,7 @@ def build_worker(
     )
     delivery = make_delivery(spec, source, stage, sink, metrics)
     parts = WorkerParts(
-        spec, source, stage, completions, processor, sink, metrics, health, delivery, route
+        spec, source, stage, settlements, processor, sink, metrics, health, delivery, route
     )
     return Worker(parts)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 
 from offtake.config.spec import ErrorsSpec
-from offtake.engine.completions import Completions
 from offtake.engine.dead_letters import DeadLetterQueue, describe_error
 from offtake.engine.retry_topics import RetrySender
+from offtake.engine.settlements import Settlements
 from offtake.kafka.protocols import ProducerLike
 from offtake.metrics import Metrics
 from offtake.records import Record
@@ -24,7 +24,7 @@ MAX_BACKOFF_SECONDS = 60.0
 
 
 class ErrorPolicy:
-    """Routes failed records; every path ends in exactly one completion.
+    """Routes failed records; every path ends in exactly one settlement.
 
     ``attempts`` passed in count the tries on the topic the record was consumed from; a record
     from a retry topic adds those it had before (its ``offtake.attempts`` header).
@@ -33,13 +33,13 @@ class ErrorPolicy:
     def __init__(
         self,
         spec: ErrorsSpec,
-        completions: Completions,
+        settlements: Settlements,
         dlq: DeadLetterQueue | None,
         metrics: Metrics,
         retries: RetrySender | None = None,
     ) -> None:
         self.spec = spec
-        self.completions = completions
+        self.settlements = settlements
         self.dlq = dlq
         self.metrics = metrics
         self.retries = retries
@@ -85,7 +85,7 @@ class ErrorPolicy:
 
         def sent(err: BaseException | None) -> None:
             if err is None:
-                self.completions.put(record.tp, record.offset, epoch, "retried")
+                self.settlements.put(record.tp, record.offset, epoch, "retried")
             else:
                 self._stop(record, epoch, err, "retry")
 
@@ -114,7 +114,7 @@ class ErrorPolicy:
             def sent(err: BaseException | None) -> None:
                 if err is None:
                     self.metrics.dlq_messages.labels(record.topic).inc()
-                    self.completions.put(record.tp, record.offset, epoch, "dlq")
+                    self.settlements.put(record.tp, record.offset, epoch, "dlq")
                 else:
                     self._stop(record, epoch, err, "dlq")
 
@@ -137,7 +137,7 @@ class ErrorPolicy:
                 describe_error(error),
                 extra=extra,
             )
-            self.completions.put(record.tp, record.offset, epoch, "skipped")
+            self.settlements.put(record.tp, record.offset, epoch, "skipped")
         else:
             self._stop(record, epoch, error, stage)
 
@@ -158,4 +158,4 @@ class ErrorPolicy:
             f"record {record.where()} failed in {stage}: {type(error).__name__}: {error} "
             f"({why}: nothing at or past this offset is committed)"
         )
-        self.completions.put(record.tp, record.offset, epoch, "failed", reason)
+        self.settlements.put(record.tp, record.offset, epoch, "failed", reason)

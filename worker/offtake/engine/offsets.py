@@ -1,7 +1,7 @@
 """Which offset of each partition may be committed, when work finishes out of order.
 
 For every assigned partition the tracker keeps the records consumed and not yet committed.
-A record is *pending* until it is settled: its sink reported it written, or the error policy
+A record is *pending* until it is settled: its sink settled it as written, or the error policy
 dead-lettered it, skipped it, or sent it to a retry topic (:meth:`OffsetTracker.settle`,
 :meth:`OffsetTracker.settle_many`). The commit position of a partition is the lowest pending
 offset, or one past the last consumed offset when nothing is pending: every record below it
@@ -16,12 +16,13 @@ until they are settled: that is what bounds the duplicates after a crash by the 
 limit (``limits.maxInFlightMessages``).
 
 Batch-first: the unit of bookkeeping is a *chunk*, the records of one partition taken from
-one poll (:meth:`OffsetTracker.register_batch`). The next run of a chunk's offsets settled in
-order (:meth:`OffsetTracker.settle_many`, the common case: a sink batch of it delivered) costs
-one update, whatever its size; a record settled on its own (dead-lettered, dropped, retried,
-or delivered apart from its neighbours) marks just its offset. No object is kept per record: a
-chunk holds its offsets as one list, its byte count and its first timestamp, and a set only
-of the offsets settled out of order.
+one poll (:meth:`OffsetTracker.register_batch`), which is also what goes to the sink as one
+batch. The next run of a chunk's offsets settled in order (:meth:`OffsetTracker.settle_many`,
+the common case: the chunk's sink batch delivered, all of it but what failed or was dropped)
+costs one update, whatever its size; a record settled on its own (dead-lettered, dropped,
+retried, or delivered apart from its neighbours) marks just its offset. No object is kept per
+record: a chunk holds its offsets as one list, its byte count and its first timestamp, and a
+set only of the offsets settled out of order.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class _Chunk:
         return None  # unreachable while pending > 0
 
     def settle_run(self, offsets: Sequence[int]) -> bool:
-        """Settle the next run of offsets in order (a sink batch of this chunk), in O(1).
+        """Settle the next run of offsets in order (this chunk's sink batch), in O(1).
 
         False if ``offsets`` are not exactly the next ones: then they are settled one by one.
         """
@@ -135,7 +136,7 @@ class OffsetTracker:
         """Start tracking a newly assigned partition; returns its epoch.
 
         The epoch tells work of this assignment apart from stale work of an earlier one, so
-        a completion that arrives after a revoke cannot touch a later assignment's state.
+        a settlement that arrives after a revoke cannot touch a later assignment's state.
         """
         self.release(tp)
         self._epochs += 1

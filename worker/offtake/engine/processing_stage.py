@@ -23,12 +23,12 @@ order, once it is settled; other partitions are not held.
 Threading model (the rule every other module relies on):
 
 - This thread is the only one that calls the sink (submit, poll, drain, abandon) and the
-  dead-letter producer while the worker runs. Sink completions and DLQ delivery reports
+  dead-letter producer while the worker runs. Sink settlements and DLQ delivery reports
   therefore fire on this thread, and per-item state in a sink needs no lock.
 - The poll loop talks to this thread only through this class's methods, which post to queues
   or set flags under ``_cond``: :meth:`submit`, :meth:`set_current`, :meth:`request_flush`,
   :meth:`abandon`, :meth:`call`, :meth:`close`. This thread reports back only through
-  :class:`Completions` (and the result of a :meth:`call`).
+  :class:`Settlements` (and the result of a :meth:`call`).
 - Which partition assignments are current is published by the poll loop as an immutable
   mapping (:meth:`set_current`); this thread never reads the offset tracker.
 - After :meth:`close` returned with the thread stopped, ownership of the sink passes back to
@@ -47,10 +47,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TypeVar
 
-from offtake.engine.completions import Completions
 from offtake.engine.errors import ErrorPolicy
 from offtake.engine.parking import Attempt, Parking
 from offtake.engine.routing import Router
+from offtake.engine.settlements import Settlements
 from offtake.formats.base import Decoded, Decoder
 from offtake.formats.errors import RegistryUnavailable
 from offtake.health import Health
@@ -60,15 +60,16 @@ from offtake.metrics import Metrics
 from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
 from offtake.processing.function import PassThrough
 from offtake.records import TopicPartition
-from offtake.sinks.base import Forward, Sink
+from offtake.sinks.base import Sink, SinkBatch
 
 log = logging.getLogger("offtake.processing")
 
 T = TypeVar("T")
 
 UNAVAILABLE_BACKOFF_CAP = 5.0
-# Records per processor call: small enough that results (and so commits) flow steadily
-# instead of in bursts of a whole poll batch, large enough to amortise a sidecar round trip.
+# Records per processor call: bounds one call (a sidecar request, a function process's
+# timeout covers one call), large enough to amortise a sidecar round trip. A Work's results
+# still go to the sink together, as one batch: it settles once.
 CHUNK = 100
 # How long the idle thread sleeps before it serves the sink again while items are out: short,
 # since delivery reports are what frees in-flight capacity and lets offsets be committed.
@@ -81,8 +82,9 @@ FLUSH_SLICE = 0.1  # one sink.drain() call while a flush is requested; the loop 
 class Work:
     """Records of one partition from one poll, in offset order: the unit the engine moves.
 
-    The poll loop registered them with the offset tracker as one chunk (``offsets``); when
-    all of them are delivered together they settle with one entry in :class:`Completions`.
+    The poll loop registered them with the offset tracker as one chunk (``offsets``); they go
+    to the sink as one :class:`~offtake.sinks.base.SinkBatch`, and when all of them are
+    delivered they settle with one entry in :class:`Settlements`.
     """
 
     tp: TopicPartition
@@ -110,7 +112,7 @@ class ProcessingStage:
         sink: Sink,
         policy: ErrorPolicy,
         decoder: Decoder,
-        completions: Completions,
+        settlements: Settlements,
         metrics: Metrics,
         max_retries: int,
         strict_ordering: bool = False,
@@ -125,13 +127,13 @@ class ProcessingStage:
         self.sink = sink
         self.policy = policy
         self.decoder = decoder
-        self.completions = completions
+        self.settlements = settlements
         self.metrics = metrics
         self.max_retries = max_retries
         self.strict = strict_ordering
         # Pass-through (no processor, format bytes) into a sink that can write consumed
-        # records as they are: a poll's records of a partition go to the sink as one Forward,
-        # with no Record, Outcome or SinkItem made per record (docs/architecture.md).
+        # records as they are: a poll's records of a partition go to the sink as one batch of
+        # them, with no Record, Outcome or SinkItem made per record (docs/architecture.md).
         self.forwarding = (
             isinstance(processor, PassThrough) and decoder.format == "bytes" and sink.forwards
         )
@@ -139,7 +141,7 @@ class ProcessingStage:
         self.router = Router(
             sink,
             policy,
-            completions,
+            settlements,
             metrics,
             self.parking,
             lambda: self._current,
@@ -163,7 +165,7 @@ class ProcessingStage:
 
     # -- called by the poll loop -----------------------------------------------------------
     def start(self) -> None:
-        self.router.start(self.forwarding)
+        self.router.start()
         self._thread.start()
 
     def submit(self, works: list[Work]) -> None:
@@ -234,7 +236,7 @@ class ProcessingStage:
             self._loop()
         except Exception:  # a bug here must not kill the thread silently
             log.exception("processing thread failed; stopping the worker")
-            self.completions.request_stop("internal error in the processing thread (see the log)")
+            self.settlements.request_stop("internal error in the processing thread (see the log)")
         finally:
             with self._cond:
                 self._busy = False
@@ -342,9 +344,8 @@ class ProcessingStage:
         if not self._is_current(work.tp, epoch):
             return  # its partition was revoked or lost meanwhile: not ours any more
         if self.forwarding:
-            self.router.forward(
-                Forward(work.tp, epoch, work.messages, work.offsets, time.monotonic())
-            )
+            batch = SinkBatch(work.tp, epoch, work.offsets, [], work.messages, time.monotonic())
+            self.router.submit(batch)
             self._serve()
             return
         decoded_all = self._decode(work)
@@ -364,8 +365,7 @@ class ProcessingStage:
                         self.policy.give_up(record, epoch, error, 1, "decode")
         else:
             todo = self._attempts(work, decoded_all)
-        for i in range(0, len(todo), CHUNK):
-            self._process(todo[i : i + CHUNK])
+        self._process(todo)  # one settlement per Work: _process calls the processor per CHUNK
 
     def _attempts(self, work: Work, decoded_all: list[Decoded]) -> list[Attempt]:
         """The records to process, each with its attempt number; the others go to the policy or
@@ -409,9 +409,30 @@ class ProcessingStage:
                     return None
 
     def _process(self, todo: list[Attempt]) -> None:
-        """Run the processor on records, route results, park failures for a retry."""
+        """Run the processor on records (a call per ``CHUNK``), route the results together,
+        park failures for a retry."""
+        outcomes: list[Outcome] = []
+        for i in range(0, len(todo), CHUNK):
+            done = self._run_processor(todo[i : i + CHUNK])
+            if done is None:
+                return  # given up (the drain budget was spent)
+            outcomes.extend(done)
+            self._serve()  # delivery reports keep settling earlier batches meanwhile
+        if not todo:
+            return
+        retry = self.router.route(todo, outcomes)
+        if retry:
+            self._park(retry)
+        while settled := self.parking.take_settled():
+            for tp in settled:
+                self._release(tp)
+        self._serve()
+
+    def _run_processor(self, todo: list[Attempt]) -> list[Outcome] | None:
+        """The processor's outcomes of ``todo``, waiting out an unavailable processor; None
+        once the stage aborts."""
         unavailable = 0
-        while todo and not self.abort.is_set():
+        while not self.abort.is_set():
             started = time.monotonic()
             try:
                 outcomes = self.processor.process([r for r, _, _ in todo])
@@ -440,15 +461,9 @@ class ProcessingStage:
                 # Given up while the call ran (the drain budget was spent): the poll loop has
                 # let these records go (uncommitted, or released to a share group), so sending
                 # them on now would only duplicate what the next worker sends.
-                return
-            retry = self.router.route(todo, outcomes)
-            if retry:
-                self._park(retry)
-            while settled := self.parking.take_settled():
-                for tp in settled:
-                    self._release(tp)
-            self._serve()
-            return
+                return None
+            return outcomes
+        return None
 
     def _release(self, tp: TopicPartition) -> None:
         """strict: the parked record of ``tp`` is settled; the records behind it go on, in order.

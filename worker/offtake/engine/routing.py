@@ -3,7 +3,8 @@
 On the processing thread (:mod:`offtake.engine.processing_stage` is its only user). A
 processed record's :class:`~offtake.processing.base.Outcome` sends it on:
 
-- values: to the sink, one batch for the records routed together;
+- values: to the sink, one :class:`~offtake.sinks.base.SinkBatch` per partition of the records
+  routed together (a poll's records of a partition: one batch);
 - no values and no error: settled as ``dropped``;
 - :class:`offtake.Backpressure` ("slow down"): parked for its ``retry_after`` with the same
   attempt, its partition held, and the poll loop asked to pause the partition;
@@ -12,9 +13,10 @@ processed record's :class:`~offtake.processing.base.Outcome` sends it on:
 - any other error: to the error policy (dead letter, skip, retry topic, stop).
 
 A record of a partition held by a parked record waits behind it (:mod:`offtake.engine.parking`).
-The sink's reports come back here (the callbacks :meth:`Router.start` registers) and settle
-the records in :class:`~offtake.engine.completions.Completions`, one entry per partition of a
-sink batch; a failed delivery goes to the error policy, its neighbours are not touched.
+The sink's settlements come back here (the one callback :meth:`Router.start` registers) and
+settle the records in :class:`~offtake.engine.settlements.Settlements`, one entry per settled
+batch; a record that failed in the sink goes to the error policy, its neighbours are not
+touched.
 """
 
 from __future__ import annotations
@@ -23,16 +25,16 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from offtake.engine.completions import Completions
 from offtake.engine.errors import ErrorPolicy
 from offtake.engine.parking import Attempt, Parking
+from offtake.engine.settlements import Settlements
 from offtake.formats.errors import DecodeError
 from offtake.kafka.protocols import MessageLike
 from offtake.metrics import Metrics
 from offtake.processing.base import Backpressure as SlowDown
 from offtake.processing.base import Outcome
 from offtake.records import Record, TopicPartition, make_record
-from offtake.sinks.base import Forward, Sink, SinkItem
+from offtake.sinks.base import Sink, SinkBatch, SinkItem
 
 log = logging.getLogger("offtake.processing")
 
@@ -42,7 +44,7 @@ class Router:
         self,
         sink: Sink,
         policy: ErrorPolicy,
-        completions: Completions,
+        settlements: Settlements,
         metrics: Metrics,
         parking: Parking,
         current: Callable[[], Mapping[TopicPartition, int]],
@@ -51,7 +53,7 @@ class Router:
     ) -> None:
         self.sink = sink
         self.policy = policy
-        self.completions = completions
+        self.settlements = settlements
         self.metrics = metrics
         self.parking = parking
         self.current = current  # the poll loop's published assignment epochs
@@ -59,16 +61,15 @@ class Router:
         self.strict = strict_ordering
         self.out = 0  # records handed to the sink and not yet reported (this thread only)
 
-    def start(self, forwarding: bool) -> None:
-        """Register the sink's report callbacks (before the sink's first use)."""
-        self.sink.start(self._on_sink_complete, self._on_sink_batch_complete)
-        if forwarding:
-            self.sink.start_forwarding(self._on_forwarded)
+    def start(self) -> None:
+        """Register the sink's settlement callback (before the sink's first use)."""
+        self.sink.start(self._on_settled)
 
     def route(self, todo: list[Attempt], outcomes: list[Outcome]) -> list[Attempt]:
         """Send results on; return the records to retry (with their next attempt number)."""
         retry: list[Attempt] = []
         to_sink: list[SinkItem] = []
+        runs: list[int] = []  # where in to_sink each partition's run starts: one batch each
         current = self.current()
         parking = self.parking
         checked: tuple[str, int, int] | None = None  # last (topic, partition, epoch) found current
@@ -77,6 +78,7 @@ class Router:
                 if current.get(record.tp) != epoch:
                     continue  # its partition was revoked or lost meanwhile
                 checked = (record.topic, record.partition, epoch)
+                runs.append(len(to_sink))
             parked = False  # this record is the parked one holding its partition
             if parking.holding and (hold := parking.hold_of(record.tp, epoch)) is not None:
                 if hold.offset != record.offset:
@@ -93,7 +95,7 @@ class Router:
                 if outcome.values:
                     to_sink.append(SinkItem(record, outcome.values, epoch, attempts))
                 else:
-                    self.completions.put(record.tp, record.offset, epoch, "dropped")
+                    self.settlements.put(record.tp, record.offset, epoch, "dropped")
             elif outcome.retriable and attempts <= self.max_retries:
                 self.metrics.errors.labels("process").inc()
                 self.metrics.retries.inc()
@@ -111,7 +113,10 @@ class Router:
             if parked:
                 parking.settled(record.tp)
         if to_sink:
-            self._to_sink(to_sink)
+            now = time.monotonic()  # one clock read: the batches' sink latency
+            for start, end in zip(runs, [*runs[1:], len(to_sink)], strict=True):
+                if start < end:
+                    self.submit(SinkBatch.of(to_sink[start:end], now))
         return retry
 
     def _slow_down(
@@ -122,63 +127,36 @@ class Router:
         self.parking.park(record, epoch, attempts, time.monotonic() + exc.retry_after)
         if not parked:
             self.parking.hold(record.tp, record.offset, epoch)
-        self.completions.request_slow_down(record.tp, epoch, time.time() + exc.retry_after)
+        self.settlements.request_slow_down(record.tp, epoch, time.time() + exc.retry_after)
 
-    def _to_sink(self, items: list[SinkItem]) -> None:
-        """One sink batch; ``items`` in consumption order (of one partition, mostly)."""
-        items[0].submitted = time.monotonic()  # one clock read: the batch's sink latency
-        self.out += len(items)
-        for item, exc in self.sink.submit_batch(items):
-            self.out -= 1
-            self.policy.exhausted(item.record, item.epoch, exc, item.attempts, "sink")
+    def submit(self, batch: SinkBatch) -> None:
+        """Hand a batch to the sink (a forward too: a poll's records of a partition as they
+        are); it comes back through :meth:`_on_settled`."""
+        self.out += len(batch)
+        try:
+            self.sink.submit(batch)
+        except Exception as exc:  # a broken sink: it settles nothing of it, every record fails
+            self._on_settled(batch, dict.fromkeys(range(len(batch)), exc))
 
-    def forward(self, forward: Forward) -> None:
-        """Pass-through: hand a poll's records of a partition to the sink as they are."""
-        self.out += len(forward.messages)
-        self.sink.forward(forward)
-
-    # -- the sink's reports (fire on this thread: see processing_stage) --------------------
-    def _on_sink_complete(self, item: SinkItem, error: BaseException | None) -> None:
-        """The sink's callback for one item."""
-        self._on_sink_batch_complete([item], {} if error is None else {0: error})
-
-    def _on_forwarded(self, forward: Forward, failed: dict[int, BaseException]) -> None:
-        """The sink's callback for a forward: one settlement for all its records."""
-        self.out -= len(forward.messages)
-        self.metrics.sink_seconds.observe(time.monotonic() - forward.submitted)
+    # -- the sink's settlements (on this thread: see processing_stage) ---------------------
+    def _on_settled(self, batch: SinkBatch, failed: Mapping[int, BaseException]) -> None:
+        """The sink's one callback: a batch settled, with the records that failed and why."""
+        self.out -= len(batch)
+        if batch.submitted:
+            self.metrics.sink_seconds.observe(time.monotonic() - batch.submitted)
         if not failed:
-            self.completions.put_many(forward.tp, forward.offsets, forward.epoch, "delivered")
+            self.settlements.put_many(batch.tp, batch.offsets, batch.epoch, "delivered")
             return
-        offsets = [o for i, o in enumerate(forward.offsets) if i not in failed]
+        offsets = [o for i, o in enumerate(batch.offsets) if i not in failed]
         if offsets:
-            self.completions.put_many(forward.tp, offsets, forward.epoch, "delivered")
-        for i, error in failed.items():  # a failing record does not fail its neighbours
-            record = as_consumed(forward.messages[i], forward.tp, forward.offsets[i])
-            self.policy.exhausted(record, forward.epoch, error, 1, "sink")
-
-    def _on_sink_batch_complete(
-        self, items: list[SinkItem], failed: dict[int, BaseException]
-    ) -> None:
-        """The sink's callback for items finished together: one settlement per partition."""
-        self.out -= len(items)
-        if items and items[0].submitted:
-            self.metrics.sink_seconds.observe(time.monotonic() - items[0].submitted)
-        # Keyed by plain tuples: a TopicPartition is made once per partition, not per item.
-        delivered: dict[tuple[str, int, int], list[int]] = {}
-        for i, item in enumerate(items):
-            error = failed.get(i) if failed else None
-            record = item.record
-            if error is None:
-                key = (record.topic, record.partition, item.epoch)
-                offsets = delivered.get(key)
-                if offsets is None:
-                    delivered[key] = [record.offset]
-                else:
-                    offsets.append(record.offset)
-            else:  # a failing record does not fail its neighbours
-                self.policy.exhausted(record, item.epoch, error, item.attempts, "sink")
-        for (topic, partition, epoch), offsets in delivered.items():
-            self.completions.put_many(TopicPartition(topic, partition), offsets, epoch, "delivered")
+            self.settlements.put_many(batch.tp, offsets, batch.epoch, "delivered")
+        for i in sorted(failed):  # a failing record does not fail its neighbours
+            if batch.messages is None:
+                item = batch.items[i]
+                record, attempts = item.record, item.attempts
+            else:
+                record, attempts = as_consumed(batch.messages[i], batch.tp, batch.offsets[i]), 1
+            self.policy.exhausted(record, batch.epoch, failed[i], attempts, "sink")
 
 
 def as_consumed(msg: MessageLike, tp: TopicPartition, offset: int) -> Record:

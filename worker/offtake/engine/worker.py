@@ -1,14 +1,14 @@
 """The worker: one poll loop that consumes, dispatches, drains and shuts down.
 
 Follow a record: :class:`~offtake.kafka.source.KafkaSource` ``consume()`` -> :meth:`_dispatch`
-here -> :mod:`processing_stage` (decode, processor, retries, sink) -> :mod:`completions` ->
+here -> :mod:`processing_stage` (decode, processor, retries, sink) -> :mod:`settlements` ->
 the delivery policy (:mod:`delivery`: the offset tracker, then commits or a transaction).
 
 Threading: this loop's thread owns the source (and so the consumer), the delivery policy (with
 the offset tracker), the pauser and the lag gauges; rebalance and commit callbacks run on it
 too (inside ``consume()``). The processing thread owns the processor, the sink and the dead-letter
 producer. The two talk only through :class:`ProcessingStage`'s methods (work, current
-assignments, flush and abandon requests in) and :class:`Completions` (settled records and stop
+assignments, flush and abandon requests in) and :class:`Settlements` (settled records and stop
 requests out). The parts are built by :mod:`assembly` and handed in; what differs between
 delivery modes (when to commit, at the in-flight bound, on revoke, on lost partitions, at
 shutdown) is the :class:`DeliveryPolicy`'s, so nothing here asks which mode runs.
@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 from offtake.config.spec import PipelineSpec
 from offtake.engine.backpressure import InFlightGate, PartitionPauser
-from offtake.engine.completions import Completions, Settled
 from offtake.engine.delivery.base import DeliveryPolicy
 from offtake.engine.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_STOPPED_ON_ERROR
 from offtake.engine.lag import LagGauges
 from offtake.engine.processing_stage import ProcessingStage, Work
 from offtake.engine.retry_topics import RetryRoute
+from offtake.engine.settlements import Settled, Settlements
 from offtake.engine.watchdog import armed as watchdog_armed
 from offtake.health import Health
 from offtake.kafka.protocols import MessageLike
@@ -65,7 +65,7 @@ class WorkerParts:
     spec: PipelineSpec
     source: Source  # a consumer group's (kafka/source.py) or a share group's (share_source.py)
     stage: ProcessingStage
-    completions: Completions
+    settlements: Settlements
     processor: Processor
     sink: Sink
     metrics: Metrics
@@ -81,7 +81,7 @@ class Worker:
         self.spec = parts.spec
         self.source = parts.source
         self.stage = parts.stage
-        self.completions = parts.completions
+        self.settlements = parts.settlements
         self.processor = parts.processor
         self.sink = parts.sink
         self.metrics = parts.metrics
@@ -268,7 +268,7 @@ class Worker:
     def _apply_settled(self) -> None:
         """Hand what the processing thread settled to the delivery policy; act on stops."""
         done: Counter[tuple[str, str]] = Counter()
-        for s in self.completions.take_all():
+        for s in self.settlements.take_all():
             n = self.delivery.settle(s)
             if n:
                 done[s.tp.topic, s.how] += n
@@ -278,10 +278,10 @@ class Worker:
                 self.fail(EXIT_STOPPED_ON_ERROR, s.reason)
         for (topic, how), n in done.items():  # one counter update per kind, not per record
             self.metrics.processed.labels(topic, how).inc(n)
-        for tp, epoch, until in self.completions.take_slow_downs():
+        for tp, epoch, until in self.settlements.take_slow_downs():
             if self.tracker.epoch(tp) == epoch and tp not in self._revoking:
                 self.pauser.delay(tp, until)
-        reason = self.completions.take_stop()
+        reason = self.settlements.take_stop()
         if reason is not None:
             self.fail(EXIT_STOPPED_ON_ERROR, reason)
 

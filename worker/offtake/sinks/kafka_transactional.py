@@ -18,7 +18,7 @@ from offtake.formats.plain import encode_value
 from offtake.kafka.errors import describe
 from offtake.kafka.transactional_producer import CALL_GRACE, TransactionalProducer
 from offtake.records import TopicPartition
-from offtake.sinks.base import OnComplete, OnCompleteBatch, SinkError
+from offtake.sinks.base import OnSettled, SinkError
 from offtake.sinks.kafka import KafkaSink
 
 log = logging.getLogger("offtake.sinks.kafka")
@@ -51,11 +51,9 @@ class TransactionalKafkaSink(KafkaSink):
         self.commit_timeout = commit_timeout
         self._open = False
 
-    def start(
-        self, on_complete: OnComplete, on_complete_batch: OnCompleteBatch | None = None
-    ) -> None:
+    def start(self, on_settled: OnSettled) -> None:
         """Register the transactional.id (fencing an older producer with it) and begin."""
-        super().start(on_complete, on_complete_batch)
+        super().start(on_settled)
         p = self.producer
         try:
             p.init_transactions(INIT_TIMEOUT)

@@ -8,11 +8,11 @@ from collections.abc import Collection
 from typing import Any, TextIO
 
 from offtake.records import TopicPartition
-from offtake.sinks.base import Sink, SinkItem
+from offtake.sinks.base import Sink, SinkBatch, SinkError
 
 
 class LogSink(Sink):
-    """Writes one line per value to a stream; done as soon as it is written and flushed."""
+    """Writes one line per value to a stream; a batch is settled once written and flushed."""
 
     name = "log"
 
@@ -22,20 +22,25 @@ class LogSink(Sink):
         # built (contextlib.redirect_stdout, pytest's capture) applies to it.
         self.stream = stream
 
-    def submit(self, item: SinkItem) -> None:
+    def submit(self, batch: SinkBatch) -> None:
         out = self.stream or sys.stdout
-        r = item.record
-        for value in item.values:
-            line = {
-                "topic": r.topic,
-                "partition": r.partition,
-                "offset": r.offset,
-                "key": _text(r.key),
-                "value": _jsonable(value),
-            }
-            out.write(json.dumps(line, default=str) + "\n")
-        out.flush()
-        self.complete(item)
+        failed: dict[int, BaseException] = {}
+        for i, item in enumerate(batch.items):
+            r = item.record
+            try:
+                for value in item.values:
+                    line = {
+                        "topic": r.topic,
+                        "partition": r.partition,
+                        "offset": r.offset,
+                        "key": _text(r.key),
+                        "value": _jsonable(value),
+                    }
+                    out.write(json.dumps(line, default=str) + "\n")
+                out.flush()
+            except Exception as exc:  # this record fails, not its neighbours
+                failed[i] = SinkError(f"record {r.where()}: writing to the log failed: {exc}")
+        self.settle(batch, failed)
 
     def drain(self, partitions: Collection[TopicPartition] | None, timeout: float) -> bool:
         return True

@@ -15,7 +15,7 @@ the poll loop's thread, one at a time; a policy needs no lock for its own state)
 
 - **The settled records.** Every settlement the processing thread reports (a record, or a run
   of one partition's records, delivered, dropped, dead-lettered, retried, skipped or failed:
-  :mod:`offtake.engine.completions`) goes to :meth:`DeliveryPolicy.settle`. The default marks
+  :mod:`offtake.engine.settlements`) goes to :meth:`DeliveryPolicy.settle`. The default marks
   it in the :class:`~offtake.engine.offsets.OffsetTracker`; a policy that acknowledges per
   record (share groups: accept for ``delivered``/``dropped``/``dlq``/``retried``/``skipped``,
   reject or release for ``failed``) records the acknowledgement here too. The loop itself
@@ -54,8 +54,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Protocol
 
-from offtake.engine.completions import Settled, SettledMany
 from offtake.engine.offsets import OffsetTracker
+from offtake.engine.settlements import Settled, SettledMany
 from offtake.records import TopicPartition
 
 

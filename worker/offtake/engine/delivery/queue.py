@@ -26,9 +26,9 @@ from __future__ import annotations
 import logging
 import sys
 
-from offtake.engine.completions import Settled, SettledMany
 from offtake.engine.delivery.base import DeliveryPolicy, Released
 from offtake.engine.offsets import OffsetTracker
+from offtake.engine.settlements import Settled, SettledMany
 from offtake.kafka.share_source import Ack, ShareSource, ShareStats
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition

@@ -4,15 +4,16 @@ The engine thread calls ``submit`` and ``poll``; neither waits for Spark. Closed
 (a batch closed behind a queued one of its partition joins it, within the bounds) for a single
 job thread (one job at a time keeps a small worker's cores for consuming, and
 keeps each partition's batches in offset order, which the replacement rule of writers.py relies on).
-Completions are handed back to the engine thread: ``poll`` and ``drain`` fire them, so the
-engine's callback never runs concurrently with its own loop.
+Settlements are handed back to the engine thread: ``poll`` and ``drain`` settle each finished
+batch (one partition's records, possibly of several submitted batches), so the engine's
+callback never runs concurrently with its own loop.
 
 A job that fails is retried with exponential backoff up to ``errors.maxRetries`` times; then
-every item of the batch completes with a :class:`SinkError` naming the batch, and the engine
-applies ``errors.policy``. Nothing of a batch completes successfully unless its job succeeded.
+every record of the batch fails with a :class:`SinkError` naming the batch, and the engine
+applies ``errors.policy``. Nothing of a batch is settled as written unless its job succeeded.
 
 A record whose field names cannot be column names (identifiers.py: anyone who produces to the
-source topic chooses them, and they reach SQL and Spark expressions) is refused by ``submit``
+source topic chooses them, and they reach SQL and Spark expressions) fails in ``submit``
 with an :class:`UnsafeName` naming the field, before it joins a batch: the engine applies
 ``errors.policy`` to that record alone, and its batch lands without it.
 
@@ -39,7 +40,7 @@ import pyarrow as pa
 from offtake.config.spec import SCHEMA_FORMATS, PipelineSpec, SparkSinkSpec
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
-from offtake.sinks.base import OnCompleteBatch, Sink, SinkError, SinkHalt, SinkItem
+from offtake.sinks.base import OnSettled, Sink, SinkBatch, SinkError, SinkHalt, SinkItem
 from offtake.sinks.spark.batching import Batch, Batcher, BatchId
 from offtake.sinks.spark.columns import column_name
 from offtake.sinks.spark.errors import describe, unavailable
@@ -115,23 +116,33 @@ class SparkSink(Sink):
         self.session_seconds: float | None = None
 
     # -- the engine's calls ---------------------------------------------------------------
-    def start(
-        self,
-        on_complete: Callable[[SinkItem, BaseException | None], None],
-        on_complete_batch: OnCompleteBatch | None = None,
-    ) -> None:
-        super().start(on_complete, on_complete_batch)
+    def start(self, on_settled: OnSettled) -> None:
+        super().start(on_settled)
         self._thread = threading.Thread(target=self._run, name="offtake-spark-jobs", daemon=True)
         self._thread.start()
 
-    def submit(self, item: SinkItem) -> None:
-        # Raises UnsafeName: the item is given back, and the engine applies errors.policy.
-        for value in item.values:
-            self.names.check(value, item.record.where())
+    def submit(self, batch: SinkBatch) -> None:
+        # A record with a name Spark cannot use (UnsafeName) fails at once, alone: the engine
+        # applies errors.policy to it, and its neighbours join the batches.
+        taken: list[SinkItem] = []
+        refused: list[SinkItem] = []
+        errors: dict[int, BaseException] = {}
+        for item in batch.items:
+            try:
+                for value in item.values:
+                    self.names.check(value, item.record.where())
+            except Exception as exc:
+                errors[len(refused)] = exc
+                refused.append(item)
+            else:
+                taken.append(item)
         with self._cond:
-            closed = self._batcher.add(item)
-            if closed:
-                self._enqueue(closed)
+            for item in taken:
+                closed = self._batcher.add(item)
+                if closed:
+                    self._enqueue(closed)
+        if refused:
+            self.settle(SinkBatch.of(refused, batch.submitted), errors)
 
     def poll(self) -> None:
         with self._cond:
@@ -247,13 +258,13 @@ class SparkSink(Sink):
         return self._thread is not None and self._thread.is_alive()
 
     def _fire(self) -> None:
-        """Run completion callbacks on the caller's (the engine's) thread."""
+        """Settle finished batches on the caller's (the engine's) thread."""
         with self._cond:
             finished = list(self._finished)
             self._finished.clear()
         for batch, error in finished:
-            for item in batch.items:
-                self.complete(item, error)
+            failed = {} if error is None else dict.fromkeys(range(len(batch.items)), error)
+            self.settle(SinkBatch.of(batch.items, batch.opened_at), failed)
 
     def _run(self) -> None:
         try:

@@ -39,7 +39,7 @@ class SettledMany:
     how: Settlement
 
 
-class Completions:
+class Settlements:
     def __init__(self) -> None:
         self._queue: deque[Settled | SettledMany] = deque()
         self._stops: deque[str] = deque()
