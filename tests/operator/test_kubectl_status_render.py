@@ -74,8 +74,8 @@ def test_a_share_group_pipeline_says_it_runs_in_queue_mode_and_why_it_shows_no_l
     """Queue mode: no lag (a share group has no committed offsets; the operator's status
     leaves it out too), the reason, and the age of records when the workers acquired them."""
     a, b = Metrics("q"), Metrics("q")
-    a.set_lag(TopicPartition("jobs", 0), 0, 12.25)  # the queue policy's export: age, no count
-    b.set_lag(TopicPartition("jobs", 1), 0, 3.0)
+    a.lag_seconds.labels("jobs", "0").set(12.25)  # the queue policy's export: age, no count
+    b.lag_seconds.labels("jobs", "1").set(3.0)
     lag = status_view.queue_mode_lag(scrape_of({"w-a": a, "w-b": b}))
     assert (lag["records"], lag["seconds"], lag["acquiredAgeSeconds"]) == (None, None, 12.2)
     report = {

@@ -144,3 +144,13 @@ def test_final_commit_releases_what_was_not_delivered() -> None:
         3: "available",
     }
     assert policy.metrics.share_acknowledged.labels("release")._value.get() == 2
+
+
+def test_lag_is_exported_in_seconds_only() -> None:
+    """The age of the poll's records when acquired; no lag in messages (a share group commits
+    no offsets to count them from) rather than a wrong 0."""
+    policy, _, _, _, _, _ = queue(2)
+    policy.step(0.0)
+    assert policy.metrics.lag_seconds.labels("jobs", "0")._value.get() >= 0.0
+    assert ("jobs", "0") in policy.metrics.lag_seconds._metrics
+    assert policy.metrics.lag_messages._metrics == {}

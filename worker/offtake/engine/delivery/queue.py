@@ -112,7 +112,9 @@ class Queue(DeliveryPolicy):
                 counter.inc(delta)
                 setattr(done, attr, getattr(stats, attr))
         for tp, age in self.source.acquired_ages.items():
-            self.metrics.set_lag(tp, 0, age)
+            # Lag in seconds only: a share group commits no offsets to count messages from,
+            # so no lag-in-messages series rather than a wrong 0.
+            self.metrics.lag_seconds.labels(tp.topic, str(tp.partition)).set(age)
         for topic, n in self.source.take_acquired_by_topic().items():
             self.metrics.share_acquired.labels(topic).inc(n)
 
