@@ -4,18 +4,35 @@ The example runs for real in tests/node/test_autoscaling_on_lag_seconds.py (queu
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
-from offtake_examples.jobs import handle
 
 from offtake import Record
 from offtake.config import parse_pipeline
 from offtake.config.crd_check import crd_problems
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "queue-mode.yaml"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLE = EXAMPLES / "queue-mode.yaml"
+
+
+def _load_jobs() -> Any:
+    """This checkout's offtake_examples/jobs.py (the installed offtake_examples may be
+    another checkout's, as in a shared virtual environment)."""
+    spec = importlib.util.spec_from_file_location(
+        "example_jobs", EXAMPLES / "offtake_examples/jobs.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+handle = _load_jobs().handle
 
 
 def job(value: object) -> Record:
