@@ -47,8 +47,9 @@ class KafkaAccessError(RuntimeError):
 
 @dataclass(frozen=True)
 class LagReport:
-    lag: int
-    lag_seconds: float
+    #: None in queue mode: a share group commits no offsets to count from (see measure_lag).
+    lag: int | None
+    lag_seconds: float | None
     partitions: int
 
 
@@ -213,6 +214,11 @@ def measure_lag(pipeline: PipelineSpec, secret: Mapping[str, str], timeout: floa
     conf = admin_config(pipeline, secret, timeout)
     admin = admin_client(conf)
     tps = topic_partitions(admin, pipeline.source.topics, timeout)
+    if pipeline.source.is_share_group:
+        # Queue mode: a share group has no committed offsets (its start offsets need
+        # DescribeShareGroupOffsets, which confluent-kafka's AdminClient does not have), so
+        # no lag rather than a wrong one; the workers export the age of records when acquired.
+        return LagReport(lag=None, lag_seconds=None, partitions=len(tps))
     end = list_offsets(admin, tps, LATEST, timeout)
     start = list_offsets(admin, tps, EARLIEST, timeout)
     committed = committed_offsets(admin, pipeline.source.group_id, tps, timeout)

@@ -89,7 +89,9 @@ def parse_operator_spec(spec: Mapping[str, Any]) -> OperatorSpec:
     """Read spec.rewind and spec.autoscaling; raise ConfigError naming the field."""
     return OperatorSpec(
         rewind=_rewind(spec.get("rewind")),
-        autoscaling=_autoscaling(spec.get("autoscaling")),
+        autoscaling=_autoscaling(
+            spec.get("autoscaling"), (spec.get("source") or {}).get("groupType") == "share"
+        ),
         service_monitor_labels=_service_monitor_labels(spec.get("serviceMonitor")),
         redrive=parse_redrive(spec.get("redrive"), dlq_topic_of(spec)),
         slo=_slo(spec.get("slo")),
@@ -187,7 +189,8 @@ def _defaulted(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return out
 
 
-def _autoscaling(raw: Any) -> Autoscaling:
+def _autoscaling(raw: Any, queue_mode: bool = False) -> Autoscaling:
+    """``queue_mode``: source.groupType share, which scales on targetLagSeconds only."""
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
@@ -226,6 +229,15 @@ def _autoscaling(raw: Any) -> Autoscaling:
         scale_down_stabilization_seconds=count("scaleDownStabilizationSeconds", least=0),
         prometheus_address=address,
     )
+    if queue_mode and out.enabled and out.target_lag_seconds is None:
+        # The messages target would watch a lag no one measures: the workers' lag in messages
+        # is 0 in queue mode, and KEDA's Kafka scaler reads consumer groups only.
+        raise ConfigError(
+            "spec.autoscaling.targetLagSeconds",
+            "is required in queue mode (source.groupType share): a share group commits no "
+            "offsets, so lag in messages (targetLagPerReplica, the default) is not known; "
+            "scale on the age of records when acquired instead",
+        )
     if out.min_replicas > out.max_replicas:
         raise ConfigError(
             "spec.autoscaling.minReplicas",

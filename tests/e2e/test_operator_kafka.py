@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
 import uuid
@@ -82,6 +83,17 @@ def test_lag_in_messages_and_seconds(kafka_broker: Any, topic_factory: TopicFact
 
     latest = measure_lag(spec(kafka_broker.bootstrap, topic, group, "latest"), {}, timeout=10)
     assert latest.lag == 2, "startFrom latest: a partition without a commit owes nothing"
+
+
+def test_a_share_group_has_no_lag_to_report(kafka_broker: Any, topic_factory: TopicFactory) -> None:
+    """Queue mode: the group commits no offsets, so counting from the log start would report
+    every record as lag however far the share group got; the report leaves lag out."""
+    topic = topic_factory(partitions=2)
+    produce(kafka_broker.bootstrap, topic, 2, 5, int(time.time() * 1000))
+    queue = spec(kafka_broker.bootstrap, topic, f"g-{uuid.uuid4().hex[:6]}")
+    queue = dataclasses.replace(queue, source=dataclasses.replace(queue.source, group_type="share"))
+    report = measure_lag(queue, {}, timeout=10)
+    assert (report.lag, report.lag_seconds, report.partitions) == (None, None, 2)
 
 
 def test_lag_of_an_unknown_topic_names_it(kafka_broker: Any) -> None:

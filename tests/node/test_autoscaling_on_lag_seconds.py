@@ -221,6 +221,29 @@ def _get(kubectl: Kubectl, *args: str) -> dict[str, Any]:
     return dict(json.loads(result.stdout)) if result.returncode == 0 else {}
 
 
+def _install_crd(kubectl: Kubectl) -> None:
+    kubectl("apply", "-f", str(Path(__file__).resolve().parents[2] / "crds/consumerpipeline.yaml"))
+    for _ in range(30):  # right after the apply the CRD may have no conditions yet
+        established = kubectl(
+            "wait", "--for=condition=Established", "crd/consumerpipelines.offtake.dev", check=False
+        )
+        if established.returncode == 0:
+            break
+        time.sleep(1)
+
+
+def _operator_config() -> Any:
+    from offtake_operator.settings import OperatorConfig
+
+    return OperatorConfig(
+        resync_seconds=2,
+        lag_interval_seconds=2,
+        kafka_timeout_seconds=5,
+        worker_image="localhost/offtake-worker:0.1.0",
+        worker_image_pull_policy="Never",
+    )
+
+
 def test_the_hpa_scales_workers_up_on_lag_seconds_and_back_down_once_drained(
     control_plane: ControlPlane,
     kube_node: Node,
@@ -231,17 +254,9 @@ def test_the_hpa_scales_workers_up_on_lag_seconds_and_back_down_once_drained(
     kube_namespace: str,
 ) -> None:
     from offtake_operator.embedded import OperatorThread
-    from offtake_operator.settings import OperatorConfig
 
     ns, name = kube_namespace, "orders"
-    kubectl("apply", "-f", str(Path(__file__).resolve().parents[2] / "crds/consumerpipeline.yaml"))
-    for _ in range(30):  # right after the apply the CRD may have no conditions yet
-        established = kubectl(
-            "wait", "--for=condition=Established", "crd/consumerpipelines.offtake.dev", check=False
-        )
-        if established.returncode == 0:
-            break
-        time.sleep(1)
+    _install_crd(kubectl)
     source, sink = f"scale-{uuid.uuid4().hex[:6]}", f"scale-out-{uuid.uuid4().hex[:6]}"
     pod_kafka.create_topic(source, PARTITIONS)
     pod_kafka.create_topic(sink, PARTITIONS)
@@ -273,13 +288,7 @@ def test_the_hpa_scales_workers_up_on_lag_seconds_and_back_down_once_drained(
             },
         },
     }
-    config = OperatorConfig(
-        resync_seconds=2,
-        lag_interval_seconds=2,
-        kafka_timeout_seconds=5,
-        worker_image="localhost/offtake-worker:0.1.0",
-        worker_image_pull_policy="Never",
-    )
+    config = _operator_config()
     seen: list[tuple[float, int, int, str]] = []
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KUBECONFIG", str(control_plane.kubeconfig))
@@ -316,3 +325,146 @@ def test_the_hpa_scales_workers_up_on_lag_seconds_and_back_down_once_drained(
     assert len(ids) == total and set(ids) == set(range(total)), (
         f"{total - len(set(ids))} lost, {len(ids) - len(set(ids))} duplicated"
     )
+
+
+QUEUE_PARTITIONS = 2
+QUEUE_MAX_REPLICAS = 4
+
+
+def _hpa_value(hpa: dict[str, Any]) -> float | None:
+    """The HPA's current reading of the external metric (the workers' max lag seconds)."""
+    for m in (hpa.get("status") or {}).get("currentMetrics") or []:
+        current = (m.get("external") or {}).get("current") or {}
+        raw = current.get("value") or current.get("averageValue")
+        if raw is not None:
+            text = str(raw)
+            return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+    return None
+
+
+def test_queue_mode_scales_past_the_partitions_on_the_age_of_records_and_back(
+    control_plane: ControlPlane,
+    kube_node: Node,
+    pod_kafka: KafkaBroker,
+    pod_prometheus: Prometheus,
+    metrics_adapter: None,
+    kubectl: Kubectl,
+    kube_namespace: str,
+) -> None:
+    """Queue mode (source.groupType share) on a 2-partition topic: a backlog of slow work
+    items (offtake_examples.jobs, 50 ms each) makes the records older and older when the one
+    worker acquires them (offtake_consumer_lag_seconds in queue mode); the HPA scales to 4
+    workers, twice the partitions, all of which take records, then back to 1 once drained."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    from offtake_operator.embedded import OperatorThread
+
+    ns, name = kube_namespace, "jobs"
+    _install_crd(kubectl)
+    source, sink = f"jobs-{uuid.uuid4().hex[:6]}", f"jobs-out-{uuid.uuid4().hex[:6]}"
+    group = f"g-{source}"
+    pod_kafka.create_topic(source, QUEUE_PARTITIONS)
+    pod_kafka.create_topic(sink, QUEUE_PARTITIONS)
+    # At most 100 records of a partition acquired at once (the broker's minimum): a poll
+    # (200 records of 50 ms: 10 s) fits in the 30 s lock, and what one worker does not hold,
+    # the others can acquire.
+    admin = AdminClient({"bootstrap.servers": pod_kafka.bootstrap})
+    entry = ConfigEntry(
+        "share.partition.max.record.locks", "100", incremental_operation=AlterConfigOpType.SET
+    )
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+    for future in admin.incremental_alter_configs([resource], request_timeout=15).values():
+        future.result()
+    total = 1_600
+    # Batches of 20: the broker hands out whole batches, and one of hundreds of slow records
+    # would not fit in the lock (released again and again, DeliveredTooOften).
+    producer = Producer(
+        {"bootstrap.servers": pod_kafka.bootstrap, "linger.ms": 5, "batch.num.messages": 20}
+    )
+    for i in range(total):
+        value = json.dumps({"id": i, "seconds": 0.05}).encode()
+        producer.produce(source, value, partition=i % QUEUE_PARTITIONS)
+    producer.flush(30)
+    pipeline = {
+        "apiVersion": "offtake.dev/v1alpha1",
+        "kind": "ConsumerPipeline",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "kafka": {"bootstrapServers": pod_kafka.bootstrap},
+            "source": {
+                "topics": [source],
+                "groupId": group,
+                "groupType": "share",
+                "startFrom": "earliest",
+            },
+            "processor": {"function": "offtake_examples.jobs:handle"},
+            "sink": {"kafka": {"topic": sink}},
+            "autoscaling": {
+                "enabled": True,
+                "minReplicas": 1,
+                "maxReplicas": QUEUE_MAX_REPLICAS,
+                "targetLagSeconds": 10,
+                "scaleDownStabilizationSeconds": 30,
+            },
+        },
+    }
+    timeline: list[tuple[float, int, int, float | None]] = []
+    busy_workers = 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KUBECONFIG", str(control_plane.kubeconfig))
+        with OperatorThread(_operator_config()):
+            kubectl("apply", "-f", "-", input=json.dumps(pipeline))
+            started = time.monotonic()
+            peak, scaled_up_at, drained_at, back_down_at = 1, None, None, None
+            while time.monotonic() - started < 720:
+                cpl = _get(kubectl, "cpl", name, "-n", ns)
+                status = cpl.get("status") or {}
+                replicas = int((cpl.get("spec") or {}).get("replicas") or 0)
+                ready = int(status.get("readyReplicas") or 0)
+                age = _hpa_value(_get(kubectl, "hpa", name, "-n", ns))
+                t = round(time.monotonic() - started, 1)
+                timeline.append((t, replicas, ready, age))
+                print(f"t={t:>6}s replicas={replicas} ready={ready} lag_seconds={age}", flush=True)
+                # Queue mode leaves lag out of status (no committed offsets to count from).
+                assert "lag" not in status and "lagSeconds" not in status, status
+                peak = max(peak, replicas)
+                if replicas > 1 and scaled_up_at is None:
+                    scaled_up_at = t
+                if replicas > QUEUE_PARTITIONS:
+                    # Workers that acquired records in the last 30 s, as Prometheus saw them.
+                    working = pod_prometheus.query(
+                        f'count(increase(offtake_share_acquired_total{{pipeline="{name}"}}[30s])'
+                        " > 0)"
+                    )
+                    if working:
+                        busy_workers = max(busy_workers, int(float(working[0]["value"][1])))
+                if scaled_up_at and drained_at is None:
+                    done = {
+                        json.loads(m.value())["id"] for m in read_topic(pod_kafka.bootstrap, sink)
+                    }
+                    if len(done) == total:
+                        drained_at = t
+                if drained_at and replicas == 1:
+                    back_down_at = t
+                    break
+                time.sleep(3)
+    print("\nqueue mode, 2 partitions, timeline (s, replicas, ready, lag seconds):")
+    for row in timeline:
+        print(f"  {row}")
+    print(
+        f"scaled up at {scaled_up_at} s, peak {peak} replicas ({busy_workers} acquiring at once), "
+        f"drained at {drained_at} s, back to 1 at {back_down_at} s"
+    )
+    assert scaled_up_at is not None, timeline
+    assert peak > QUEUE_PARTITIONS, timeline  # more workers than partitions
+    assert busy_workers > QUEUE_PARTITIONS, (busy_workers, timeline)  # and all of them worked
+    assert back_down_at is not None, timeline
+    ids = [json.loads(m.value())["id"] for m in read_topic(pod_kafka.bootstrap, sink)]
+    assert set(ids) == set(range(total)), f"{total - len(set(ids))} lost"  # at least once

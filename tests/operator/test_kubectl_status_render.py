@@ -70,15 +70,29 @@ def test_slo_burn_is_consumption_over_allowance_and_says_what_it_could_not_read(
     assert "  errors          -  no metrics, budget 0.02" in shown
 
 
-def test_a_share_group_pipeline_says_it_runs_in_queue_mode() -> None:
+def test_a_share_group_pipeline_says_it_runs_in_queue_mode_and_why_it_shows_no_lag() -> None:
+    """Queue mode: no lag (a share group has no committed offsets; the operator's status
+    leaves it out too), the reason, and the age of records when the workers acquired them."""
+    a, b = Metrics("q"), Metrics("q")
+    a.lag_seconds.labels("jobs", "0").set(12.25)  # the queue policy's export: age, no count
+    b.lag_seconds.labels("jobs", "1").set(3.0)
+    lag = status_view.queue_mode_lag(scrape_of({"w-a": a, "w-b": b}))
+    assert (lag["records"], lag["seconds"], lag["acquiredAgeSeconds"]) == (None, None, 12.2)
     report = {
         "name": "q", "namespace": "shop", "phase": "Running", "reason": "WorkersReady",
         "message": "", "groupType": "share",
         "replicas": {"desired": 6, "running": 6, "ready": 6}, "conditions": [],
-        "lag": {"records": None, "seconds": None, "from": "status"}, "partitions": [],
+        "lag": lag, "partitions": None,
         "pods": [], "metrics": {"read": [], "unreadable": {}}, "dlq": None,
         "redrive": None, "events": [], "slo": None,
     }  # fmt: skip
     text = status_view.render(report, None)
     assert "workers: 6/6 ready, 6 running; queue mode (share group" in text
-    assert "queue mode" not in status_view.render({**report, "groupType": "consumer"}, None)
+    assert "lag: n/a in queue mode: a share group commits no offsets" in text
+    assert "records were 12.2 s old when the workers acquired them" in text
+    assert "TOPIC" not in text  # no partition table of offsets it does not have
+    consumer = {**report, "groupType": "consumer", "lag": {"records": 5, "seconds": 1.0,
+                "from": "status"}}  # fmt: skip
+    assert "queue mode" not in status_view.render(consumer, None)
+    unread = status_view.queue_mode_lag(worker_metrics.Scrape())
+    assert unread["acquiredAgeSeconds"] is None

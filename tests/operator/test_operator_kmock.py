@@ -290,6 +290,23 @@ async def test_lag_reaches_status(cluster: Cluster, ns: str) -> None:
     assert status["lagSeconds"] == 4.2 and status["partitions"] == 6
 
 
+async def test_queue_mode_leaves_lag_out_of_status_rather_than_a_wrong_number(
+    cluster: Cluster, ns: str
+) -> None:
+    """A share group has no committed offsets: measure_lag reports none (None), and the lag
+    last written (here from before the switch to queue mode) is removed, not kept stale."""
+    KAFKA.lag_report = LagReport(lag=1200, lag_seconds=4.2, partitions=2)
+    await cluster.create(pipeline_body("jobs", namespace=ns))
+    await eventually(lambda: cluster.status(ns, "jobs").get("lag") == 1200, what="lag in status")
+    KAFKA.lag_report = LagReport(lag=None, lag_seconds=None, partitions=2)
+    await cluster.patch_pipeline(ns, "jobs", {"spec": {"source": {"groupType": "share"}}})
+    await eventually(
+        lambda: "lag" not in cluster.status(ns, "jobs"), what="lag left out in queue mode"
+    )
+    status = cluster.status(ns, "jobs")
+    assert "lagSeconds" not in status and status["partitions"] == 2
+
+
 async def test_autoscaling_makes_an_hpa_capped_at_the_partitions(cluster: Cluster, ns: str) -> None:
     KAFKA.lag_report = LagReport(lag=0, lag_seconds=0.0, partitions=4)
     await cluster.create(

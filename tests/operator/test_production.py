@@ -375,6 +375,18 @@ def test_min_replicas_zero_scales_to_zero_with_keda_and_to_one_with_an_hpa() -> 
         parse_operator_spec({"autoscaling": {"minReplicas": -1}})
 
 
+def test_queue_mode_autoscales_on_lag_seconds_only() -> None:
+    """A share group has no lag in messages: the default target would never scale."""
+    queue = {"source": {"topics": ["jobs"], "groupType": "share"}}
+    with pytest.raises(ConfigError, match=r"targetLagSeconds: is required in queue mode"):
+        parse_operator_spec({**queue, "autoscaling": {"enabled": True}})
+    with pytest.raises(ConfigError, match=r"targetLagSeconds: is required in queue mode"):
+        parse_operator_spec({**queue, "autoscaling": {"enabled": True, "targetLagPerReplica": 9}})
+    scaling = {"enabled": True, "targetLagSeconds": 30}
+    assert parse_operator_spec({**queue, "autoscaling": scaling}).autoscaling.target_lag_seconds
+    assert not parse_operator_spec(queue).autoscaling.enabled  # off: nothing to refuse
+
+
 def test_strimzi_secrets_with_their_binary_keystores_are_read_as_they_are() -> None:
     """Strimzi's user.p12 and ca.p12 are PKCS#12 bytes, not text: they are left out like
     the other keys librdkafka has no use for, instead of refusing the whole Secret."""

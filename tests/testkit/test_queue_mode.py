@@ -79,6 +79,24 @@ def test_a_poison_record_reaches_the_dlq_after_max_retries_counted_by_deliveries
     assert {state for state, _ in broker.share_states("g", "jobs").values()} == {"acknowledged"}
 
 
+def test_a_poison_record_skipped_by_policy_is_rejected_never_delivered_again() -> None:
+    """No DLQ (errors.policy: skip): once maxRetries deliveries are spent, the record is the
+    broker's dead end: REJECT archives it, where ACCEPT would claim it was processed."""
+    broker = MemoryBroker()
+    fill(broker, 50, poison=frozenset({7}))
+    spec = manifest(errors={"policy": "skip", "maxRetries": 2, "retryBackoffSeconds": 0})
+    with PipelineHarness(spec, broker, processor=slow) as h:
+        h.add_worker()
+        h.wait_until(lambda: len(ids(h)) == 49)
+        metrics = h.workers[0].worker.metrics
+        h.wait_until(lambda: metrics.share_acknowledged.labels("reject")._value.get() == 1)
+        assert h.stop_all() == [0]
+    states = broker.share_states("g", "jobs")
+    assert sorted(state for state, _ in states.values()) == ["acknowledged"] * 49 + ["archived"]
+    assert metrics.share_acknowledged.labels("accept")._value.get() == 49
+    assert 7 not in ids(h)
+
+
 def slower(record: Record) -> Any:
     time.sleep(0.03)
     return record.value

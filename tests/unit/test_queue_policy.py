@@ -89,12 +89,25 @@ def test_settled_records_are_accepted_and_the_poll_leaves_the_tracker() -> None:
     assert policy.settle(SettledMany(TP, [0, 1, 2], epoch, "delivered")) == 3
     assert policy.settle(Settled(TP, 3, epoch, "dlq")) == 1
     assert source.acquired == 1 and policy.tracker.inflight_messages == 5
-    assert policy.settle(Settled(TP, 4, epoch, "skipped")) == 1
+    assert policy.settle(Settled(TP, 4, epoch, "dropped")) == 1
     assert source.acquired == 0 and policy.tracker.inflight_messages == 0  # may poll again
     policy.step(0.0)  # sends the acknowledgements
     assert {s for s, _ in states(broker).values()} == {"acknowledged"}
     accepted = policy.metrics.share_acknowledged.labels("accept")._value.get()
     assert accepted == 5
+
+
+def test_a_record_skipped_by_policy_is_rejected_the_brokers_dead_end() -> None:
+    """errors.policy: skip gave up on it and nothing kept it: archived, never delivered again."""
+    policy, _, broker, _, _, _ = queue(2)
+    epoch = policy.tracker.epoch(TP)
+    assert epoch is not None
+    policy.settle(Settled(TP, 0, epoch, "skipped"))
+    policy.settle(Settled(TP, 1, epoch, "delivered"))
+    policy.step(0.0)
+    assert states(broker) == {0: ("archived", 1), 1: ("acknowledged", 1)}
+    assert policy.metrics.share_acknowledged.labels("reject")._value.get() == 1
+    assert policy.metrics.share_acknowledged.labels("accept")._value.get() == 1
 
 
 def test_a_failed_record_is_released_for_the_next_worker() -> None:
@@ -131,3 +144,13 @@ def test_final_commit_releases_what_was_not_delivered() -> None:
         3: "available",
     }
     assert policy.metrics.share_acknowledged.labels("release")._value.get() == 2
+
+
+def test_lag_is_exported_in_seconds_only() -> None:
+    """The age of the poll's records when acquired; no lag in messages (a share group commits
+    no offsets to count them from) rather than a wrong 0."""
+    policy, _, _, _, _, _ = queue(2)
+    policy.step(0.0)
+    assert policy.metrics.lag_seconds.labels("jobs", "0")._value.get() >= 0.0
+    assert ("jobs", "0") in policy.metrics.lag_seconds._metrics
+    assert policy.metrics.lag_messages._metrics == {}

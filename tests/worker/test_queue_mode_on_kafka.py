@@ -27,8 +27,8 @@ from support.workers import (
 from offtake_testbed.kafka import KafkaBroker
 
 
-def series(worker: WorkerProcess, name: str) -> float:
-    """A series of a running worker's /metrics, summed over its labels."""
+def series(worker: WorkerProcess, name: str, **labels: str) -> float:
+    """A series of a running worker's /metrics with these labels, summed over the others."""
     url = f"http://127.0.0.1:{worker.metrics_port()}/metrics"
     with urllib.request.urlopen(url, timeout=5) as response:
         text = response.read().decode()
@@ -36,7 +36,7 @@ def series(worker: WorkerProcess, name: str) -> float:
         s.value
         for family in text_string_to_metric_families(text)
         for s in family.samples
-        if s.name == name
+        if s.name == name and labels.items() <= s.labels.items()
     )
 
 
@@ -164,6 +164,40 @@ def test_poison_record_reaches_the_dlq_after_max_retries(
     headers = {k: (v or b"").decode() for k, v in dead.headers() or []}
     assert headers["offtake.attempts"] == "3"  # maxRetries 2: three attempts, then the DLQ
     assert len(read_all(kafka_broker.bootstrap, out)) == 199
+
+
+KINDS = ("accept", "release", "reject")
+
+
+def test_poison_record_skipped_by_policy_is_rejected(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    """errors.policy: skip, no DLQ: the record is the broker's dead end, acknowledged REJECT
+    (the broker takes it: no failed acknowledgement) and never delivered again."""
+    src, out = topic_factory(2), topic_factory(1)
+    doc = queue_manifest(
+        "queue-reject",
+        kafka_broker.bootstrap,
+        src,
+        out,
+        processor={"function": "support.processors:poison"},
+        errors={"policy": "skip", "maxRetries": 2, "retryBackoffSeconds": 0.05},
+    )
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    produce(kafka_broker.bootstrap, src, iter({"id": i, "poison": i == 7} for i in range(200)))
+    worker = WorkerProcess(path, tmp_path / "w.log").start()
+    wait_delivered(kafka_broker.bootstrap, out, 199)
+    worker.wait_until(lambda: series(worker, "offtake_share_acknowledged_total") == 200, "all")
+    time.sleep(3)  # a record the broker delivered again would be acquired meanwhile
+    acks = {k: series(worker, "offtake_share_acknowledged_total", kind=k) for k in KINDS}
+    took = acquired(worker)
+    assert worker.terminate() == 0, worker.output()[-2000:]
+    log = worker.output()
+    report("queue-reject", acquired=took, **acks)
+    assert acks == {"accept": 199, "release": 0, "reject": 1}, log[-3000:]
+    assert took == 200  # one delivery each: the rejected record did not come back
+    assert "acknowledging" not in log, log[-3000:]  # the broker took every acknowledgement
+    assert 7 not in ids_of(read_all(kafka_broker.bootstrap, out))
 
 
 def test_a_broker_without_share_groups_stops_the_worker_naming_the_field(

@@ -13,12 +13,15 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from confluent_kafka.admin import AdminClient
+
 from .. import names
 from . import worker_metrics
 from .cluster import JSON, Cluster
 from .errors import PluginError
 from .kafka_view import (
     KAFKA_TIMEOUT,
+    KafkaAccess,
     check_reachable,
     kafka_access,
     owners,
@@ -99,48 +102,84 @@ def collect(cluster: Cluster, name: str) -> tuple[JSON, str | None]:
     dlq_topic = ((spec.get("errors") or {}).get("dlq") or {}).get("topic")
     if dlq_topic:
         report["dlq"] = {"topic": dlq_topic, "records": None}
+    queue_mode = report["groupType"] == "share"
+    if queue_mode:
+        report["lag"] = queue_mode_lag(scraped)
     try:
         access = kafka_access(cluster, pipeline_spec(manifest), KAFKA_TIMEOUT)
         admin = check_reachable(access, KAFKA_TIMEOUT)
-        held = owners(admin, access.spec.source.group_id, KAFKA_TIMEOUT)
-        # A member is known by its host; the pod with that IP is the one people look for, and
-        # the pod whose worker reports the partition's lag holds it for sure (behind a NAT or
-        # a proxy, the host the broker sees is no pod's).
-        by_ip = {p["ip"]: p["name"] for p in report["pods"] if p["ip"]}
-        held = {tp: by_ip.get(who, who) for tp, who in held.items()}
-        held.update({tp: row["pod"] for tp, row in scraped.partitions.items()})
-        now_ms = time.time() * 1000
-        rows: list[JSON] = []
-        for p in group_positions(access):
-            seconds = p.lag_seconds(now_ms)
-            rows.append(
-                {
-                    "topic": p.topic,
-                    "partition": p.partition,
-                    "owner": held.get((p.topic, p.partition)),
-                    "committed": p.committed,
-                    "logEnd": p.log_end,
-                    "lag": p.lag,
-                    "lagSeconds": None if seconds is None else round(seconds, 1),
-                    "trend": _trend(scraped, p.topic, p.partition),
-                }
-            )
-        report["partitions"] = rows
-        report["lag"] = {
-            "records": sum(r["lag"] for r in rows),
-            "seconds": max((float(r["lagSeconds"] or 0.0) for r in rows), default=0.0),
-            "from": "kafka",
-        }
+        if not queue_mode:
+            report["partitions"] = partition_rows(report, access, admin, scraped)
+            rows = report["partitions"]
+            report["lag"] = {
+                "records": sum(r["lag"] for r in rows),
+                "seconds": max((float(r["lagSeconds"] or 0.0) for r in rows), default=0.0),
+                "from": "kafka",
+            }
         if dlq_topic:
             report["dlq"]["records"] = topic_size(admin, dlq_topic, access, KAFKA_TIMEOUT)
     except PluginError as exc:
         kafka_error: str | None = str(exc)
-        if scraped.partitions:
+        if scraped.partitions and not queue_mode:
             report["partitions"] = _rows_from_metrics(scraped)
     else:
         kafka_error = None
     report["slo"] = slo_burn(spec.get("slo"), report["lag"]["seconds"], scraped)
     return report, kafka_error
+
+
+def partition_rows(
+    report: JSON, access: KafkaAccess, admin: AdminClient, scraped: worker_metrics.Scrape
+) -> list[JSON]:
+    """A consumer group's partitions from Kafka: owner, committed offset, log end, lag."""
+    held = owners(admin, access.spec.source.group_id, KAFKA_TIMEOUT)
+    # A member is known by its host; the pod with that IP is the one people look for, and
+    # the pod whose worker reports the partition's lag holds it for sure (behind a NAT or
+    # a proxy, the host the broker sees is no pod's).
+    by_ip = {p["ip"]: p["name"] for p in report["pods"] if p["ip"]}
+    held = {tp: by_ip.get(who, who) for tp, who in held.items()}
+    held.update({tp: row["pod"] for tp, row in scraped.partitions.items()})
+    now_ms = time.time() * 1000
+    rows: list[JSON] = []
+    for p in group_positions(access):
+        seconds = p.lag_seconds(now_ms)
+        rows.append(
+            {
+                "topic": p.topic,
+                "partition": p.partition,
+                "owner": held.get((p.topic, p.partition)),
+                "committed": p.committed,
+                "logEnd": p.log_end,
+                "lag": p.lag,
+                "lagSeconds": None if seconds is None else round(seconds, 1),
+                "trend": _trend(scraped, p.topic, p.partition),
+            }
+        )
+    return rows
+
+
+#: Why queue mode shows no lag, in the report and in the operator's status (both leave it out).
+QUEUE_MODE_LAG = (
+    "a share group commits no offsets to count lag from (and the Python AdminClient cannot "
+    "read its start offsets), so status.lag and status.lagSeconds are left out"
+)
+
+
+def queue_mode_lag(scraped: worker_metrics.Scrape) -> JSON:
+    """Queue mode: no lag, the reason, and the age of records when the workers acquired them
+    (their offtake_consumer_lag_seconds, which autoscaling on targetLagSeconds follows)."""
+    ages = [
+        float(row[worker_metrics.LAG_SECONDS])
+        for row in scraped.partitions.values()
+        if row.get(worker_metrics.LAG_SECONDS) is not None
+    ]
+    return {
+        "records": None,
+        "seconds": None,
+        "from": "n/a in queue mode",
+        "why": QUEUE_MODE_LAG,
+        "acquiredAgeSeconds": round(max(ages), 1) if ages else None,
+    }
 
 
 def _trend(scraped: worker_metrics.Scrape, topic: str, partition: int) -> float | None:
@@ -222,7 +261,6 @@ def _rate(value: float | None) -> str:
 
 def _mode(group_type: str) -> str:
     if group_type == "share":
-        # A share group has no committed offsets: the lag from Kafka counts from the log start.
         return "; queue mode (share group: every worker takes records of every partition)"
     return ""
 
@@ -236,9 +274,16 @@ def render(report: Mapping[str, Any], kafka_error: str | None) -> str:
         + _mode(report.get("groupType", "consumer")),
     ]
     lag = report["lag"]
-    lines.append(
-        f"lag: {_cell(lag['records'])} records, {_cell(lag['seconds'])} s (from {lag['from']})"
-    )
+    if "why" in lag:
+        lines.append(f"lag: {lag['from']}: {lag['why']}")
+        lines.append(
+            f"  records were {_cell(lag['acquiredAgeSeconds'])} s old when the workers acquired "
+            "them (their offtake_consumer_lag_seconds, which autoscaling follows)"
+        )
+    else:
+        lines.append(
+            f"lag: {_cell(lag['records'])} records, {_cell(lag['seconds'])} s (from {lag['from']})"
+        )
     lines.append("conditions:")
     for c in report["conditions"]:
         lines.append(f"  {c['type']:<12} {c['status']:<6} {c['reason']}: {c['message']}")

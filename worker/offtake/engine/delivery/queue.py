@@ -4,10 +4,16 @@ A share group (``source.groupType: share``, :mod:`offtake.kafka.share_source`) h
 to commit: every record a worker acquired is acknowledged on its own. This policy maps each
 settlement to the acknowledgement:
 
-- delivered, dropped by the processor, dead-lettered, sent to a retry topic or skipped under
-  ``errors.policy: skip``: ACCEPT (done);
-- failed under ``errors.policy: stop``: RELEASE (the worker stops; the record is not lost, the
-  next worker tries it, as an uncommitted offset would be read again);
+- delivered, dropped by the processor, dead-lettered or sent to a retry topic: ACCEPT (done:
+  the record, or its dead letter, went where the pipeline says);
+- given up on under ``errors.policy: skip`` (no DLQ): REJECT, the broker's dead end. The record
+  was not processed and nothing kept it, so the broker archives it as unprocessable, never
+  delivered again (ACCEPT would claim it was done; a broker-side dead-letter queue, KIP-1191,
+  takes rejected records, not accepted ones);
+- failed under ``errors.policy: stop``, or its dead letter refused: RELEASE (the worker stops;
+  the record is not lost, the next worker tries it, as an uncommitted offset would be read
+  again; a refusal that persists ends at the group's delivery-count limit, where the broker
+  archives the record itself);
 - what the worker gives back: everything acquired and not settled when it stops (SIGTERM:
   released after the drain, so a graceful stop duplicates nothing), and a poll whose
   acquisition lock is about to run out (released just before; see :meth:`Queue.step`).
@@ -28,7 +34,7 @@ import sys
 
 from offtake.engine.delivery.base import DeliveryPolicy, Released
 from offtake.engine.offsets import OffsetTracker
-from offtake.engine.settlements import Settled, SettledMany
+from offtake.engine.settlements import Settled, SettledMany, Settlement
 from offtake.kafka.share_source import Ack, ShareSource, ShareStats
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
@@ -36,6 +42,15 @@ from offtake.records import TopicPartition
 log = logging.getLogger("offtake.worker")
 
 ACK_LABELS = {Ack.ACCEPT: "accept", Ack.RELEASE: "release", Ack.REJECT: "reject"}
+#: How each settlement is acknowledged (see the module docstring).
+ACKS: dict[Settlement, Ack] = {
+    "delivered": Ack.ACCEPT,
+    "dropped": Ack.ACCEPT,
+    "dlq": Ack.ACCEPT,
+    "retried": Ack.ACCEPT,
+    "skipped": Ack.REJECT,
+    "failed": Ack.RELEASE,
+}
 
 
 class Queue(DeliveryPolicy):
@@ -49,7 +64,7 @@ class Queue(DeliveryPolicy):
 
     def settle(self, settled: Settled | SettledMany) -> int:
         n = super().settle(settled)
-        kind = Ack.RELEASE if settled.how == "failed" else Ack.ACCEPT
+        kind = ACKS[settled.how]
         if isinstance(settled, SettledMany):
             for offset in settled.offsets:
                 self.source.acknowledge(settled.tp, offset, kind)
@@ -97,7 +112,9 @@ class Queue(DeliveryPolicy):
                 counter.inc(delta)
                 setattr(done, attr, getattr(stats, attr))
         for tp, age in self.source.acquired_ages.items():
-            self.metrics.set_lag(tp, 0, age)
+            # Lag in seconds only: a share group commits no offsets to count messages from,
+            # so no lag-in-messages series rather than a wrong 0.
+            self.metrics.lag_seconds.labels(tp.topic, str(tp.partition)).set(age)
         for topic, n in self.source.take_acquired_by_topic().items():
             self.metrics.share_acquired.labels(topic).inc(n)
 
