@@ -1,6 +1,6 @@
 # Offtake's images, one Dockerfile with three targets:
 #
-#   operator      offtake-operator only (kopf, aiohttp): no worker extras, no JRE, no Spark
+#   operator      offtake-operator only (kopf, kubernetes): no worker extras, no JRE, no Spark
 #   worker        offtake worker with the Kafka, log and sidecar sinks, and the example
 #                 functions (offtake_examples); no pyspark, no JRE
 #   worker-spark  the worker plus pyspark and a headless JRE 17 (sink.spark in any mode)

@@ -9,8 +9,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import kopf
-
 from . import names
 from .kafka_gateway import AdminKafkaGateway, KafkaGateway
 from .kubeapi import KubeApi, Resource
@@ -40,8 +38,7 @@ class OperatorContext:
     def __init__(self, config: OperatorConfig, kafka: KafkaGateway | None = None) -> None:
         self.config = config
         self.kafka: KafkaGateway = kafka or AdminKafkaGateway(config.kafka_timeout_seconds)
-        self.connection: kopf.ConnectionInfo | None = None
-        self.api = KubeApi(self._current_connection)
+        self.api = KubeApi()
         self.states: dict[Key, PipelineState] = {}
         #: (plural, namespace, name) -> resourceVersion of each child as last written or read.
         self.written: dict[tuple[str, str, str], str] = {}
@@ -50,11 +47,6 @@ class OperatorContext:
         self.recent_events: deque[tuple[Key, Event]] = deque(maxlen=1000)
         #: Set at shutdown: timers that outlive kopf's cleanup must not start new work.
         self.closed = False
-
-    def _current_connection(self) -> kopf.ConnectionInfo:
-        if self.connection is None:
-            raise RuntimeError("the operator has not logged in to the API server yet")
-        return self.connection
 
     def state(self, namespace: str, name: str) -> PipelineState:
         key = (namespace, name)

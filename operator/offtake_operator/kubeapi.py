@@ -1,22 +1,36 @@
-"""A small async Kubernetes API client for the children the operator owns.
+"""The operator's access to the API for the children it owns, on the official ``kubernetes``
+client.
 
 kopf talks to the API for the ConsumerPipeline objects themselves; this client creates and
-patches the children (ConfigMap, Deployment, ...) with the same credentials, which the login
-handler hands over (see :mod:`offtake_operator.handlers`). Bodies are plain dicts: the operator
-renders them as such, and the Kubernetes client's model classes would only get in the way.
+patches the children (ConfigMap, Deployment, ...). There is one login: kopf's login handler
+loads the credentials with the ``kubernetes`` client (in-cluster, else the kubeconfig; see
+:mod:`offtake_operator.handlers`) and hands the same configuration to :meth:`KubeApi.use`.
+
+Bodies are plain dicts, sent with ``ApiClient.call_api``: the operator renders them as such, and
+the children span the core, apps, batch, policy and autoscaling groups plus optional CRDs
+(Prometheus operator, KEDA, the Spark operator). The typed APIs would need a class per group and
+model objects both ways, ``CustomObjectsApi`` cannot reach the core group, and ``DynamicClient``
+adds discovery round trips and wraps every answer in ``ResourceInstance`` objects (CPU the
+operator spends per pipeline per resync). Each method is one request, of the verbs the chart's
+RBAC grants (docs/operator.md, "RBAC"): no discovery, no PUT.
+
+The client is synchronous: each call runs in a bounded pool of threads (:data:`THREADS`, as many
+as the connection pool keeps connections, so every thread reuses one), with a timeout per call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
-import urllib.parse
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-import kopf
+from kubernetes import config
+from kubernetes.client import ApiClient, Configuration
 
 from .names import GROUP, KIND, PLURAL, VERSION
 
@@ -24,6 +38,24 @@ JSON = dict[str, Any]
 
 #: The field manager of every child the operator applies (metadata.managedFields).
 FIELD_MANAGER = "offtake"
+
+#: Calls in flight at once, and connections kept open to the API server.
+THREADS = 20
+
+
+def load_configuration() -> Configuration:
+    """The operator's credentials: its ServiceAccount's in a pod (the token re-read as the
+    kubelet rotates it), else the kubeconfig's current context (exec plugins and token refresh
+    included). $KUBECONFIG is read now: the client reads it once, when it is imported."""
+    configuration = Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=os.environ.get("KUBECONFIG") or "~/.kube/config",
+            client_configuration=configuration,
+        )
+    return configuration
 
 
 @dataclass(frozen=True)
@@ -92,42 +124,67 @@ class ApiError(Exception):
 
 
 class KubeApi:
-    """Plain-dict CRUD against the API server with kopf's connection info.
+    """Plain-dict CRUD against the API server with the login's configuration.
 
-    ``connection`` is a callable so that a re-login (for example, a rotated service-account
-    token) takes effect on the next request without rebuilding the client.
+    :meth:`use` takes a new configuration at every (re-)login, for example after a rotated
+    service-account token, so the next call uses it without rebuilding anything else.
     """
 
-    def __init__(
-        self, connection: Callable[[], kopf.ConnectionInfo], *, timeout: float = 30.0
-    ) -> None:
-        self._connection = connection
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
-        self._session: aiohttp.ClientSession | None = None
-        self._session_info: kopf.ConnectionInfo | None = None
-        self._lock = asyncio.Lock()
+    def __init__(self, *, timeout: float = 30.0) -> None:
+        self._timeout = timeout
+        self._client: ApiClient | None = None
+        self._executor = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="kubeapi")
         self._closed = False
+
+    def use(self, configuration: Configuration) -> None:
+        """Send every later call with ``configuration`` (credentials, server, TLS)."""
+        configuration.connection_pool_maxsize = THREADS
+        old, self._client = self._client, ApiClient(configuration)
+        if old is not None:
+            old.close()  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:
         self._closed = True
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._client is not None:
+            self._client.close()  # type: ignore[no-untyped-call]
+            self._client = None
 
-    async def _get_session(self) -> tuple[aiohttp.ClientSession, kopf.ConnectionInfo]:
-        if self._closed:
-            raise ApiError("-", "-", 0, "ClientClosed", "the operator is shutting down")
-        info = self._connection()
-        async with self._lock:
-            if self._session is None or self._session_info is not info or self._session.closed:
-                if self._session is not None:
-                    await self._session.close()
-                connector = aiohttp.TCPConnector(ssl=info.as_ssl_context(), limit=20)
-                self._session = aiohttp.ClientSession(
-                    connector=connector, timeout=self._timeout, headers=info.as_http_headers()
-                )
-                self._session_info = info
-            return self._session, info
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        params: Mapping[str, str] | None,
+        content_type: str,
+    ) -> JSON:
+        client = self._client
+        if client is None:
+            raise RuntimeError("the operator has not logged in to the API server yet")
+        # The body goes to call_api as it is: the renderings are plain JSON already, and the
+        # client's own serialisation (for its model classes) would walk each one again.
+        method, url, headers, _, _ = client.param_serialize(
+            method,
+            path,
+            query_params=list((params or {}).items()),
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        resp = client.call_api(method, url, headers, body, _request_timeout=self._timeout)
+        text = resp.read().decode()  # type: ignore[no-untyped-call]
+        if resp.status >= 400:
+            reason, message = resp.reason or "", text
+            try:
+                payload = json.loads(text)
+                reason = payload.get("reason") or reason
+                message = payload.get("message") or message
+            except ValueError:
+                pass
+            raise ApiError(method, path, resp.status, str(reason), str(message)[:2000])
+        if not text:
+            return {}
+        result = json.loads(text)
+        return result if isinstance(result, dict) else {"items": result}
 
     async def request(
         self,
@@ -138,27 +195,10 @@ class KubeApi:
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
     ) -> JSON:
-        session, info = await self._get_session()
-        url = info.server.rstrip("/") + path
-        if params:
-            url += "?" + urllib.parse.urlencode(params)
-        data = None if body is None else json.dumps(body)
-        headers = {"Content-Type": content_type, "Accept": "application/json"}
-        async with session.request(method, url, data=data, headers=headers) as resp:
-            text = await resp.text()
-            if resp.status >= 400:
-                reason, message = resp.reason or "", text
-                try:
-                    payload = json.loads(text)
-                    reason = payload.get("reason") or reason
-                    message = payload.get("message") or message
-                except ValueError:
-                    pass
-                raise ApiError(method, path, resp.status, str(reason), str(message)[:2000])
-            if not text:
-                return {}
-            result = json.loads(text)
-            return result if isinstance(result, dict) else {"items": result}
+        if self._closed:
+            raise ApiError(method, path, 0, "ClientClosed", "the operator is shutting down")
+        call = functools.partial(self._call, method, path, body, params, content_type)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     async def get(self, res: Resource, namespace: str | None, name: str) -> JSON | None:
         """The object, or None if it does not exist."""
