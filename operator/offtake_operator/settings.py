@@ -64,8 +64,9 @@ class OperatorConfig:
     #: Reconcile passes and lag status writes at once, over all pipelines
     #: (OFFTAKE_API_CONCURRENCY). A thousand pipelines created at once would otherwise each
     #: hold API requests in the client's connection pool until they time out; the rest wait
-    #: their turn (and coalesce).
-    api_concurrency: int = 8
+    #: their turn (and coalesce). 32: about as many requests in flight as the client's 20
+    #: connections serve without a long wait (a pass has one to four at a time).
+    api_concurrency: int = 32
     #: Timeout in seconds of each Kafka admin call (OFFTAKE_KAFKA_TIMEOUT_SECONDS).
     kafka_timeout_seconds: float = 10.0
     #: Labels of every pipeline's ServiceMonitor (OFFTAKE_SERVICE_MONITOR_LABELS, a JSON
