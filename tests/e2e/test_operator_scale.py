@@ -40,9 +40,18 @@ def operator_process(
     control_plane: ControlPlane, kube_namespace: str, tmp_path: Path
 ) -> Iterator[subprocess.Popen[bytes]]:
     control_plane.kubectl("apply", "-f", str(CRD))
-    control_plane.kubectl(
-        "wait", "--for=condition=Established", "crd/consumerpipelines.offtake.dev", "--timeout=60s"
-    )
+    for _ in range(60):  # kubectl wait fails while the CRD has no conditions at all yet
+        waited = control_plane.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "crd/consumerpipelines.offtake.dev",
+            "--timeout=60s",
+            check=False,
+        )
+        if waited.returncode == 0:
+            break
+        time.sleep(1)
+    assert waited.returncode == 0, waited.stderr
     env = {
         **os.environ,
         "KUBECONFIG": str(control_plane.kubeconfig),
