@@ -32,6 +32,9 @@ class PipelineState:
     last_lag: float = float("-inf")
     #: The last lag error logged, so a broker that stays down is logged once, not every tick.
     lag_error: str | None = None
+    #: A spec (its JSON) and its validation (the result or its ConfigError): every pass and
+    #: lag tick needs it, the spec changes far less often.
+    validated: tuple[str, Any] | None = None
 
 
 class OperatorContext:
@@ -40,12 +43,14 @@ class OperatorContext:
         self.kafka: KafkaGateway = kafka or AdminKafkaGateway(config.kafka_timeout_seconds)
         self.api = KubeApi()
         self.states: dict[Key, PipelineState] = {}
+        #: Taken by each reconcile pass and lag status write (OperatorConfig.api_concurrency).
+        self.api_slots = asyncio.Semaphore(config.api_concurrency)
         #: (plural, namespace, name) -> resourceVersion of each child as last written or read.
         self.written: dict[tuple[str, str, str], str] = {}
         self._capabilities: dict[Resource, tuple[bool, float]] = {}
         #: The last Events posted, newest last (for logs and tests; the API has them all).
         self.recent_events: deque[tuple[Key, Event]] = deque(maxlen=1000)
-        #: Set at shutdown: timers that outlive kopf's cleanup must not start new work.
+        #: Set at shutdown: daemons that outlive kopf's cleanup must not start new work.
         self.closed = False
 
     def state(self, namespace: str, name: str) -> PipelineState:

@@ -11,12 +11,13 @@ knows the lag of partitions no worker holds (paused, crashed, not yet assigned).
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -113,13 +114,17 @@ MAX_ADMIN_CLIENTS = 32
 def admin_client(conf: Mapping[str, Any]) -> AdminClient:
     """A shared AdminClient per configuration: pipelines on the same cluster share one (each
     client holds threads and broker connections, too many to make one per measurement)."""
-    key = json.dumps({k: v for k, v in conf.items() if k != "logger"}, sort_keys=True, default=str)
+    key = _config_key(conf)
     with _ADMINS_LOCK:
         admin = _ADMINS.pop(key, None) or AdminClient(dict(conf))
         _ADMINS[key] = admin
         while len(_ADMINS) > MAX_ADMIN_CLIENTS:
             _ADMINS.popitem(last=False)
         return admin
+
+
+def _config_key(conf: Mapping[str, Any]) -> str:
+    return json.dumps({k: v for k, v in conf.items() if k != "logger"}, sort_keys=True, default=str)
 
 
 def await_result(future: Any, timeout: float, what: str) -> Any:
@@ -172,23 +177,12 @@ def list_offsets(
     }
 
 
-def committed_offsets(
-    admin: AdminClient, group: str, tps: list[TP], timeout: float
-) -> dict[TP, int]:
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in tps])
-    futures = admin.list_consumer_group_offsets([request], request_timeout=timeout)
-    result = await_result(futures[group], timeout, f"committed offsets of group {group!r}")
-    return {
-        (tp.topic, tp.partition): tp.offset
-        for tp in result.topic_partitions
-        if tp.error is None and tp.offset >= 0
-    }
-
-
 def oldest_timestamps(
-    conf: Mapping[str, Any], positions: Mapping[TP, int], timeout: float
-) -> dict[TP, int]:
-    """Timestamp (ms) of the record at each position; partitions that do not answer are left out."""
+    conf: Mapping[str, Any], positions: Collection[tuple[TP, int]], timeout: float
+) -> dict[tuple[TP, int], int]:
+    """Timestamp (ms) of the record at each (partition, offset); those that do not answer are
+    left out. One group-less consumer reads them all: a read takes one offset per partition,
+    so several groups at different offsets of a partition take a read each."""
     if not positions:
         return {}
     probe = Consumer(
@@ -198,35 +192,196 @@ def oldest_timestamps(
             "group.id": "offtake-operator-lag-probe",
             "enable.auto.commit": False,
             "enable.partition.eof": False,
+            # One record a partition is all it needs: fetch little (the broker still sends a
+            # whole first batch) and prefetch nothing, or it reads on through the backlog.
+            "fetch.message.max.bytes": 1024,
+            "queued.min.messages": 1,
         }
     )
+    offsets: dict[TP, list[int]] = {}
+    for tp, offset in sorted(set(positions)):
+        offsets.setdefault(tp, []).append(offset)
+    found: dict[tuple[TP, int], int] = {}
     try:
-        # The worker's own probe reads the same way (offtake.kafka.oldest_record).
-        wanted = {OfftakeTP(t, p): off for (t, p), off in positions.items()}
-        found = read_timestamps(cast(ConsumerLike, probe), wanted, TopicPartition, timeout)
-        return {(tp.topic, tp.partition): ts for tp, ts in found.items()}
+        for layer in range(max(len(v) for v in offsets.values())):
+            # The worker's own probe reads the same way (offtake.kafka.oldest_record).
+            wanted = {OfftakeTP(t, p): v[layer] for (t, p), v in offsets.items() if len(v) > layer}
+            read = read_timestamps(cast(ConsumerLike, probe), wanted, TopicPartition, timeout)
+            for tp, ts in read.items():
+                found[(tp.topic, tp.partition), wanted[tp]] = ts
     finally:
         probe.close()
+    return found
+
+
+Request = tuple[PipelineSpec, Mapping[str, str]]
 
 
 def measure_lag(pipeline: PipelineSpec, secret: Mapping[str, str], timeout: float) -> LagReport:
-    """Blocking: run it in a thread."""
-    conf = admin_config(pipeline, secret, timeout)
+    """Blocking: run it in a thread. One pipeline's :func:`measure_lags`."""
+    (report,) = measure_lags([(pipeline, secret)], timeout)
+    if isinstance(report, KafkaAccessError):
+        raise report
+    return report
+
+
+def measure_lags(requests: Sequence[Request], timeout: float) -> list[LagReport | KafkaAccessError]:
+    """The lag of many pipelines, in one round per Kafka cluster (pipelines whose clients have
+    the same configuration): one metadata request, one list_offsets per offset kind for every
+    partition of them all, the groups' committed offsets requested together, one probe for
+    the timestamps. Blocking: run it in a thread. Each pipeline's own error is its result."""
+    out: list[LagReport | KafkaAccessError] = [KafkaAccessError("not measured")] * len(requests)
+    clusters: dict[str, tuple[dict[str, Any], list[int]]] = {}
+    for i, (pipeline, secret) in enumerate(requests):
+        try:
+            conf = admin_config(pipeline, secret, timeout)
+        except KafkaAccessError as exc:
+            out[i] = exc
+            continue
+        clusters.setdefault(_config_key(conf), (conf, []))[1].append(i)
+    for conf, members in clusters.values():
+        reports = _measure_cluster(conf, [requests[i][0] for i in members], timeout)
+        for i, report in zip(members, reports, strict=True):
+            out[i] = report
+    return out
+
+
+def _measure_cluster(
+    conf: Mapping[str, Any], pipelines: Sequence[PipelineSpec], timeout: float
+) -> list[LagReport | KafkaAccessError]:
     admin = admin_client(conf)
-    tps = topic_partitions(admin, pipeline.source.topics, timeout)
-    if pipeline.source.is_share_group:
-        # Queue mode: a share group has no committed offsets (its start offsets need
-        # DescribeShareGroupOffsets, which confluent-kafka's AdminClient does not have), so
-        # no lag rather than a wrong one; the workers export the age of records when acquired.
-        return LagReport(lag=None, lag_seconds=None, partitions=len(tps))
-    end = list_offsets(admin, tps, LATEST, timeout)
-    start = list_offsets(admin, tps, EARLIEST, timeout)
-    committed = committed_offsets(admin, pipeline.source.group_id, tps, timeout)
-    behind = compute_lag(end, committed, start, pipeline.source.start_from)
-    positions = {tp: committed.get(tp, start.get(tp, 0)) for tp, n in behind.items() if n > 0}
-    stamps = oldest_timestamps(conf, positions, timeout=min(timeout, 5.0))
-    return LagReport(
-        lag=sum(behind.values()),
-        lag_seconds=round(lag_seconds(stamps, int(time.time() * 1000)), 3),
-        partitions=len(tps),
+    try:
+        existing = admin.list_topics(timeout=timeout).topics
+    except KafkaException as exc:
+        error = KafkaAccessError(f"cannot read topic metadata: {exc.args[0]}")
+        return [error] * len(pipelines)
+    partitions: list[list[TP] | KafkaAccessError] = []
+    for pipeline in pipelines:
+        try:
+            partitions.append(_partitions(pipeline.source.topics, existing))
+        except KafkaAccessError as exc:
+            partitions.append(exc)
+    every = sorted({tp for tps in partitions if isinstance(tps, list) for tp in tps})
+    end = _offsets(admin, every, LATEST, timeout)
+    start = _offsets(admin, every, EARLIEST, timeout)
+    groups: dict[str, set[TP]] = {}
+    for pipeline, tps in zip(pipelines, partitions, strict=True):
+        if isinstance(tps, list) and not pipeline.source.is_share_group:
+            groups.setdefault(pipeline.source.group_id, set()).update(tps)
+    committed = _committed(admin, groups, timeout)
+
+    behind: list[tuple[dict[TP, int], dict[TP, int]] | LagReport | KafkaAccessError] = []
+    for pipeline, tps in zip(pipelines, partitions, strict=True):
+        if isinstance(tps, KafkaAccessError):
+            behind.append(tps)
+            continue
+        if pipeline.source.is_share_group:
+            # Queue mode: a share group has no committed offsets (its start offsets need
+            # DescribeShareGroupOffsets, which confluent-kafka's AdminClient does not have), so
+            # no lag rather than a wrong one; the workers export the age of records when acquired.
+            behind.append(LagReport(lag=None, lag_seconds=None, partitions=len(tps)))
+            continue
+        group = committed[pipeline.source.group_id]
+        failed = next(
+            (
+                x
+                for x in [group, *(end[tp] for tp in tps), *(start[tp] for tp in tps)]
+                if isinstance(x, KafkaAccessError)
+            ),
+            None,
+        )
+        if failed is not None:
+            behind.append(failed)
+            continue
+        assert not isinstance(group, KafkaAccessError)
+        ends = {tp: int(cast(int, end[tp])) for tp in tps}
+        starts = {tp: int(cast(int, start[tp])) for tp in tps}
+        lag = compute_lag(ends, group, starts, pipeline.source.start_from)
+        positions = {tp: group.get(tp, starts.get(tp, 0)) for tp, n in lag.items() if n > 0}
+        behind.append((lag, positions))
+    wanted = [(tp, offset) for b in behind if isinstance(b, tuple) for tp, offset in b[1].items()]
+    stamps = oldest_timestamps(conf, wanted, timeout=min(timeout, 5.0))
+    now_ms = int(time.time() * 1000)
+    out: list[LagReport | KafkaAccessError] = []
+    for b in behind:
+        if isinstance(b, (KafkaAccessError, LagReport)):
+            out.append(b)
+            continue
+        lag, positions = b
+        found = {tp: stamps[tp, off] for tp, off in positions.items() if (tp, off) in stamps}
+        out.append(
+            LagReport(
+                lag=sum(lag.values()),
+                lag_seconds=round(lag_seconds(found, now_ms), 3),
+                partitions=len(lag),
+            )
+        )
+    return out
+
+
+def _partitions(topics: Sequence[str], existing: Mapping[str, Any]) -> list[TP]:
+    """Every partition of the source topics; a pattern (``^...``) stands for every existing
+    topic it matches, as the workers' subscription does (none yet: no partitions)."""
+    out: list[TP] = []
+    for topic in matching_topics(topics, existing):
+        info = existing.get(topic)
+        if info is None or info.error is not None or not info.partitions:
+            err = info.error if info is not None else "not found"
+            raise KafkaAccessError(f"topic {topic!r}: {err}")
+        out += [(topic, p) for p in sorted(info.partitions)]
+    return out
+
+
+def _settled(
+    futures: Mapping[Any, Any], timeout: float, what: Callable[[Any], str]
+) -> dict[Any, Any]:
+    """Each future's result, or the KafkaAccessError naming ``what(key)``; one deadline for all."""
+    concurrent.futures.wait(list(futures.values()), timeout=timeout)
+    out: dict[Any, Any] = {}
+    for key, future in futures.items():
+        try:
+            out[key] = await_result(future, 0, what(key))
+        except KafkaAccessError as exc:
+            out[key] = exc
+    return out
+
+
+def _offsets(
+    admin: AdminClient, tps: list[TP], spec: OffsetSpec, timeout: float
+) -> dict[TP, int | KafkaAccessError]:
+    if not tps:
+        return {}
+    futures = admin.list_offsets(
+        {TopicPartition(t, p): spec for t, p in tps}, request_timeout=timeout
     )
+    results = _settled(futures, timeout, lambda tp: f"offsets of {tp.topic}[{tp.partition}]")
+    return {
+        (tp.topic, tp.partition): r if isinstance(r, KafkaAccessError) else r.offset
+        for tp, r in results.items()
+    }
+
+
+def _committed(
+    admin: AdminClient, groups: Mapping[str, set[TP]], timeout: float
+) -> dict[str, dict[TP, int] | KafkaAccessError]:
+    """Each group's committed offsets: one request per group (the admin API takes one group a
+    request), all sent before any answer is awaited."""
+    futures = {}
+    for group, tps in groups.items():
+        request = ConsumerGroupTopicPartitions(
+            group, [TopicPartition(t, p) for t, p in sorted(tps)]
+        )
+        futures[group] = admin.list_consumer_group_offsets([request], request_timeout=timeout)[
+            group
+        ]
+    results = _settled(futures, timeout, lambda g: f"committed offsets of group {g!r}")
+    return {
+        group: r
+        if isinstance(r, KafkaAccessError)
+        else {
+            (tp.topic, tp.partition): tp.offset
+            for tp in r.topic_partitions
+            if tp.error is None and tp.offset >= 0
+        }
+        for group, r in results.items()
+    }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 import secrets
 from collections.abc import Mapping
@@ -106,6 +107,23 @@ def validate(body: Mapping[str, Any]) -> tuple[PipelineSpec, OperatorSpec]:
         raise
     except Exception as exc:  # a loader bug must become a condition, not a crashed handler
         raise ConfigError("spec", f"cannot be read: {exc!r}") from exc
+
+
+def validated(ctx: OperatorContext, body: Mapping[str, Any]) -> tuple[PipelineSpec, OperatorSpec]:
+    """:func:`validate`, once per spec of the pipeline (the verdict depends on the spec, name
+    and namespace only; the spec's JSON is a fraction of the loader's cost)."""
+    key = json.dumps(body.get("spec"), sort_keys=True, default=str)
+    name, namespace = render.meta(body)
+    state = ctx.state(namespace, name)
+    if state.validated is None or state.validated[0] != key:
+        try:
+            state.validated = (key, validate(body))
+        except ConfigError as exc:
+            state.validated = (key, exc)
+    result = state.validated[1]
+    if isinstance(result, ConfigError):
+        raise result
+    return cast(tuple[PipelineSpec, OperatorSpec], result)
 
 
 def check_security(body: Mapping[str, Any], pipeline: PipelineSpec) -> None:
@@ -377,7 +395,7 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
     generation = body["metadata"].get("generation")
 
     try:
-        pipeline, extras = validate(body)
+        pipeline, extras = validated(ctx, body)
     except ConfigError as exc:
         # Leave the children alone: the workers keep running the last good spec.
         current = await _own_deployment(ctx, body)
@@ -540,13 +558,14 @@ def post_event(body: Mapping[str, Any], event: Event) -> None:
         log.info("event %s %s: %s", event.type, event.reason, event.message)
 
 
-async def refresh_lag(ctx: OperatorContext, namespace: str, name: str) -> bool:
-    """Measure lag and write it to status. Returns whether the partition count changed."""
-    body = await ctx.api.get(PIPELINES, namespace, name)
-    if body is None:
-        return False
+async def refresh_lag(ctx: OperatorContext, body: Mapping[str, Any]) -> bool:
+    """Measure lag and write it to status. Returns whether the partition count changed.
+
+    ``body``: the pipeline as kopf last saw it (no read of its own: a thousand pipelines would
+    read their objects dozens of times a second just for this)."""
+    name, namespace = render.meta(body)
     try:
-        pipeline, _ = validate(body)
+        pipeline, _ = validated(ctx, body)
     except ConfigError:
         return False  # the reconcile reports it
     state = ctx.state(namespace, name)
@@ -562,7 +581,8 @@ async def refresh_lag(ctx: OperatorContext, namespace: str, name: str) -> bool:
     old: Mapping[str, Any] = body.get("status") or {}
     new = {"lag": report.lag, "lagSeconds": report.lag_seconds, "partitions": report.partitions}
     if changed(old, new):
-        await ctx.api.patch(PIPELINES, namespace, name, {"status": new}, subresource="status")
+        async with ctx.api_slots:
+            await ctx.api.patch(PIPELINES, namespace, name, {"status": new}, subresource="status")
     return bool(old.get("partitions") != report.partitions)
 
 

@@ -61,6 +61,12 @@ class OperatorConfig:
     #: Seconds after which a silent peer counts as gone and a standby replica takes over
     #: (OFFTAKE_PEERING_LIFETIME_SECONDS; kopf renews its record well before that).
     peering_lifetime_seconds: int = 60
+    #: Reconcile passes and lag status writes at once, over all pipelines
+    #: (OFFTAKE_API_CONCURRENCY). A thousand pipelines created at once would otherwise each
+    #: hold API requests in the client's connection pool until they time out; the rest wait
+    #: their turn (and coalesce). 32: about as many requests in flight as the client's 20
+    #: connections serve without a long wait (a pass has one to four at a time).
+    api_concurrency: int = 32
     #: Timeout in seconds of each Kafka admin call (OFFTAKE_KAFKA_TIMEOUT_SECONDS).
     kafka_timeout_seconds: float = 10.0
     #: Labels of every pipeline's ServiceMonitor (OFFTAKE_SERVICE_MONITOR_LABELS, a JSON
@@ -129,6 +135,7 @@ class OperatorConfig:
             peering_lifetime_seconds=int(
                 _seconds(env, "OFFTAKE_PEERING_LIFETIME_SECONDS", cls.peering_lifetime_seconds)
             ),
+            api_concurrency=_count(env, "OFFTAKE_API_CONCURRENCY", cls.api_concurrency),
             kafka_timeout_seconds=_seconds(
                 env, "OFFTAKE_KAFKA_TIMEOUT_SECONDS", cls.kafka_timeout_seconds
             ),
@@ -171,6 +178,15 @@ def _seconds(env: Mapping[str, str], key: str, default: float) -> float:
     if value <= 0:
         raise SettingsError(f"{key}: expected a positive number of seconds, got {raw!r}")
     return value
+
+
+def _count(env: Mapping[str, str], key: str, default: int) -> int:
+    raw = env.get(key, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise SettingsError(f"{key}: expected a whole number of at least 1, got {raw!r}")
+    return int(raw)
 
 
 def _labels(env: Mapping[str, str], key: str) -> dict[str, str]:

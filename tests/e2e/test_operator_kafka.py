@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from offtake.config import PipelineSpec, parse_pipeline
 from offtake_operator.group_offsets import GroupNotEmptyError, group_members, reset_offsets
-from offtake_operator.lag import measure_lag
+from offtake_operator.lag import KafkaAccessError, LagReport, measure_lag, measure_lags
 from offtake_operator.operator_spec import Rewind
 from offtake_testbed.pytest_plugin import TopicFactory
 
@@ -96,9 +96,31 @@ def test_a_share_group_has_no_lag_to_report(kafka_broker: Any, topic_factory: To
     assert (report.lag, report.lag_seconds, report.partitions) == (None, None, 2)
 
 
-def test_lag_of_an_unknown_topic_names_it(kafka_broker: Any) -> None:
-    from offtake_operator.lag import KafkaAccessError
+def test_lags_of_many_pipelines_in_one_round(
+    kafka_broker: Any, topic_factory: TopicFactory
+) -> None:
+    """measure_lags: each pipeline gets what measure_lag alone would give, also several groups
+    at different offsets of the same partition (one probe read per offset), and a pipeline
+    whose topic is missing gets its own error without failing the others."""
+    topic = topic_factory(partitions=2)
+    base = int(time.time() * 1000) - 10 * HOUR_MS
+    produce(kafka_broker.bootstrap, topic, 2, 5, base)
+    groups = [f"g-{uuid.uuid4().hex[:6]}" for _ in range(3)]
+    commit(kafka_broker.bootstrap, groups[0], {(topic, 0): 3, (topic, 1): 5})  # record 3: 7 h
+    commit(kafka_broker.bootstrap, groups[1], {(topic, 0): 1, (topic, 1): 5})  # record 1: 9 h
+    # groups[2]: nothing committed, earliest: all 10 records, the oldest 10 h old
+    requests = [(spec(kafka_broker.bootstrap, topic, g), {}) for g in groups]
+    requests.append((spec(kafka_broker.bootstrap, "no-such-topic", "g"), {}))
 
+    reports = measure_lags(requests, timeout=10)
+
+    assert [r.lag for r in reports[:3] if isinstance(r, LagReport)] == [2, 4, 10]
+    ages = [r.lag_seconds / 3600 for r in reports[:3] if isinstance(r, LagReport)]
+    assert ages == [pytest.approx(h, abs=0.05) for h in (7, 9, 10)]
+    assert isinstance(reports[3], KafkaAccessError) and "no-such-topic" in str(reports[3])
+
+
+def test_lag_of_an_unknown_topic_names_it(kafka_broker: Any) -> None:
     with pytest.raises(KafkaAccessError, match="no-such-topic"):
         measure_lag(spec(kafka_broker.bootstrap, "no-such-topic", "g"), {}, timeout=5)
 

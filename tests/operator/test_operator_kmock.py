@@ -130,7 +130,7 @@ async def ns(cluster: Cluster) -> AsyncIterator[str]:
             await cluster.request(
                 "DELETE", f"/apis/offtake.dev/v1alpha1/namespaces/{ns_}/consumerpipelines/{name}"
             )
-            # The operator's finalizer (kopf's, for the per-pipeline timer) must be released.
+            # The operator's finalizer (kopf's, for the per-pipeline daemon) must be released.
             await eventually(
                 lambda r=res, s=ns_, n=name: cluster.server.objects[r, s, n].deleted,
                 what=f"{name} gone",
