@@ -69,9 +69,14 @@ class _InFlight:
         found by the key and value produced)."""
         out = dict(self.refused)
         topic = self.sink.topic
+        # Which records produced each (key, value), made once: a refused topic fails every
+        # record of the batch, and matching each report against the whole batch anew would
+        # encode the batch once per failed report.
+        sent: dict[tuple[Any, Any], list[int]] = {}
+        for index, key, value, _ in self.sink._rows(self.batch):
+            sent.setdefault((key, value), []).append(index)
         for err, msg in self.errors:
-            key, value = msg.key(), msg.value()
-            found = [i for i, k, v, _ in self.sink._rows(self.batch) if k == key and v == value]
+            found = sent.get((msg.key(), msg.value()))
             if not found:  # no match (a value changed on the way?): fail all rather than lose
                 failed = SinkError(f"delivery to {topic} failed: {err}")
                 out.update({i: failed for i in range(len(self.batch)) if i not in out})
