@@ -13,7 +13,7 @@ from typing import Any
 
 from offtake.formats.errors import DecodeError
 from offtake.kafka.protocols import MessageLike
-from offtake.records import NEW_RECORD, RECORD_SETTERS, Record
+from offtake.records import Record, make_record
 
 Decoded = tuple[Record, DecodeError | None]
 
@@ -45,11 +45,6 @@ class Decoder(ABC):
         out: list[Decoded] = []
         append = out.append
         fast, slow_after = self.fast(topic)
-        # make_record's body, inlined: this loop runs once per record consumed.
-        new = NEW_RECORD
-        s_topic, s_partition, s_offset, s_key, s_value, s_headers, s_timestamp, s_raw = (
-            RECORD_SETTERS
-        )
         for msg in messages:
             raw = msg.value()
             value: Any = None
@@ -65,15 +60,16 @@ class Decoder(ABC):
                         error = exc
             ts_type, ts = msg.timestamp()
             headers = msg.headers()
-            record: Record = new(Record)
-            s_topic(record, topic)
-            s_partition(record, partition)
-            s_offset(record, msg.offset() or 0)
-            s_key(record, msg.key())
-            s_value(record, value)
-            s_headers(record, tuple(headers) if headers else ())
-            s_timestamp(record, ts if ts_type != 0 and ts >= 0 else None)
-            s_raw(record, raw)
+            record = make_record(
+                topic,
+                partition,
+                msg.offset() or 0,
+                msg.key(),
+                value,
+                tuple(headers) if headers else (),
+                ts if ts_type != 0 and ts >= 0 else None,
+                raw,
+            )
             append((record, error))
         return out
 
