@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "descendants",
     "die_with_parent",
     "file_lock",
     "file_tail",
@@ -92,6 +93,29 @@ def terminate(process: subprocess.Popen[Any], timeout: float) -> None:
         _log.warning("%s ignored SIGTERM for %.0fs; killing it", process.args, timeout)
         process.kill()
         process.wait()
+
+
+def descendants(roots: Collection[int]) -> list[int]:
+    """Every live process under ``roots`` (children, grandchildren...), read from /proc, the
+    roots excluded. A process that starts its own session (a container's init under its shim)
+    is missed by a process-group kill; walking the parent links finds it."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # Field 4 of /proc/PID/stat, after the command name in parentheses (which may
+            # itself hold spaces or parentheses: split after the last one).
+            stat = (entry / "stat").read_text()
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    found: list[int] = []
+    todo = list(roots)
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found.extend(kids)
+        todo.extend(kids)
+    return found
 
 
 def pid_alive(pid: int) -> bool:

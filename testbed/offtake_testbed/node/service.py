@@ -17,7 +17,7 @@ from pathlib import Path
 from .. import kube
 from .._cache import cache_lock
 from .._service import Service
-from ..process import die_with_parent, file_tail, free_port, terminate
+from ..process import descendants, die_with_parent, file_tail, free_port, terminate
 from .install import PAUSE_IMAGE, NodeError, NodePaths, image_archive, install_node
 
 __all__ = ["BRIDGE", "GATEWAY_IP", "NODE_NAME", "POD_SUBNET", "Node", "ensure_bridge"]
@@ -257,13 +257,18 @@ class Node(Service):
 
     def stop(self) -> None:
         """Stop kubelet and scheduler, then every container (their shims belong to this
-        containerd: its socket is on their command line), containerd, and the mounts."""
+        containerd: its socket is on their command line), containerd, and the mounts.
+
+        A container's processes are killed by walking down from its shim: runc gives each
+        container its own session, so killing the shim's process group alone left a worker
+        running with no parent after a node test."""
         for name in ("scheduler", "kubelet"):
             self._terminate(name)
         if self._work is not None:
-            for pid in self._shims():
+            shims = self._shims()
+            for pid in [*descendants(shims), *shims]:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
             self._terminate("containerd")
             self._unmount_all()
             shutil.rmtree(self._work, ignore_errors=True)
