@@ -461,8 +461,10 @@ def run_pipeline(
     partitions: int = 1,
     schema_registry: Any = None,
 ) -> PipelineRun:
-    """Run ``workers`` workers until every input record is committed (or ``until()`` holds),
-    stop them gracefully and return what happened.
+    """Run ``workers`` workers until each has joined the group (received its first
+    assignment) and every input record is committed (or ``until()`` holds), stop them
+    gracefully and return what happened. Waiting for every worker to join makes a run of N
+    workers a group of N even when the first ones commit everything before the last joins.
 
     The wait also ends when every worker exited on its own (``errors.policy: stop``): the
     run then shows their exit codes and the lag. If the wait times out, the workers are
@@ -479,8 +481,10 @@ def run_pipeline(
     ) as h:
         for _ in range(workers):
             h.add_worker()
+        deadline = time.monotonic() + timeout
         try:
-            h.wait_until(until or h.all_committed, timeout)
+            h.wait_ready(timeout)
+            h.wait_until(until or h.all_committed, max(0.0, deadline - time.monotonic()))
         except PipelineTimeout as exc:
             h.stop_all()
             exc.run = h.result(timed_out=True)
