@@ -186,3 +186,63 @@ def test_reports_served_inside_a_transaction_call_fire_on_the_calling_thread() -
 
 def _thread_name() -> str:
     return threading.current_thread().name
+
+
+class _Error:
+    """A KafkaError's shape: retriable() and str()."""
+
+    def __init__(self, text: str, retriable: bool) -> None:
+        self._text, self._retriable = text, retriable
+
+    def retriable(self) -> bool:
+        return self._retriable
+
+    def str(self) -> str:
+        return self._text
+
+    def __str__(self) -> str:
+        return self._text
+
+
+class LoadingCoordinator(FakeClient):
+    """init_transactions fails ``failures`` times with ``error`` before it succeeds."""
+
+    def __init__(self, failures: int, retriable: bool) -> None:
+        super().__init__()
+        self.failures = failures
+        self.error = _Error("Coordinator load in progress", retriable)
+
+    def init_transactions(self, timeout: float) -> None:
+        self.calls.append("init")
+        if self.failures:
+            self.failures -= 1
+            raise Exception(self.error)
+
+
+def test_init_transactions_calls_again_while_the_failure_is_retriable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(transactional_producer, "INIT_RETRY_PAUSE", 0.01)
+    client = LoadingCoordinator(failures=2, retriable=True)
+    TransactionalProducer(lambda: client).init_transactions(5.0)
+    assert client.calls == ["init", "init", "init"]
+
+
+def test_init_transactions_raises_a_failure_that_is_not_retriable_at_once() -> None:
+    client = LoadingCoordinator(failures=1, retriable=False)
+    with pytest.raises(Exception, match="Coordinator load") as caught:
+        TransactionalProducer(lambda: client).init_transactions(5.0)
+    assert caught.value.args[0] is client.error
+    assert client.calls == ["init"]
+
+
+def test_init_transactions_gives_up_on_a_retriable_failure_at_its_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(transactional_producer, "INIT_RETRY_PAUSE", 0.05)
+    client = LoadingCoordinator(failures=1_000, retriable=True)
+    started = time.monotonic()
+    with pytest.raises(Exception, match="Coordinator load"):
+        TransactionalProducer(lambda: client).init_transactions(0.3)
+    assert time.monotonic() - started < 2.0
+    assert 2 <= len(client.calls) <= 8

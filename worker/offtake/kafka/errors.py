@@ -12,3 +12,11 @@ def describe(error: Any) -> str:
     err = error.args[0] if isinstance(error, BaseException) and error.args else error
     text = getattr(err, "str", None)
     return str(text()) if callable(text) else str(error)
+
+
+def retriable(error: Any) -> bool:
+    """Whether librdkafka says the call that raised ``error`` (a ``KafkaException``) may be
+    made again as it is, e.g. a transaction coordinator still loading its state."""
+    err = error.args[0] if isinstance(error, BaseException) and error.args else error
+    check = getattr(err, "retriable", None)
+    return bool(check()) if callable(check) else False

@@ -24,6 +24,7 @@ Only the processing thread calls it, like every other producer the engine owns.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
 from collections import deque
@@ -31,14 +32,18 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from typing import Any
 
-from offtake.kafka.errors import describe
+from offtake.kafka.errors import describe, retriable
 from offtake.kafka.produce import produce_waiting
 from offtake.kafka.protocols import ProducerLike
+
+log = logging.getLogger(__name__)
 
 # Marks the threads that run transaction calls (TransactionalProducer._bounded).
 _CALL_THREAD = threading.local()
 # How long past its own timeout a librdkafka transaction call may run before it is given up.
 CALL_GRACE = 5.0
+# The pause between init_transactions calls that failed with a retriable error.
+INIT_RETRY_PAUSE = 0.5
 
 
 class TransactionalProducer:
@@ -154,7 +159,23 @@ class TransactionalProducer:
 
     # -- transactions ---------------------------------------------------------------------------
     def init_transactions(self, timeout: float) -> None:
-        self._bounded("init_transactions", self._client.init_transactions, timeout)
+        """Register the ``transactional.id``, calling again within ``timeout`` while
+        librdkafka says the failure is retriable (as its documentation asks): a coordinator
+        that is still loading the transaction log (``COORDINATOR_LOAD_IN_PROGRESS``, seen on
+        a freshly started broker) or not yet found is not a reason to refuse exactly-once."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                self._bounded("init_transactions", self._client.init_transactions, max(left, 1.0))
+                return
+            except TransactionCallStuck:
+                raise
+            except Exception as exc:
+                if not retriable(exc) or left <= INIT_RETRY_PAUSE:
+                    raise
+                log.info("initialising transactions: %s; trying again", describe(exc))
+            time.sleep(INIT_RETRY_PAUSE)
 
     def begin_transaction(self) -> None:
         self._client.begin_transaction()  # local: librdkafka answers at once
