@@ -47,7 +47,7 @@ from .kubeapi import (
 )
 from .lag import KafkaAccessError
 from .operator_spec import OperatorSpec, parse_operator_spec
-from .status import NAME_TAKEN, Event, Observed, changed, compute_status
+from .status import NAME_TAKEN, Event, Observed, changed, compute_status, lag_changed
 
 log = logging.getLogger("offtake.operator")
 
@@ -580,7 +580,7 @@ async def refresh_lag(ctx: OperatorContext, body: Mapping[str, Any]) -> bool:
     state.lag_error = None
     old: Mapping[str, Any] = body.get("status") or {}
     new = {"lag": report.lag, "lagSeconds": report.lag_seconds, "partitions": report.partitions}
-    if changed(old, new):
+    if lag_changed(old, new):
         async with ctx.api_slots:
             await ctx.api.patch(PIPELINES, namespace, name, {"status": new}, subresource="status")
     return bool(old.get("partitions") != report.partitions)
