@@ -156,13 +156,16 @@ def _where(desired: Mapping[str, Any]) -> str:
     return f"{m.get('namespace')}/{m['name']}"
 
 
-async def claim(api: KubeApi, res: Resource, desired: Mapping[str, Any]) -> JSON | None:
+async def claim(
+    api: KubeApi, res: Resource, desired: Mapping[str, Any], known: JSON | None = None
+) -> JSON | None:
     """The object holding ``desired``'s name if this pipeline may change it (None: there is
     none); :class:`NotOursError` if it may not. Looked at before any write: force-applying over
     an object someone else made would take it (and the ownerReference would hand it to the
-    garbage collector with the pipeline)."""
+    garbage collector with the pipeline). ``known``: the object as the watch last sent it, read
+    from the API server only without it."""
     m = desired["metadata"]
-    actual = await api.get(res, m.get("namespace"), m["name"])
+    actual = known if known is not None else await api.get(res, m.get("namespace"), m["name"])
     if actual is not None:
         why = refusal(actual, desired)
         if why is not None:

@@ -5,7 +5,8 @@ Triggers, all funnelled into the same per-pipeline, serialised, coalesced reconc
 - create / update / resume of a ConsumerPipeline (kopf retries these on errors);
 - any change to a child (Deployment, ConfigMap, Service, PDB, redrive Job) carrying the
   pipeline label, so a deleted or edited child is repaired at once and readiness shows up in
-  status quickly;
+  status quickly (not a change of a PDB's or Service's status, which nothing reads); the
+  passes read these children from the watch's copies (:attr:`.OperatorContext.children`);
 - a periodic tick per pipeline that reconciles every ``OFFTAKE_RESYNC_SECONDS`` (drift the
   watches missed) and measures lag every ``OFFTAKE_LAG_INTERVAL_SECONDS``.
 
@@ -23,19 +24,13 @@ import kopf
 import kubernetes.config
 
 from . import kubeapi, metrics, names, reconcile
-from .context import OperatorContext, context_of
+from .context import WATCHED_CHILDREN, OperatorContext, context_of
 from .names import GROUP, PLURAL, VERSION
 
 #: How often each pipeline's daemon wakes to see whether a resync or a lag measurement is due.
 TICK_SECONDS = float(os.environ.get("OFFTAKE_TICK_SECONDS", "5"))
 
-CHILD_RESOURCES = (
-    ("apps", "v1", "deployments"),
-    ("", "v1", "configmaps"),
-    ("", "v1", "services"),
-    ("policy", "v1", "poddisruptionbudgets"),
-    ("batch", "v1", "jobs"),  # spec.redrive's Job: its completion is the redrive's next step
-)
+_WATCHED_BY_PLURAL = {res.plural: res for res in WATCHED_CHILDREN}
 
 
 @kopf.on.startup()
@@ -56,9 +51,8 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     # Watch only our children, server-side: never every ConfigMap in the cluster.
-    for group, version, plural in CHILD_RESOURCES:
-        key = f"{group}/{version}" if group else version
-        settings.watching.label_selectors[key, plural] = names.PIPELINE_LABEL
+    for res in WATCHED_CHILDREN:
+        settings.watching.label_selectors[res.api_version, res.plural] = names.PIPELINE_LABEL
     # Pods: only those the injection webhook patched (inject mode's status).
     settings.watching.label_selectors["v1", "pods"] = names.INJECTED_LABEL
     if ctx.config.peering:
@@ -233,22 +227,30 @@ async def _child_changed(
     memo: Any,
     **_: Any,
 ) -> None:
+    ctx = context_of(memo)
+    res = _WATCHED_BY_PLURAL[resource.plural]
+    if type == "DELETED":
+        ctx.drop_child(res, str(namespace), str(body.get("metadata", {}).get("name")))
+    else:
+        ctx.note_child(res, body)  # the passes read it from here
     owner = _owner(body)
     if owner is None or namespace is None:
         return
-    await run_reconcile(context_of(memo), namespace, owner, coalesce=True)
+    await run_reconcile(ctx, namespace, owner, coalesce=True)
 
 
 def _news(type: str | None, body: kopf.Body, resource: kopf.Resource, memo: Any, **_: Any) -> bool:
-    """Not the echo of our own write (nothing new to reconcile): a filter, so that kopf does not
-    even invoke the handler for the several echoes of each pass."""
-    return type == "DELETED" or not context_of(memo).wrote(resource.plural, body)
+    """Not a version the operator knows (the echo of its own write), nor a change of a status
+    no pass reads (:meth:`.OperatorContext.knows`): a filter, so that kopf does not even invoke
+    the handler for the several echoes of each pass."""
+    known = context_of(memo).knows(_WATCHED_BY_PLURAL[resource.plural], body)
+    return type == "DELETED" or not known
 
 
-for _group, _version, _plural in CHILD_RESOURCES:
+for _res in WATCHED_CHILDREN:
     kopf.on.event(
-        *((_group, _version, _plural) if _group else (_version, _plural)),
+        *((_res.group, _res.version, _res.plural) if _res.group else (_res.version, _res.plural)),
         labels={names.PIPELINE_LABEL: kopf.PRESENT},
-        id=f"child-{_plural}",
+        id=f"child-{_res.plural}",
         when=_news,
     )(_child_changed)

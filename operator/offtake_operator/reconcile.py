@@ -13,6 +13,7 @@ import base64
 import json
 import logging
 import secrets
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -47,7 +48,7 @@ from .kubeapi import (
 )
 from .lag import KafkaAccessError
 from .operator_spec import OperatorSpec, parse_operator_spec
-from .status import NAME_TAKEN, Event, Observed, changed, compute_status
+from .status import NAME_TAKEN, Event, Observed, changed, compute_status, lag_changed
 
 log = logging.getLogger("offtake.operator")
 
@@ -141,13 +142,15 @@ def _describe_error(res: Resource, obj: Mapping[str, Any], exc: ApiError) -> str
 
 
 async def _claim_all(
-    ctx: OperatorContext, children: list[tuple[Resource, JSON]]
+    ctx: OperatorContext, children: list[tuple[Resource, JSON]], trusted: bool
 ) -> list[JSON | None]:
     """:func:`.apply.claim` for every child at once, before any is written: a name taken by
     an object this pipeline did not make stops the whole set (workers must not start on a
-    ConfigMap someone else wrote), and the error names every such object, not the first."""
+    ConfigMap someone else wrote), and the error names every such object, not the first.
+    ``trusted``: the children the watch has sent are taken from :attr:`OperatorContext.children`
+    (the others are read)."""
     results = await asyncio.gather(
-        *(claim(ctx.api, res, obj) for res, obj in children), return_exceptions=True
+        *(_claim(ctx, res, obj, trusted) for res, obj in children), return_exceptions=True
     )
     taken: list[Taken] = []
     for result in results:
@@ -158,6 +161,18 @@ async def _claim_all(
     if taken:
         raise NotOursError(taken)
     return [r for r in results if not isinstance(r, BaseException)]
+
+
+async def _claim(ctx: OperatorContext, res: Resource, obj: JSON, trusted: bool) -> JSON | None:
+    m = obj["metadata"]
+    known = ctx.child(res, m["namespace"], m["name"]) if trusted else None
+    actual = await claim(ctx.api, res, obj, known)
+    if known is None:
+        if actual is None:
+            ctx.drop_child(res, m["namespace"], m["name"])
+        else:
+            ctx.note_child(res, actual)
+    return actual
 
 
 _UNCLAIMED: Any = object()
@@ -181,7 +196,8 @@ async def _ensure_child(
             # The namespace is going away, and the pipeline with it: nothing to repair.
             raise NamespaceTerminatingError(str(exc)) from exc
         raise ChildRejectedError(_describe_error(res, obj, exc)) from exc
-    ctx.note_written(res, applied.obj)
+    if applied.action != "unchanged":
+        ctx.note_child(res, applied.obj)
     return applied
 
 
@@ -192,9 +208,10 @@ async def _apply_children(
     extras: OperatorSpec,
     secret: KafkaSecret | None,
     replicas: int,
+    trusted: bool,
 ) -> Applied:
     """Apply ConfigMap, Deployment, Service, PDB (and ServiceMonitor); return what happened to
-    the Deployment."""
+    the Deployment. ``trusted``: see :func:`_claim_all`."""
     mounts = None if secret is None else secret.mounts
     derived = None if secret is None else secret.plain
     configmap = render.render_configmap(body, derived)
@@ -210,7 +227,7 @@ async def _apply_children(
     if await ctx.serves(SERVICEMONITORS):
         sm_labels = {**ctx.config.service_monitor_labels, **extras.service_monitor_labels}
         children.append((SERVICEMONITORS, render.render_service_monitor(body, sm_labels)))
-    found = await _claim_all(ctx, [(CONFIGMAPS, configmap), *children])
+    found = await _claim_all(ctx, [(CONFIGMAPS, configmap), *children], trusted)
     # The ConfigMap first: pods of a Deployment rolled to a new checksum must find the new
     # config when they start. The rest are independent of each other: in parallel.
     await _ensure_child(ctx, CONFIGMAPS, configmap, found[0])
@@ -412,8 +429,10 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
         seen = Observed(name, generation, running, deployment=current, invalid=str(exc))
         return await _finish(ctx, body, old_status, seen, outcome)
 
+    # The watched children from the watch's copies, except every CHILDREN_REREAD_SECONDS.
+    trusted = ctx.state(namespace, name).children_trusted(time.monotonic())
     if pipeline.mode == "inject":
-        return await _reconcile_injected(ctx, body, pipeline, secret, old_status, outcome)
+        return await _reconcile_injected(ctx, body, pipeline, secret, old_status, outcome, trusted)
 
     rewinding = rewind.pending(extras.rewind, old_status)
     replicas = render.desired_worker_replicas(pipeline, rewinding=rewinding)
@@ -423,7 +442,7 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
     deployment: JSON | None = None
     progress = None
     try:
-        applied = await _apply_children(ctx, body, pipeline, extras, secret, replicas)
+        applied = await _apply_children(ctx, body, pipeline, extras, secret, replicas, trusted)
         before, deployment = applied.before, applied.obj
         if extras.rewind is not None and rewinding:
             step = await rewind.advance(
@@ -437,7 +456,9 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
                 outcome.message = progress
             else:  # done: the workers come back in this same pass
                 replicas = render.desired_worker_replicas(pipeline, rewinding=False)
-                applied = await _apply_children(ctx, body, pipeline, extras, secret, replicas)
+                applied = await _apply_children(
+                    ctx, body, pipeline, extras, secret, replicas, trusted
+                )
                 deployment = applied.obj
         outcome.status["autoscaler"] = await _apply_autoscaler(
             ctx, body, pipeline, extras, old_status, secret
@@ -481,6 +502,7 @@ async def _reconcile_injected(
     secret: KafkaSecret | None,
     old_status: Mapping[str, Any],
     outcome: ReconcileResult,
+    trusted: bool,
 ) -> ReconcileResult:
     """``spec.mode: inject``: the workers live in the user's pods (see :mod:`.inject`). The
     operator keeps their ConfigMap and metrics Service, removes a Deployment, PDB or autoscaler
@@ -495,7 +517,7 @@ async def _reconcile_injected(
             (CONFIGMAPS, render.render_configmap(body, derived)),
             (SERVICES, render.render_service(body, pipeline)),
         ]
-        found = await _claim_all(ctx, children)
+        found = await _claim_all(ctx, children, trusted)
         for (res, obj), actual in zip(children, found, strict=True):
             await _ensure_child(ctx, res, obj, actual)
     except NamespaceTerminatingError:
@@ -580,7 +602,7 @@ async def refresh_lag(ctx: OperatorContext, body: Mapping[str, Any]) -> bool:
     state.lag_error = None
     old: Mapping[str, Any] = body.get("status") or {}
     new = {"lag": report.lag, "lagSeconds": report.lag_seconds, "partitions": report.partitions}
-    if changed(old, new):
+    if lag_changed(old, new):
         async with ctx.api_slots:
             await ctx.api.patch(PIPELINES, namespace, name, {"status": new}, subresource="status")
     return bool(old.get("partitions") != report.partitions)

@@ -141,7 +141,7 @@ async def advance(
             kafka_mounts=None if secret is None else secret.mounts,
         )
         applied = await ensure(ctx.api, JOBS, rendered)
-        ctx.note_written(JOBS, applied.obj)
+        ctx.note_child(JOBS, applied.obj)
         message = f"{described}: Job {job_name} started (group {group})"
         return step(message, Event("Normal", "RedriveStarted", message))
 

@@ -313,6 +313,29 @@ def _events(
     return events
 
 
+#: status.lagSeconds is written again when it moves by at least this share of the value written
+#: (and at least LAG_SECONDS_FLOOR seconds), or when the lag in messages or the partition count
+#: changes. While the lag in messages stands still (nothing consumed, nothing produced), the age of
+#: the oldest record grows with the clock alone: rewritten every measurement, a thousand such
+#: pipelines would cost the API server (and every watcher of pipelines) a write each every
+#: OFFTAKE_LAG_INTERVAL_SECONDS for a figure that says what the last one said.
+LAG_SECONDS_STEP = 0.25
+LAG_SECONDS_FLOOR = 1.0
+
+
+def lag_changed(old: Mapping[str, Any], measured: Mapping[str, Any]) -> bool:
+    """Whether a lag measurement (``lag``, ``lagSeconds``, ``partitions``) is news against the
+    status ``old``: a change of the lag in messages, of the partitions, of whether there is a
+    lag at all (queue mode has none), or of the lag in seconds by a step (LAG_SECONDS_STEP)."""
+    seconds, written = measured.get("lagSeconds"), old.get("lagSeconds")
+    if changed(old, {k: v for k, v in measured.items() if k != "lagSeconds"}):
+        return True
+    if seconds is None or written is None:
+        return seconds is not written
+    step = max(LAG_SECONDS_FLOOR, LAG_SECONDS_STEP * float(written))
+    return abs(float(seconds) - float(written)) >= step
+
+
 def changed(old: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
     """Whether merge-patching ``old`` with ``patch`` would change it (None deletes a key)."""
     for key, value in patch.items():

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from offtake_operator.status import Event, Observed, changed, compute_status, deployment_counts
+from offtake_operator.status import (
+    LAG_SECONDS_FLOOR,
+    LAG_SECONDS_STEP,
+    Event,
+    Observed,
+    changed,
+    compute_status,
+    deployment_counts,
+    lag_changed,
+)
 
 
 def dep(replicas: int, ready: int, updated: int | None = None, **extra: Any) -> dict[str, Any]:
@@ -138,3 +147,27 @@ def test_changed_understands_merge_patch_deletes() -> None:
     assert changed(old, {"rewind": {"activeId": None}})
     assert not changed({"rewind": {"lastId": "a"}}, {"rewind": {"activeId": None}})
     assert changed(old, {"lag": 2})
+
+
+def test_lag_is_written_when_the_messages_move_and_its_age_by_a_step() -> None:
+    """A backlog that nothing consumes only ages: its lagSeconds is not rewritten at every
+    measurement, only when it has moved by a step (LAG_SECONDS_STEP of the value written)."""
+    written = {"lag": 1200, "lagSeconds": 200.0, "partitions": 6}
+    aged = {**written, "lagSeconds": 200.0 * (1 + LAG_SECONDS_STEP) - 1}
+    assert not lag_changed(written, aged)
+    assert lag_changed(written, {**written, "lagSeconds": 200.0 * (1 + LAG_SECONDS_STEP)})
+    assert lag_changed(written, {**written, "lagSeconds": 200.0 * (1 - LAG_SECONDS_STEP)})
+    # The lag in messages and the partitions are written whenever they change, and the age
+    # with them: caught up is lag 0 and 0 s at once.
+    assert lag_changed(written, {**aged, "lag": 1199})
+    assert lag_changed(written, {"lag": 0, "lagSeconds": 0.0, "partitions": 6})
+    assert lag_changed(written, {**aged, "partitions": 7})
+    # Small ages move by at least LAG_SECONDS_FLOOR; the first measurement is always written.
+    small = {"lag": 3, "lagSeconds": 0.5, "partitions": 6}
+    assert not lag_changed(small, {**small, "lagSeconds": 0.5 + LAG_SECONDS_FLOOR / 2})
+    assert lag_changed(small, {**small, "lagSeconds": 0.5 + LAG_SECONDS_FLOOR})
+    assert lag_changed({}, small)
+    # Queue mode: no lag at all removes the figures written before, and adds nothing after.
+    share = {"lag": None, "lagSeconds": None, "partitions": 6}
+    assert lag_changed(written, share)
+    assert not lag_changed({"partitions": 6}, share)
