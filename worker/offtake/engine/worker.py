@@ -178,6 +178,7 @@ class Worker:
         control, because librdkafka drops a paused partition's fetched records and refetches
         them on resume, which costs most of a second each time.
         """
+        mark = self.stage.progress()  # before looking: progress from here on ends a wait
         headroom = STAGE_QUEUE_TARGET - self.stage.queued()
         capacity = self.backpressure.capacity(
             self.tracker.inflight_messages, self.tracker.inflight_bytes
@@ -189,10 +190,10 @@ class Worker:
             # free room (a synchronous commit); else wait for the processing thread. Held
             # long enough, the bound pauses the partitions instead (a stall).
             if not self.delivery.at_bound(now):
-                self.stage.wait_for_progress(BUSY_POLL_TIMEOUT)
+                self.stage.wait_for_progress(BUSY_POLL_TIMEOUT, mark)
             return []
         if want <= 0 and not paused and now - self._last_consume < MAX_CONSUME_GAP:
-            self.stage.wait_for_progress(BUSY_POLL_TIMEOUT)
+            self.stage.wait_for_progress(BUSY_POLL_TIMEOUT, mark)
             return []
         self._last_consume = now
         # With work in flight, finished records must be applied and committed promptly (that
