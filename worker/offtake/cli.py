@@ -9,6 +9,7 @@ exit.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import socket
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 # takes SIGTERM from its first moment (offtake.stop_signals); each command imports what it uses.
 
 EXIT_CONFIG = 2
+GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections (Python's default: 700)
 
 
 def _version() -> str:
@@ -329,6 +331,20 @@ def _processor_function(doc: Mapping[str, Any]) -> str | None:
     return function if isinstance(function, str) else None
 
 
+def _tune_gc() -> None:
+    """Keep the cyclic garbage collector off the per-record path of a running worker.
+
+    Every record makes a few short-lived containers (its Record, decoded value, tuples), and
+    the records in flight live long enough to be promoted: with the default thresholds the
+    collector ran every 700 allocations and kept walking the start-up heap (the imported
+    modules, the schema registry client's). Freezing that heap and collecting the young
+    generation every 10,000 allocations cut about 1 us of CPU per JSON record (docs/bench.md).
+    Cycles are still collected, only in larger steps.
+    """
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD)  # the older generations keep their defaults
+
+
 def _worker(args: argparse.Namespace, signals: StopSignals) -> int:
     from offtake.config import ConfigError, load_pipeline
     from offtake.logs import configure_logging
@@ -418,6 +434,7 @@ def _worker(args: argparse.Namespace, signals: StopSignals) -> int:
             return EXIT_FATAL
         if worker.stopping.is_set():
             return _stopped_starting(log, signals, "before joining the group", worker)
+        _tune_gc()
         # From here a stop before the first assignment is the worker's own graceful stop: it
         # leaves the group having consumed nothing, and says so (Worker._shutdown).
         code = worker.run()

@@ -153,6 +153,7 @@ class ProcessingStage:
         self._queue: deque[Work] = deque()
         self._cond = threading.Condition()
         self._progress = threading.Condition()
+        self._progressed = 0  # progress made so far (under _progress): see wait_for_progress
         self._queued = 0
         self._busy = False
         self._closed = False
@@ -216,11 +217,27 @@ class ProcessingStage:
         """Records handed over and not yet started on."""
         return self._queued
 
-    def wait_for_progress(self, timeout: float) -> None:
+    def progress(self) -> int:
+        """How often the thread has made progress so far: a mark for :meth:`wait_for_progress`."""
+        return self._progressed
+
+    def wait_for_progress(self, timeout: float, since: int | None = None) -> None:
         """Block until the thread took work from its queue or settled records delivered by the
-        sink (or the timeout passed)."""
+        sink (or the timeout passed); at once if it did since ``since`` (a :meth:`progress`
+        mark taken before the caller looked at the queue or the in-flight count).
+
+        Without the mark, progress made between the caller's look and its wait would be missed
+        and the wait last its whole timeout: the poll loop would sit out 5 ms with room in the
+        queue while the processing thread ran dry (about a quarter of its time, JSON enrich).
+        """
         with self._progress:
-            self._progress.wait(timeout)
+            if since is None or since == self._progressed:
+                self._progress.wait(timeout)
+
+    def _progressed_now(self) -> None:
+        with self._progress:
+            self._progressed += 1
+            self._progress.notify_all()
 
     def close(self, drain_timeout: float, join_timeout: float = 5.0) -> None:
         """Stop after a last drain of the sink (up to ``drain_timeout``); join the thread."""
@@ -269,8 +286,7 @@ class ProcessingStage:
                     self._queued -= len(work.messages)
                 flush = self._take_flush() if not stop and not work and not retries else None
                 self._busy = True
-            with self._progress:
-                self._progress.notify_all()
+            self._progressed_now()
             for partitions in abandon:
                 self.sink.abandon(partitions)
                 self.parking.forget(partitions)
@@ -328,8 +344,7 @@ class ProcessingStage:
         if self.router.out < out:
             # Records settled: a poll loop waiting at the in-flight bound can apply them (and
             # commit, which frees room) now rather than when its wait times out.
-            with self._progress:
-                self._progress.notify_all()
+            self._progressed_now()
 
     def _park(self, retry: list[Attempt]) -> None:
         now = time.monotonic()

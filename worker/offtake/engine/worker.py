@@ -178,6 +178,7 @@ class Worker:
         control, because librdkafka drops a paused partition's fetched records and refetches
         them on resume, which costs most of a second each time.
         """
+        mark = self.stage.progress()  # before looking: progress from here on ends a wait
         headroom = STAGE_QUEUE_TARGET - self.stage.queued()
         capacity = self.backpressure.capacity(
             self.tracker.inflight_messages, self.tracker.inflight_bytes
@@ -189,10 +190,10 @@ class Worker:
             # free room (a synchronous commit); else wait for the processing thread. Held
             # long enough, the bound pauses the partitions instead (a stall).
             if not self.delivery.at_bound(now):
-                self.stage.wait_for_progress(BUSY_POLL_TIMEOUT)
+                self.stage.wait_for_progress(BUSY_POLL_TIMEOUT, mark)
             return []
         if want <= 0 and not paused and now - self._last_consume < MAX_CONSUME_GAP:
-            self.stage.wait_for_progress(BUSY_POLL_TIMEOUT)
+            self.stage.wait_for_progress(BUSY_POLL_TIMEOUT, mark)
             return []
         self._last_consume = now
         # With work in flight, finished records must be applied and committed promptly (that
@@ -208,41 +209,37 @@ class Worker:
     def _dispatch(self, messages: list[MessageLike]) -> None:
         """Hand one poll's records over as one :class:`Work` per partition.
 
-        Each partition's records are registered with the tracker as one chunk: the per-record
-        work here is reading offset, key and value sizes, nothing else.
+        The records are cut into their partitions in one pass; each partition's offsets and
+        sizes are then read in a comprehension, and registered with the tracker as one chunk.
         """
-        works: dict[tuple[str, int], Work | None] = {}
-        sizes: dict[tuple[str, int], int] = {}
-        now_ms = time.time() * 1000
-        retry_topics = self.route.topics if self.route is not None else ()
-        for msg in messages:
+        runs: dict[tuple[str, int], list[MessageLike]] = {}
+        last: tuple[str, int] | None = None
+        run: list[MessageLike] = []
+        for msg in messages:  # a poll holds runs of one partition each: one lookup per run
             where = (msg.topic() or "", msg.partition() or 0)
-            if where in works:
-                work = works[where]
-            else:
-                tp = TopicPartition(*where)
-                epoch = self.tracker.epoch(tp)
-                # Fetched before a revoke: the new owner will consume it.
-                work = None if epoch is None or tp in self._revoking else Work(tp, epoch, [], [])
-                works[where] = work
-                sizes[where] = 0
-            if work is None:
-                continue
-            if where[0] in retry_topics and self._not_due(msg, work.tp, now_ms):
-                continue
-            offset = msg.offset() or 0
-            work.messages.append(msg)
-            work.offsets.append(offset)
-            sizes[where] += len(msg.key() or b"") + len(msg.value() or b"") + RECORD_OVERHEAD
+            if where != last:
+                run = runs.setdefault(where, [])
+                last = where
+            run.append(msg)
         handed: list[Work] = []
-        for where, work in works.items():
-            if work is None or not work.messages:
-                continue
-            ts_type, ts = work.messages[0].timestamp()
+        retry_topics = self.route.topics if self.route is not None else ()
+        for where, run in runs.items():
+            tp = TopicPartition(*where)
+            epoch = self.tracker.epoch(tp)
+            if epoch is None or tp in self._revoking:
+                continue  # fetched before a revoke: the new owner will consume it
+            if where[0] in retry_topics:
+                now_ms = time.time() * 1000
+                run = [msg for msg in run if not self._not_due(msg, tp, now_ms)]
+                if not run:
+                    continue
+            offsets = [msg.offset() or 0 for msg in run]
+            size = sum([len(msg.key() or b"") + len(msg.value() or b"") for msg in run])
+            ts_type, ts = run[0].timestamp()
             stamp = ts if ts_type and ts >= 0 else None
-            self.tracker.register_batch(work.tp, work.offsets, sizes[where], stamp)
-            self.metrics.consumed.labels(work.tp.topic).inc(len(work.messages))
-            handed.append(work)
+            self.tracker.register_batch(tp, offsets, size + RECORD_OVERHEAD * len(run), stamp)
+            self.metrics.consumed.labels(tp.topic).inc(len(run))
+            handed.append(Work(tp, epoch, run, offsets))
         if handed:
             self.stage.submit(handed)
 

@@ -227,14 +227,14 @@ class KafkaSource:
             got = self._c.consume(num_messages=1, timeout=timeout)
             if got and n > 1:
                 got += self._c.consume(num_messages=n - 1, timeout=0)
-        out: list[MessageLike] = []
+        out = [msg for msg in got if msg.error() is None]  # one pass; errors are rare
+        if len(out) == len(got):
+            return out
         for msg in got:
             err = msg.error()
-            if err is None:
-                out.append(msg)
-            elif err.code() == _PARTITION_EOF:
+            if err is None or err.code() == _PARTITION_EOF:
                 continue
-            elif err.fatal() or err.code() == _FATAL:
+            if err.fatal() or err.code() == _FATAL:
                 self._fatal = self._fatal or f"fatal Kafka error: {err.str()}"
             else:
                 log.warning("consumer error: %s", err.str())
