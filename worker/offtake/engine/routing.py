@@ -73,6 +73,7 @@ class Router:
         current = self.current()
         parking = self.parking
         checked: tuple[str, int, int] | None = None  # last (topic, partition, epoch) found current
+        new = tuple.__new__  # SinkItem(...) without its Python __new__: once per record
         for (record, epoch, attempts), outcome in zip(todo, outcomes, strict=True):
             if checked != (record.topic, record.partition, epoch):
                 if current.get(record.tp) != epoch:
@@ -86,7 +87,7 @@ class Router:
                     continue
                 parked = True
             elif outcome.error is None and outcome.values:  # the common case, first
-                to_sink.append(SinkItem(record, outcome.values, epoch, attempts))
+                to_sink.append(new(SinkItem, (record, outcome.values, epoch, attempts)))
                 continue
             if isinstance(outcome.error, SlowDown):
                 self._slow_down(record, epoch, attempts, outcome.error, parked)
