@@ -378,12 +378,12 @@ class Contract:
     # -- what the engine saw ---------------------------------------------------------------
     def times_settled(self, item: SinkItem) -> int:
         with self._lock:
-            return sum(1 for it, _ in self.settlements if it is item)
+            return sum(1 for it, _ in self.settlements if it.record is item.record)
 
     def settled(self, items: Collection[SinkItem]) -> list[SinkItem]:
         with self._lock:
-            done = {id(it) for it, _ in self.settlements}
-        return [it for it in items if id(it) in done]
+            done = {id(it.record) for it, _ in self.settlements}
+        return [it for it in items if id(it.record) in done]
 
     def errors(self) -> list[BaseException]:
         with self._lock:

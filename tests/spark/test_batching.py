@@ -94,11 +94,9 @@ def test_rewind_or_new_epoch_closes_the_batch_so_ranges_stay_exact() -> None:
 
 def test_rows_count_values_not_items() -> None:
     b = Batcher(batch_spec(max_records=1000))
-    it = item(0)
-    it.values = [{"a": 1}, {"a": 2}]
+    it = item(0)._replace(values=[{"a": 1}, {"a": 2}])
     b.add(it)
-    dropped = item(1)
-    dropped.values = []
+    dropped = item(1)._replace(values=[])
     b.add(dropped)
     (batch,) = b.close(None)
     assert len(batch) == 2 and batch.rows == 2

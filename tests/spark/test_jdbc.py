@@ -119,9 +119,10 @@ def test_without_a_jvm_staging_tables_are_found_through_psycopg(postgres: Any) -
 def test_jdbc_nested_json_is_stored_as_text(spark: Any, postgres: Any) -> None:
     jdbc = {"url": postgres.jdbc_url, "table": "nested_sink", "user": postgres.user}
     spec = pipeline({"format": "jdbc", "jdbc": jdbc})
-    recs = items(range(3))
-    for r in recs:
-        r.values = [{"id": r.record.offset, "addr": {"city": "x"}, "tags": ["a", "b"]}]
+    recs = [
+        r._replace(values=[{"id": r.record.offset, "addr": {"city": "x"}, "tags": ["a", "b"]}])
+        for r in items(range(3))
+    ]
     done, _ = run_sink(spec, spark, [recs])
     assert len(done.ok) == 3
     with psycopg.connect(postgres.dsn) as conn:

@@ -134,3 +134,7 @@ def test_consumer_prefetch_follows_the_in_flight_byte_bound_unless_configured() 
     assert conf({"maxInFlightBytes": 1 << 30})["queued.max.messages.kbytes"] == "65536"
     own = conf({}, {"queued.max.messages.kbytes": "4096"})
     assert own["queued.max.messages.kbytes"] == "4096"
+    # Past the bound, the next fetch waits 10 ms, not librdkafka's 1 s (a drained queue idled
+    # the worker); the user's own value wins.
+    assert conf({})["fetch.queue.backoff.ms"] == "10"
+    assert conf({}, {"fetch.queue.backoff.ms": "250"})["fetch.queue.backoff.ms"] == "250"

@@ -46,7 +46,8 @@ class Parking:
         # (due (time.monotonic()), tiebreak, record, epoch, attempt): a heap, earliest first.
         self._parked: list[tuple[float, int, Record, int, int]] = []
         self._tiebreak = itertools.count()
-        self._holds: dict[TopicPartition, Hold] = {}
+        # Held partitions: a plain attribute, read by routing once per record; changed only here.
+        self.holds: dict[TopicPartition, Hold] = {}
         self._settled: list[TopicPartition] = []  # holds whose parked record was settled
 
     # -- parked records -------------------------------------------------------------------
@@ -76,17 +77,17 @@ class Parking:
     @property
     def holding(self) -> bool:
         """Whether any partition is held (so a record's partition needs a look)."""
-        return bool(self._holds)
+        return bool(self.holds)
 
     def hold(self, tp: TopicPartition, offset: int, epoch: int) -> None:
         """The parked record at ``offset`` holds ``tp`` (this assignment) until it settles."""
-        self._holds[tp] = Hold(offset, epoch)
+        self.holds[tp] = Hold(offset, epoch)
 
     def hold_of(self, tp: TopicPartition, epoch: int) -> Hold | None:
         """The hold on ``tp`` in this assignment, if any (a stale one is dropped)."""
-        hold = self._holds.get(tp)
+        hold = self.holds.get(tp)
         if hold is not None and hold.epoch != epoch:
-            del self._holds[tp]
+            del self.holds[tp]
             return None
         return hold
 
@@ -105,13 +106,13 @@ class Parking:
 
     def release(self, tp: TopicPartition) -> deque[Held]:
         """End the hold on ``tp``; the records that waited behind it, in order."""
-        hold = self._holds.pop(tp, None)
+        hold = self.holds.pop(tp, None)
         return hold.behind if hold is not None else deque()
 
     def held_again(self, tp: TopicPartition, rest: deque[Held]) -> bool:
         """While releasing ``tp``: if a record of it holds it anew, ``rest`` waits behind that
         one (True); else False and the caller goes on with ``rest``."""
-        hold = self._holds.get(tp)
+        hold = self.holds.get(tp)
         if hold is None:
             return False
         hold.behind.extend(rest)
@@ -120,4 +121,4 @@ class Parking:
     def forget(self, partitions: Collection[TopicPartition]) -> None:
         """Drop the holds of partitions no longer ours (their parked records go stale)."""
         for tp in partitions:
-            self._holds.pop(tp, None)
+            self.holds.pop(tp, None)

@@ -71,22 +71,25 @@ class Router:
         to_sink: list[SinkItem] = []
         runs: list[int] = []  # where in to_sink each partition's run starts: one batch each
         current = self.current()
-        parking = self.parking
-        checked: tuple[str, int, int] | None = None  # last (topic, partition, epoch) found current
+        parking, holds = self.parking, self.parking.holds
+        # The last (topic, partition, epoch) found current, compared field by field: a run of
+        # one partition's records makes no tuple per record.
+        c_topic, c_partition, c_epoch = "", -1, -1
+        new = tuple.__new__  # SinkItem(...) without its Python __new__: once per record
         for (record, epoch, attempts), outcome in zip(todo, outcomes, strict=True):
-            if checked != (record.topic, record.partition, epoch):
+            if record.partition != c_partition or epoch != c_epoch or record.topic != c_topic:
                 if current.get(record.tp) != epoch:
                     continue  # its partition was revoked or lost meanwhile
-                checked = (record.topic, record.partition, epoch)
+                c_topic, c_partition, c_epoch = record.topic, record.partition, epoch
                 runs.append(len(to_sink))
             parked = False  # this record is the parked one holding its partition
-            if parking.holding and (hold := parking.hold_of(record.tp, epoch)) is not None:
+            if holds and (hold := parking.hold_of(record.tp, epoch)) is not None:
                 if hold.offset != record.offset:
                     parking.hold_behind(hold, (record, epoch, attempts, outcome))
                     continue
                 parked = True
             elif outcome.error is None and outcome.values:  # the common case, first
-                to_sink.append(SinkItem(record, outcome.values, epoch, attempts))
+                to_sink.append(new(SinkItem, (record, outcome.values, epoch, attempts)))
                 continue
             if isinstance(outcome.error, SlowDown):
                 self._slow_down(record, epoch, attempts, outcome.error, parked)

@@ -48,15 +48,18 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from offtake.kafka.protocols import MessageLike
 from offtake.records import Record, TopicPartition
 
 
-@dataclass(slots=True)
-class SinkItem:
-    """A source record and what processing made of it (zero, one or more values)."""
+class SinkItem(NamedTuple):
+    """A source record and what processing made of it (zero, one or more values).
+
+    A named tuple: routing makes one per processed record, with ``tuple.__new__`` (a quarter
+    of a dataclass's time). A sink that must change one (the Spark sink counts its own
+    attempts) puts a ``_replace``-d copy in its place in the batch."""
 
     record: Record
     values: list[Any]

@@ -383,8 +383,7 @@ class SparkSink(Sink):
                     log.error("%s: Spark job failed %d time(s), giving up: %s", label, attempt, why)
                     failed: list[Finished] = []
                     for batch in job:
-                        for item in batch.items:
-                            item.attempts = attempt
+                        batch.items[:] = [item._replace(attempts=attempt) for item in batch.items]
                         err = SinkError(
                             f"batch {batch.id}: Spark job failed after {attempt} attempt(s): {why}"
                         )
