@@ -30,16 +30,6 @@ Headers = list[tuple[str, bytes | None]] | None
 Row = tuple[int, bytes | None, bytes | None, Headers]
 
 
-def _rows_of(i: int, rows: list[Row]) -> int:
-    """How many rows of record ``i`` end ``rows`` (its values encoded before one failed)."""
-    n = 0
-    for row in reversed(rows):
-        if row[0] != i:
-            break
-        n += 1
-    return n
-
-
 class _InFlight:
     """A submitted batch whose delivery reports are not all in yet."""
 
@@ -173,15 +163,13 @@ class KafkaSink(Sink):
         append, encode = rows.append, self.encode
         for i, (record, values, _, _) in enumerate(batch.items):
             key, headers = record.key, list(record.headers) if record.headers else None
-            try:
-                if len(values) == 1:  # most records: one value, without a loop's set-up
-                    append((i, key, encode(values[0]), headers))
-                else:
-                    for value in values:
-                        append((i, key, encode(value), headers))
-            except Exception as exc:  # the value's fault: the encoder's error names the field
-                if pending is not None:  # this value and the record's later ones are not sent
-                    pending.refuse(i, exc, len(values) - _rows_of(i, rows))
+            for n, value in enumerate(values):
+                try:
+                    append((i, key, encode(value), headers))
+                except Exception as exc:  # the value's fault: the encoder's error names the field
+                    if pending is not None:  # this value and the record's later ones are not sent
+                        pending.refuse(i, exc, len(values) - n)
+                    break
         return rows
 
     def _take(self, pending: _InFlight) -> bool:
