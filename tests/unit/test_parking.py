@@ -39,10 +39,10 @@ def test_take_due_takes_at_most_the_limit() -> None:
 
 def test_records_held_behind_a_parked_one_come_back_in_order_once_it_settles() -> None:
     parking = Parking()
-    assert not parking.holding
+    assert not parking.holds
     parking.hold(TP, offset=7, epoch=1)
     hold = parking.hold_of(TP, 1)
-    assert hold is not None and hold.offset == 7 and parking.holding
+    assert hold is not None and hold.offset == 7 and parking.holds
     done = Outcome(["x"])
     parking.hold_behind(hold, (rec(8), 1, 1, None))
     parking.hold_behind(hold, (rec(9), 1, 1, done))
@@ -51,14 +51,14 @@ def test_records_held_behind_a_parked_one_come_back_in_order_once_it_settles() -
     assert parking.take_settled() == [TP] and parking.take_settled() == []
     behind = parking.release(TP)
     assert [(r.offset, o) for r, _, _, o in behind] == [(8, None), (9, done)]
-    assert not parking.holding and parking.release(TP) == type(behind)()
+    assert not parking.holds and parking.release(TP) == type(behind)()
 
 
 def test_a_hold_of_an_earlier_assignment_is_dropped() -> None:
     parking = Parking()
     parking.hold(TP, offset=7, epoch=1)
     assert parking.hold_of(TP, 2) is None  # assigned again meanwhile: the old hold is stale
-    assert not parking.holding
+    assert not parking.holds
 
 
 def test_released_records_wait_again_behind_a_record_that_holds_anew() -> None:

@@ -74,11 +74,6 @@ class Parking:
         return out
 
     # -- held partitions ------------------------------------------------------------------
-    @property
-    def holding(self) -> bool:
-        """Whether any partition is held (so a record's partition needs a look)."""
-        return bool(self.holds)
-
     def hold(self, tp: TopicPartition, offset: int, epoch: int) -> None:
         """The parked record at ``offset`` holds ``tp`` (this assignment) until it settles."""
         self.holds[tp] = Hold(offset, epoch)

@@ -368,9 +368,7 @@ class ProcessingStage:
             return  # given up while the registry was unreachable (drain budget spent)
         parking = self.parking
         todo: list[Attempt]
-        if not self.counts_deliveries and (
-            not parking.holding or parking.hold_of(work.tp, epoch) is None
-        ):
+        if not self.counts_deliveries and parking.hold_of(work.tp, epoch) is None:
             # The common case, one comprehension: nothing held on the partition, attempts
             # start at 1; only records that failed to decode go to the policy one by one.
             todo = [(record, epoch, 1) for record, error in decoded_all if error is None]
@@ -393,7 +391,7 @@ class ProcessingStage:
             # (queue mode): its earlier deliveries' attempts were made elsewhere, or by a
             # worker that crashed on it. Past the last attempt it goes to the policy unrun.
             attempt = (delivery_count(msg) or 1) if self.counts_deliveries else 1
-            hold = parking.hold_of(record.tp, epoch) if parking.holding else None
+            hold = parking.hold_of(record.tp, epoch)
             if hold is not None:  # behind a parked record of its partition
                 failed = None if decode_error is None else Outcome([], decode_error, False)
                 parking.hold_behind(hold, (record, epoch, attempt, failed))
