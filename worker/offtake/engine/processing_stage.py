@@ -221,17 +221,18 @@ class ProcessingStage:
         """How often the thread has made progress so far: a mark for :meth:`wait_for_progress`."""
         return self._progressed
 
-    def wait_for_progress(self, timeout: float, since: int | None = None) -> None:
+    def wait_for_progress(self, timeout: float, since: int) -> None:
         """Block until the thread took work from its queue or settled records delivered by the
         sink (or the timeout passed); at once if it did since ``since`` (a :meth:`progress`
         mark taken before the caller looked at the queue or the in-flight count).
 
         Without the mark, progress made between the caller's look and its wait would be missed
         and the wait last its whole timeout: the poll loop would sit out 5 ms with room in the
-        queue while the processing thread ran dry (about a quarter of its time, JSON enrich).
+        queue while the processing thread ran dry (about a quarter of its time, JSON enrich),
+        and a drain would check its partitions a step late.
         """
         with self._progress:
-            if since is None or since == self._progressed:
+            if since == self._progressed:
                 self._progress.wait(timeout)
 
     def _progressed_now(self) -> None:

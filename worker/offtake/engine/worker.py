@@ -369,6 +369,7 @@ class Worker:
     def drain(self, partitions: set[TopicPartition] | None, deadline: float) -> bool:
         """Let in-flight work of ``partitions`` (all when None) finish, until the deadline."""
         while True:
+            mark = self.stage.progress()  # before looking: progress from here on ends the wait
             self._apply_settled()
             if self.tracker.pending_in(partitions) == 0:
                 return True
@@ -379,7 +380,7 @@ class Worker:
             # say so if that lasts (health.READY_STALL_SECONDS). /healthz fails only past
             # max.poll.interval.ms, where Kafka would have expelled the member anyway.
             self.stage.request_flush(partitions)
-            self.stage.wait_for_progress(min(DRAIN_STEP, left))
+            self.stage.wait_for_progress(min(DRAIN_STEP, left), mark)
 
     def _shutdown(self) -> None:
         self._shutting_down = True
