@@ -138,3 +138,23 @@ def test_consumer_prefetch_follows_the_in_flight_byte_bound_unless_configured() 
     # the worker); the user's own value wins.
     assert conf({})["fetch.queue.backoff.ms"] == "10"
     assert conf({}, {"fetch.queue.backoff.ms": "250"})["fetch.queue.backoff.ms"] == "250"
+
+
+def test_settlements_find_their_chunk_among_many_with_gaps_between_them() -> None:
+    # A chunk per poll; offsets skip (compaction, transaction markers). Settlements arrive
+    # newest first as well as oldest first, as runs and alone; an offset between chunks
+    # belongs to none and settles nothing.
+    t = OffsetTracker()
+    e = t.assign(TP)
+    chunks = [[0, 1, 2], [5, 6], [9], [12, 13, 14, 15]]
+    for chunk in chunks:
+        t.register_batch(TP, chunk, 10 * len(chunk), None)
+    assert t.settle_many(TP, [12, 13, 14, 15], e)
+    assert t.settle(TP, 3, e) and t.settle(TP, 16, e)  # in no chunk: nothing settles
+    assert t.pending_in(None) == 6 and t.position(TP) == 0
+    assert t.settle(TP, 6, e) and t.settle(TP, 9, e)
+    assert t.position(TP) == 0
+    assert t.settle_many(TP, [0, 1, 2], e)
+    assert t.position(TP) == 5  # 5 pending: nothing at or above it is committed
+    assert t.settle(TP, 5, e)
+    assert t.pending_in(None) == 0 and t.position(TP) == 16
