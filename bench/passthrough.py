@@ -191,6 +191,22 @@ def _thread_cpu(pid: int, tick: int) -> dict[str, tuple[str, float]]:
     return out
 
 
+def _thread_switches(pid: int) -> dict[str, int]:
+    """Context switches (voluntary and not) of each live thread of a process, by thread id."""
+    out: dict[str, int] = {}
+    for task in Path(f"/proc/{pid}/task").glob("*/status"):
+        try:
+            lines = task.read_text().splitlines()
+        except OSError:
+            continue
+        out[task.parent.name] = sum(
+            int(line.split()[1])
+            for line in lines
+            if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"))
+        )
+    return out
+
+
 def by_name(threads: dict[str, tuple[str, float]]) -> dict[str, float]:
     """Threads' CPU seconds summed by name, broker threads (rdk:broker<n>) as one."""
     out: dict[str, float] = {}
@@ -468,6 +484,9 @@ class Process:
         # cost: unlike records/s, it hardly moves with the other jobs on a shared machine.
         self.cpu_samples: list[tuple[float, float]] = []
         self.threads: dict[str, tuple[str, float]] = {}  # id: (name, CPU seconds) last seen
+        # id: context switches last seen. How often a contender's threads sleep and wake: on a
+        # shared machine each wake may take a CPU from a neighbour (the bench's producer).
+        self.switches: dict[str, int] = {}
         self._sampling = threading.Thread(target=self._sample_cpu, daemon=True)
         self._sampling.start()
 
@@ -483,6 +502,7 @@ class Process:
             cpu = (int(fields[11]) + int(fields[12])) / tick
             self.cpu_samples.append((time.time() * 1000, cpu))
             self.threads.update(_thread_cpu(self.proc.pid, tick))
+            self.switches.update(_thread_switches(self.proc.pid))
             time.sleep(0.05)
 
     def exited(self) -> int | None:
@@ -681,6 +701,7 @@ def throughput_run(
         # The contender's CPU (all its threads) per output record over the same window.
         cpu_us_per_record=round(cpu / check.unique * 1e6, 2) if cpu and check.unique else None,
         cpu_seconds_by_thread=by_name(process.threads),  # the whole run's, start-up included
+        context_switches=sum(process.switches.values()),  # the whole run's, start-up included
         output=asdict(check),
         complete=check.complete,
         # A share group commits no offsets: its progress is its output (None: not applicable).
@@ -785,7 +806,10 @@ def latency_run(
     work: Path,
 ) -> dict[str, Any]:
     source, output = f"lat-in-{name}", f"lat-out-{name}"
-    broker.create_topic(source, PARTITIONS)
+    # Both topics stamp their records on append: the input's stamp splits each record's
+    # latency into the bench producer's part (to the input log) and the contender's (from the
+    # input log to the output log: fetch, work, produce).
+    create_output(broker, source)
     create_output(broker, output)
     job = Job(
         broker.bootstrap, source, output, f"bench-lat-{name}-{uuid.uuid4().hex[:6]}", WORKLOADS[0]
@@ -806,6 +830,7 @@ def latency_run(
             result["log_tail"] = process.tail()
             return result
         began = time.monotonic()
+        switches = sum(process.switches.values())
         i = 0
         while i < total:
             due = min(total, int((time.monotonic() - began) * LATENCY_RATE) + 1)
@@ -817,26 +842,35 @@ def latency_run(
             time.sleep(0.001)
         producer.flush(30)
         offered_seconds = time.monotonic() - began
+        switches = sum(process.switches.values()) - switches
         done = _wait_for(watcher, output, WARMUP_RECORDS + total, process, 60)
     finally:
         process.stop()
-    keys, times = read_keys_and_times(broker.bootstrap, output)
-    first: dict[int, int] = {}
-    for key, stamp in zip(keys, times, strict=True):
-        if key is not None and not key.startswith(b"w"):
-            i = int(key)
-            first[i] = min(stamp, first.get(i, stamp))
+    first = _first_stamps(broker.bootstrap, output)
+    appended = _first_stamps(broker.bootstrap, source)
     latencies = sorted(stamp - sent_ms[i] for i, stamp in first.items())
+    through = sorted(stamp - appended[i] for i, stamp in first.items() if i in appended)
     result.update(
         status="ok" if done and len(first) == total else "incomplete",
         offered_seconds=round(offered_seconds, 2),
         delivered=len(first),
+        context_switches_per_second=round(switches / offered_seconds),
     )
     if latencies:
         result.update(
             p50_ms=round(percentile(latencies, 50), 1),
             p99_ms=round(percentile(latencies, 99), 1),
             max_ms=round(latencies[-1], 1),
+            # The contender's own part: input log-append time to output log-append time.
+            through_p50_ms=round(percentile(through, 50), 1) if through else None,
+            through_p99_ms=round(percentile(through, 99), 1) if through else None,
+            # Means: the log's whole milliseconds truncate alike on average, percentiles do not.
+            through_mean_ms=round(sum(through) / len(through), 2) if through else None,
+            to_input_mean_ms=round(
+                sum(appended[i] - sent_ms[i] for i in first if i in appended) / len(through), 2
+            )
+            if through
+            else None,
             output_per_second=round(steady_rate(len(first), list(first.values())) or 0),
         )
         if offered_seconds > 1.1 * seconds:
@@ -849,6 +883,17 @@ def latency_run(
     broker.delete_topic(source, missing_ok=True)
     broker.delete_topic(output, missing_ok=True)
     return result
+
+
+def _first_stamps(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each measured record's (not a warm-up's) first log-append time in ``topic``, by key."""
+    keys, times = read_keys_and_times(bootstrap, topic)
+    first: dict[int, int] = {}
+    for key, stamp in zip(keys, times, strict=True):
+        if key is not None and not key.startswith(b"w"):
+            i = int(key)
+            first[i] = min(stamp, first.get(i, stamp))
+    return first
 
 
 def _wait_for(watcher: Watcher, topic: str, count: int, process: Process, timeout: float) -> bool:
@@ -1284,12 +1329,16 @@ def render(report: dict[str, Any]) -> str:
         lines += [
             "",
             f"latency at {LATENCY_RATE:,} records/s offered (pass-through), ms:",
-            f"{'contender':<11} {'p50':>8} {'p99':>8} {'max':>8} {'out/s':>8}  status",
+            "(through: from the input's log-append time, the contender's own part)",
+            f"{'contender':<11} {'p50':>8} {'p99':>8} {'max':>8} {'thr p50':>8} {'thr p99':>8} "
+            f"{'out/s':>8}  status",
         ]
         for name, e in report["latency"].items():
             lines.append(
                 f"{name:<11} {e.get('p50_ms', '-'):>8} {e.get('p99_ms', '-'):>8} "
-                f"{e.get('max_ms', '-'):>8} {e.get('output_per_second', '-'):>8}  {e['status']}"
+                f"{e.get('max_ms', '-'):>8} {e.get('through_p50_ms') or '-':>8} "
+                f"{e.get('through_p99_ms') or '-':>8} "
+                f"{e.get('output_per_second', '-'):>8}  {e['status']}"
             )
     if report["stalled_sink"]:
         bound = IN_FLIGHT_BOUND
@@ -1344,6 +1393,9 @@ def _describe_latency(got: dict[str, Any]) -> str:
         return f"{got['status']} {got.get('log_tail', '')[-300:]}"
     return (
         f"p50 {got['p50_ms']} ms  p99 {got['p99_ms']} ms  max {got['max_ms']} ms  "
+        f"(input log to output log: p50 {got.get('through_p50_ms')} p99 "
+        f"{got.get('through_p99_ms')} ms, mean {got.get('through_mean_ms')}; to it: mean "
+        f"{got.get('to_input_mean_ms')})  {got['context_switches_per_second']:,} switches/s  "
         f"delivered {got['delivered']:,}/{got['offered_records']:,}  {got['status']}"
     )
 
