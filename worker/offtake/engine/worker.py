@@ -164,6 +164,8 @@ class Worker:
         self.metrics.set_state(state)
 
     def _pause(self, paused: bool) -> None:
+        if not paused and not self.pauser.paused:
+            return  # nothing to pause and nothing paused: most iterations, a moment each
         why = (
             f" at {self.tracker.inflight_messages} in-flight record(s), "
             f"{self.tracker.inflight_bytes} bytes"
@@ -222,6 +224,7 @@ class Worker:
                 last = where
             run.append(msg)
         handed: list[Work] = []
+        consumed: dict[str, int] = {}  # per topic: one counter update per poll, not per run
         retry_topics = self.route.topics if self.route is not None else ()
         for where, run in runs.items():
             tp = TopicPartition(*where)
@@ -238,10 +241,12 @@ class Worker:
             ts_type, ts = run[0].timestamp()
             stamp = ts if ts_type and ts >= 0 else None
             self.tracker.register_batch(tp, offsets, size + RECORD_OVERHEAD * len(run), stamp)
-            self.metrics.consumed.labels(tp.topic).inc(len(run))
+            consumed[where[0]] = consumed.get(where[0], 0) + len(run)
             handed.append(Work(tp, epoch, run, offsets))
         if handed:
             self.stage.submit(handed)
+        for topic, n in consumed.items():
+            self.metrics.consumed.labels(topic).inc(n)
 
     def _not_due(self, msg: MessageLike, tp: TopicPartition, now_ms: float) -> bool:
         """A retry-topic record not yet due holds its partition: paused, fetched again later.
