@@ -830,6 +830,7 @@ def latency_run(
             result["log_tail"] = process.tail()
             return result
         began = time.monotonic()
+        began_ms = time.time() * 1000
         switches = sum(process.switches.values())
         i = 0
         while i < total:
@@ -843,6 +844,7 @@ def latency_run(
         producer.flush(30)
         offered_seconds = time.monotonic() - began
         switches = sum(process.switches.values()) - switches
+        window = [(at, used) for at, used in process.cpu_samples if at >= began_ms]
         done = _wait_for(watcher, output, WARMUP_RECORDS + total, process, 60)
     finally:
         process.stop()
@@ -855,6 +857,12 @@ def latency_run(
         offered_seconds=round(offered_seconds, 2),
         delivered=len(first),
         context_switches_per_second=round(switches / offered_seconds),
+        # The contender's CPU (all threads) while records were offered, in % of one core.
+        cpu_percent=round(
+            100 * (window[-1][1] - window[0][1]) / ((window[-1][0] - window[0][0]) / 1000), 1
+        )
+        if len(window) > 1
+        else None,
     )
     if latencies:
         result.update(
@@ -1396,6 +1404,7 @@ def _describe_latency(got: dict[str, Any]) -> str:
         f"(input log to output log: p50 {got.get('through_p50_ms')} p99 "
         f"{got.get('through_p99_ms')} ms, mean {got.get('through_mean_ms')}; to it: mean "
         f"{got.get('to_input_mean_ms')})  {got['context_switches_per_second']:,} switches/s  "
+        f"cpu {got.get('cpu_percent')}%  "
         f"delivered {got['delivered']:,}/{got['offered_records']:,}  {got['status']}"
     )
 
