@@ -158,3 +158,17 @@ def test_settlements_find_their_chunk_among_many_with_gaps_between_them() -> Non
     assert t.position(TP) == 5  # 5 pending: nothing at or above it is committed
     assert t.settle(TP, 5, e)
     assert t.pending_in(None) == 0 and t.position(TP) == 16
+
+
+def test_a_chunk_that_starts_lower_than_an_older_one_hides_nothing() -> None:
+    # A share group may deliver a record again (its lock expired) while the poll that first
+    # brought it is still tracked: the newer chunk starts below the older ones.
+    t = OffsetTracker()
+    e = t.assign(TP)
+    t.register_batch(TP, [100, 101, 102], 30, None)
+    t.register_batch(TP, [103, 104], 20, None)
+    t.register_batch(TP, [101], 10, None)  # delivered again
+    assert t.pending_in(None) == 6
+    assert t.settle_many(TP, [103, 104], e) and t.pending_in(None) == 4
+    assert t.settle(TP, 102, e) and t.pending_in(None) == 3
+    assert t.settle(TP, 101, e) and t.pending_in(None) == 2

@@ -118,11 +118,11 @@ class _Partition:
     def chunk_of(self, offset: int) -> _Chunk | None:
         # Newest first: what settles is mostly the latest work, and before it wait the chunks
         # settled since the last acknowledged commit (hundreds of small ones at a moderate
-        # rate, a few records per poll). Chunks ascend: within an assignment nothing is
-        # consumed twice (a retry hold seeks back only to records it did not take).
+        # rate, a few records per poll). No early stop: chunks need not ascend (a share group
+        # may deliver a record again while the poll that first brought it is still here).
         for chunk in reversed(self.chunks):
-            if chunk.offsets[0] <= offset:
-                return chunk if offset <= chunk.offsets[-1] else None
+            if chunk.offsets[0] <= offset <= chunk.offsets[-1]:
+                return chunk
         return None
 
 
