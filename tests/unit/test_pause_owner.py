@@ -71,3 +71,14 @@ def test_revoked_partitions_are_forgotten_and_a_refused_seek_holds_nothing() -> 
     q = pauser(refusing)
     assert not q.hold(RETRY, 7, until=10.0)  # the caller takes the record now instead
     assert not q.held and refusing.paused == set()
+
+
+def test_forgetting_paused_partitions_updates_the_paused_gauge() -> None:
+    # A revoke while paused: the gauge must say so at once, not at the next pause decision
+    # (the poll loop makes none while nothing is paused).
+    source = FakeSource()
+    p = pauser(source)
+    p.apply({SRC, RETRY}, True)
+    assert p.metrics.paused_partitions._value.get() == 2
+    p.forget({SRC, RETRY})
+    assert not p.paused and p.metrics.paused_partitions._value.get() == 0

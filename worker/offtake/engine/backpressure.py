@@ -159,4 +159,5 @@ class PartitionPauser:
         self.paused -= partitions
         for tp in partitions:
             self.held.pop(tp, None)
+        self.metrics.paused_partitions.set(len(self.paused))
         self.metrics.delayed_partitions.set(len(self.held))
