@@ -92,36 +92,23 @@ def test_a_value_that_cannot_be_encoded_fails_its_record_and_settles_the_batch()
     from collections.abc import Mapping
     from typing import Any
 
+    from offtake.kafka.memory import MemoryBroker
     from offtake.records import Record
     from offtake.sinks.base import SinkBatch, SinkItem
     from offtake.sinks.kafka import KafkaSink
-
-    class Producer:
-        def __init__(self) -> None:
-            self.sent: list[tuple[Any, Any]] = []
-            self._reports: list[Any] = []
-
-        def produce(self, topic: str, value: Any, key: Any, partition: int, cb: Any) -> None:
-            self.sent.append((key, value))
-            self._reports.append(cb)
-
-        def poll(self, timeout: float = 0) -> int:
-            reports, self._reports = self._reports, []
-            for cb in reports:
-                cb(None, None)
-            return len(reports)
 
     def item(offset: int, values: list[Any]) -> SinkItem:
         record = Record("in", 0, offset, b"k%d" % offset, None, (), None, b"raw")
         return SinkItem(record, values)
 
-    producer = Producer()
-    sink = KafkaSink(producer, "out")  # type: ignore[arg-type]
+    broker = MemoryBroker()
+    broker.create_topic("out", 1)
+    sink = KafkaSink(broker.clients().producer({}), "out")
     settled: list[tuple[SinkBatch, Mapping[int, BaseException]]] = []
     sink.start(lambda batch, failed: settled.append((batch, failed)))
     sink.submit(SinkBatch.of([item(0, [{"a": 1}, {1, 2}, {"c": 3}]), item(1, [{"b": 2}])]))
-    sink.poll()
-    assert producer.sent == [(b"k1", b'{"b":2}')]
+    assert sink.drain(None, 5.0)
+    assert [(m.key(), m.value()) for m in broker.records("out")] == [(b"k1", b'{"b":2}')]
     ((batch, failed),) = settled
     assert list(failed) == [0] and "set" in str(failed[0])
     assert batch.offsets == [0, 1]
