@@ -177,33 +177,24 @@ def cpu_between(samples: Sequence[tuple[float, float]], start_ms: int, end_ms: i
     return after[0] - before[-1]
 
 
-def _thread_cpu(pid: int, tick: int) -> dict[str, tuple[str, float]]:
-    """CPU seconds of each live thread of a process: thread id -> (name, seconds)."""
-    out: dict[str, tuple[str, float]] = {}
-    for task in Path(f"/proc/{pid}/task").glob("*/stat"):
+def _thread_samples(pid: int, tick: int) -> dict[str, tuple[str, float, int]]:
+    """Each live thread of a process: thread id -> (name, CPU seconds, context switches, both
+    voluntary and not)."""
+    out: dict[str, tuple[str, float, int]] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            text = task.read_text()
+            text = (task / "stat").read_text()
+            status = (task / "status").read_text().splitlines()
         except OSError:
             continue
         name = text[text.index("(") + 1 : text.rindex(")")]
         fields = text.rpartition(")")[2].split()
-        out[task.parent.name] = (name, (int(fields[11]) + int(fields[12])) / tick)
-    return out
-
-
-def _thread_switches(pid: int) -> dict[str, int]:
-    """Context switches (voluntary and not) of each live thread of a process, by thread id."""
-    out: dict[str, int] = {}
-    for task in Path(f"/proc/{pid}/task").glob("*/status"):
-        try:
-            lines = task.read_text().splitlines()
-        except OSError:
-            continue
-        out[task.parent.name] = sum(
+        switches = sum(
             int(line.split()[1])
-            for line in lines
+            for line in status
             if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"))
         )
+        out[task.name] = (name, (int(fields[11]) + int(fields[12])) / tick, switches)
     return out
 
 
@@ -501,8 +492,9 @@ class Process:
             # utime and stime: fields 14 and 15 of proc(5), 12 and 13 after the ")".
             cpu = (int(fields[11]) + int(fields[12])) / tick
             self.cpu_samples.append((time.time() * 1000, cpu))
-            self.threads.update(_thread_cpu(self.proc.pid, tick))
-            self.switches.update(_thread_switches(self.proc.pid))
+            for tid, (name, used, switches) in _thread_samples(self.proc.pid, tick).items():
+                self.threads[tid] = (name, used)
+                self.switches[tid] = switches
             time.sleep(0.05)
 
     def exited(self) -> int | None:
@@ -843,11 +835,12 @@ def latency_run(
             time.sleep(0.001)
         producer.flush(30)
         offered_seconds = time.monotonic() - began
+        offered_ms = time.time() * 1000
         switches = sum(process.switches.values()) - switches
-        window = [(at, used) for at, used in process.cpu_samples if at >= began_ms]
         done = _wait_for(watcher, output, WARMUP_RECORDS + total, process, 60)
     finally:
         process.stop()
+    cpu = cpu_between(process.cpu_samples, began_ms, offered_ms)
     first = _first_stamps(broker.bootstrap, output)
     appended = _first_stamps(broker.bootstrap, source)
     latencies = sorted(stamp - sent_ms[i] for i, stamp in first.items())
@@ -858,11 +851,7 @@ def latency_run(
         delivered=len(first),
         context_switches_per_second=round(switches / offered_seconds),
         # The contender's CPU (all threads) while records were offered, in % of one core.
-        cpu_percent=round(
-            100 * (window[-1][1] - window[0][1]) / ((window[-1][0] - window[0][0]) / 1000), 1
-        )
-        if len(window) > 1
-        else None,
+        cpu_percent=None if cpu is None else round(100 * cpu / offered_seconds, 1),
     )
     if latencies:
         result.update(
