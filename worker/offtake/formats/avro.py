@@ -31,11 +31,14 @@ def _is_bytes(schema: Any) -> bool:
     return schema == "bytes" or (isinstance(schema, dict) and schema.get("type") == "bytes")
 
 
+# confluent-kafka's deserializer refuses a value with no payload byte (even one its serializer
+# wrote, an empty ``bytes``): read alike.
+_NO_PAYLOAD = f"no payload after the {HEADER_SIZE}-byte header"
+
+
 def _payload(raw: bytes) -> bytes:
-    # confluent-kafka's deserializer refuses a value with no payload byte (even one its
-    # serializer wrote, an empty ``bytes``): read alike.
     if len(raw) <= HEADER_SIZE:
-        raise ValueError(f"no payload after the {HEADER_SIZE}-byte header")
+        raise ValueError(_NO_PAYLOAD)
     return raw[HEADER_SIZE:]
 
 
@@ -48,7 +51,11 @@ class AvroDecoder(SchemaDecoder):
             return lambda raw, topic: _payload(raw)
 
         def read(raw: bytes, topic: str) -> Any:
-            return schemaless_reader(io.BytesIO(_payload(raw)), writer, None)
+            if len(raw) <= HEADER_SIZE:
+                raise ValueError(_NO_PAYLOAD)
+            value = io.BytesIO(raw)  # shares raw's buffer: reading past the header copies nothing
+            value.seek(HEADER_SIZE)
+            return schemaless_reader(value, writer, None)
 
         return read
 

@@ -71,13 +71,15 @@ class SchemaDecoder(Decoder):
 
     def __init__(self, client: SchemaRegistryClient) -> None:
         self._client = client
-        self._readers: dict[int, Reader] = {}
+        # Keyed by a value's whole header (the magic byte and the schema id): the fast path
+        # finds a known writer schema's reader with one slice and one lookup.
+        self._readers: dict[bytes, Reader] = {}
         self._serde: Reader | None = None
 
     def value(self, raw: bytes, topic: str) -> Any:
         schema_id = wire_schema_id(raw)
         try:
-            read = self._readers.get(schema_id)
+            read = self._readers.get(raw[:HEADER_SIZE])
             if read is None:
                 read = self._reader(schema_id)
             return read(raw, topic)
@@ -99,10 +101,9 @@ class SchemaDecoder(Decoder):
         readers = self._readers
 
         def read(raw: bytes) -> Any:
-            if raw[:1] == b"\x00":
-                reader = readers.get(int.from_bytes(raw[1:HEADER_SIZE], "big"))
-                if reader is not None:
-                    return reader(raw, topic)
+            reader = readers.get(raw[:HEADER_SIZE])
+            if reader is not None:
+                return reader(raw, topic)
             raise _NotKnown
 
         return read, (Exception,)
@@ -120,7 +121,7 @@ class SchemaDecoder(Decoder):
             ) from None
         # A schema that does not parse fails this record (not cached: tried again).
         read = self._serde_reader() if self.needs_serde(schema) else self.reader(schema)
-        self._readers[schema_id] = read
+        self._readers[header(schema_id)] = read
         return read
 
     def _fetch(self, schema_id: int) -> Schema:
