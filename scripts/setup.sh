@@ -76,6 +76,21 @@ else
       echo "could not install uv; falling back to pip (slower)"
   fi
   packages=(-e '.[operator,spark,test,kubectl]' -e ./examples)
+  # pyspark is published as a source distribution only (450 MB). This machine kind's HTTPS
+  # proxy serves PyPI's files without their cache headers, so uv took its cached download for
+  # stale: every fresh clone downloaded it again and built it again (about a minute, and 1.4 GB
+  # more of uv's cache each time). A wheel is built once per version into the cache's wheels/
+  # instead (under a lock: setups may run side by side), and both installers look there first.
+  wheels="${OFFTAKE_CACHE:-$HOME/.cache/offtake}/wheels"
+  mkdir -p "$wheels"
+  spark_requirement=$("$VENV/bin/python" -c '
+import tomllib
+extra = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["spark"]
+print(next(r for r in extra if r.startswith("pyspark")).replace("[connect]", ""))')
+  flock "$wheels/.lock" "$VENV/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps \
+    --find-links "$wheels" -w "$wheels" "$spark_requirement" ||
+    echo "could not build a wheel of $spark_requirement into $wheels; the installer builds it"
+  packages=(--find-links "$wheels" "${packages[@]}")
   if [[ -x $VENV/bin/uv ]]; then
     # Without a terminal uv prints no progress bars: its summary lines say what it fetched,
     # built and installed, and how long each took; its list of every package installed
