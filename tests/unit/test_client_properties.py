@@ -289,11 +289,11 @@ def test_the_sinks_producer_refuses_them_from_a_spec_built_in_code() -> None:
         producer_config(spec, {"plugin.library.paths": "/tmp/evil.so"})
 
 
-def test_producers_linger_one_millisecond_unless_the_spec_says_otherwise() -> None:
+def test_producers_linger_two_milliseconds_unless_the_spec_says_otherwise() -> None:
     # A record's commit waits for its delivery, and its delivery for the linger: the default
     # is short; a pipeline that wants fuller batches sets it.
     spec = parse_pipeline(minimal())
-    assert producer_config(spec)["linger.ms"] == "1"
+    assert producer_config(spec)["linger.ms"] == "2"
     assert producer_config(spec, {"linger.ms": "20"})["linger.ms"] == "20"
     tuned = parse_pipeline(with_map("spec.kafka.config", {"linger.ms": "50"}))
     assert producer_config(tuned)["linger.ms"] == "50"

@@ -168,9 +168,10 @@ def share_consumer_config(spec: PipelineSpec) -> dict[str, Any]:
 
 # How long a producer holds records for a fuller batch (librdkafka: 5 ms). Each record's way
 # to the output log waits up to this, and its commit behind it; under load batches fill while
-# requests are in flight anyway. 1 ms: p99 at 10,000 records/s 7.8-11.1 ms against 12.1-15.8 ms
-# with 5, throughput unchanged (docs/bench.md, session 8).
-PRODUCER_LINGER_MS = 1
+# requests are in flight anyway. At 10,000 records/s (docs/bench.md, session 8) 2 ms keeps
+# most of 1 ms's lower latency (own p99 5-6 ms, 1 ms: 4-5, 5 ms: 8-9) with half its produce
+# requests (375/s against 714/s; 5 ms: 184/s). Throughput was the same with 1 and 5.
+PRODUCER_LINGER_MS = 2
 
 
 def producer_config(spec: PipelineSpec, overrides: dict[str, str] | None = None) -> dict[str, Any]:
