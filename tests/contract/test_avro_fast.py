@@ -1,0 +1,404 @@
+"""offtake.formats.avro_fast against fastavro, which it stands in for on the hot path.
+
+Its rule: a closure gives exactly what fastavro's ``schemaless_reader``/``schemaless_writer``
+give, or raises (and then fastavro answers). Held here on a generated corpus of values for
+schemas of every Avro type, on those values' bytes mutated (cut, flipped, extended, hostile
+varints), and on values of neighbouring Python types; and through AvroDecoder and AvroEncoder,
+whose answer must be fastavro's, value or error, every time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import math
+import random
+import uuid
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from confluent_kafka.schema_registry import Schema
+from fastavro import schemaless_reader, schemaless_writer
+
+from offtake.formats.avro import AvroDecoder, AvroEncoder, parsed
+from offtake.formats.avro_fast import build_reader, build_writer
+
+VALUES = 300
+UTC = dt.UTC
+
+COLOR = {"type": "enum", "name": "Color", "symbols": ["RED", "GREEN", "BLUE"]}
+POINT = {
+    "type": "record",
+    "name": "Point",
+    "fields": [{"name": "x", "type": "double"}, {"name": "y", "type": "float"}],
+}
+SCHEMAS: dict[str, Any] = {
+    "flat": {
+        "type": "record",
+        "name": "Order",
+        "namespace": "t",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "n", "type": "int"},
+            {"name": "customer", "type": "string"},
+            {"name": "amount", "type": "double"},
+            {"name": "ratio", "type": "float"},
+            {"name": "ok", "type": "boolean"},
+            {"name": "blob", "type": "bytes"},
+            {"name": "nothing", "type": "null"},
+        ],
+    },
+    "optional": {
+        "type": "record",
+        "name": "Opt",
+        "fields": [
+            {"name": "a", "type": ["null", "string"]},
+            {"name": "b", "type": ["long", "null"]},
+            {"name": "c", "type": ["null", POINT]},
+            {"name": "d", "type": ["null", {"type": "array", "items": "int"}]},
+            {"name": "e", "type": ["null", {"type": "map", "values": "double"}]},
+            {"name": "f", "type": ["null", COLOR]},
+        ],
+    },
+    "nested": {
+        "type": "record",
+        "name": "Nested",
+        "namespace": "t.n",
+        "fields": [
+            {"name": "color", "type": COLOR},
+            {"name": "again", "type": "Color"},
+            {"name": "hash", "type": {"type": "fixed", "name": "Hash", "size": 4}},
+            {"name": "points", "type": {"type": "array", "items": POINT}},
+            {"name": "where", "type": "Point"},
+            {
+                "name": "tags",
+                "type": {"type": "map", "values": {"type": "array", "items": "string"}},
+            },
+            {"name": "java", "type": {"type": "string", "avro.java.string": "String"}},
+        ],
+    },
+    "logical": {
+        "type": "record",
+        "name": "Times",
+        "fields": [
+            {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+            {"name": "ts_ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+            {"name": "ts_us", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+            {"name": "t_ms", "type": {"type": "int", "logicalType": "time-millis"}},
+            {"name": "uid", "type": {"type": "string", "logicalType": "uuid"}},
+            {
+                "name": "dec",
+                "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 3},
+            },
+            {
+                "name": "money",
+                "type": {
+                    "type": "fixed",
+                    "name": "Money",
+                    "size": 8,
+                    "logicalType": "decimal",
+                    "precision": 15,
+                    "scale": 2,
+                },
+            },
+            {"name": "odd", "type": {"type": "long", "logicalType": "not-a-known-type"}},
+        ],
+    },
+    "choices": {  # read by the closures; written by fastavro (its validation picks the branch)
+        "type": "record",
+        "name": "Choices",
+        "fields": [
+            {"name": "choice", "type": ["null", "long", "string", POINT]},
+            {"name": "ts", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}]},
+        ],
+    },
+    "top-union": ["null", "string", "long"],
+    "top-string": "string",
+}
+NOT_BUILT = {
+    "recursive": (
+        {
+            "type": "record",
+            "name": "Node",
+            "fields": [
+                {"name": "v", "type": "long"},
+                {"name": "next", "type": ["null", "Node"]},
+            ],
+        },
+        "both",
+    ),
+    "array of nulls": ({"type": "array", "items": "null"}, "reader"),
+    "array of empty records": (
+        {"type": "array", "items": {"type": "record", "name": "E", "fields": []}},
+        "reader",
+    ),
+}
+
+
+def _value(schema: Any, named: dict[str, Any], rng: random.Random, depth: int = 0) -> Any:
+    if isinstance(schema, list):
+        return _value(rng.choice(schema), named, rng, depth)
+    if isinstance(schema, str):
+        if schema in named:
+            return _value(named[schema], named, rng, depth)
+        schema = {"type": schema}
+    kind, logical = schema["type"], schema.get("logicalType")
+    if isinstance(schema.get("name"), str):
+        named.setdefault(schema["name"], schema)
+        named.setdefault(schema["name"].rsplit(".", 1)[-1], schema)
+    if logical == "date":
+        return dt.date(1970, 1, 1) + dt.timedelta(days=rng.randint(-3000, 30000))
+    if logical in ("timestamp-millis", "timestamp-micros"):
+        micros = rng.randint(-(10**15), 10**16)
+        if logical == "timestamp-millis":
+            micros -= micros % 1000
+        return dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(microseconds=micros)
+    if logical == "time-millis":
+        return (dt.datetime.min + dt.timedelta(milliseconds=rng.randrange(86_400_000))).time()
+    if logical == "uuid":
+        return uuid.UUID(int=rng.getrandbits(128))
+    if logical == "decimal":
+        digits = rng.randint(-(10 ** (schema["precision"] - 1)), 10 ** (schema["precision"] - 1))
+        return Decimal(digits).scaleb(-schema["scale"])
+    if kind == "null":
+        return None
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "int":
+        return rng.choice([0, 1, -1, 63, 64, -65, 2**31 - 1, -(2**31), rng.randint(-999, 999)])
+    if kind == "long":
+        return rng.choice([0, -1, 63, 64, 2**63 - 1, -(2**63), rng.randint(-(2**40), 2**40)])
+    if kind == "float":
+        return rng.choice([0.0, -0.0, 1.5, math.inf, -math.inf, rng.uniform(-1e6, 1e6)])
+    if kind == "double":
+        return rng.choice([0.0, -0.0, 1e308, 5e-324, math.inf, rng.uniform(-1e12, 1e12)])
+    if kind == "string":
+        return "".join(rng.choice("aZ9 é€𝄞\x00") for _ in range(rng.choice([0, 1, 5, 63, 64, 200])))
+    if kind == "bytes":
+        return rng.randbytes(rng.choice([0, 1, 63, 64, 300]))
+    if kind == "fixed":
+        return rng.randbytes(schema["size"])
+    if kind == "enum":
+        return rng.choice(schema["symbols"])
+    if kind == "array":
+        return [_value(schema["items"], named, rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    if kind == "map":
+        return {
+            f"k{i}": _value(schema["values"], named, rng, depth + 1)
+            for i in range(rng.randint(0, 4))
+        }
+    return {f["name"]: _value(f["type"], named, rng, depth + 1) for f in schema["fields"]}
+
+
+def _fa_write(schema: Any, value: Any) -> bytes:
+    out = io.BytesIO()
+    schemaless_writer(out, schema, value)
+    return out.getvalue()
+
+
+def _fa_read(schema: Any, data: bytes) -> Any:
+    return schemaless_reader(io.BytesIO(data), schema, None)
+
+
+def _corpus(name: str) -> tuple[Any, list[Any]]:
+    schema = parsed(json.dumps(SCHEMAS[name]))
+    rng = random.Random(f"avro-fast-{name}")
+    named: dict[str, Any] = {}
+    return schema, [_value(SCHEMAS[name], named, rng) for _ in range(VALUES)]
+
+
+def _same(a: Any, b: Any) -> bool:
+    # NaN is not equal to itself: compare floats by their bits' meaning
+    return repr(a) == repr(b)
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_closures_read_what_fastavro_wrote_as_fastavro_reads_it(name: str) -> None:
+    schema, values = _corpus(name)
+    read = build_reader(schema)
+    assert read is not None, f"{name}: no closures built"
+    for value in values:
+        data = _fa_write(schema, value)
+        got, end = read(data, 0)
+        assert _same(got, _fa_read(schema, data)), (name, value)
+        assert end == len(data)
+
+
+@pytest.mark.parametrize("name", sorted(set(SCHEMAS) - {"choices", "top-union"}))
+def test_closures_write_the_bytes_fastavro_writes(name: str) -> None:
+    schema, values = _corpus(name)
+    write = build_writer(schema)
+    assert write is not None, f"{name}: no closures built"
+    for value in values:
+        out = bytearray()
+        write(value, out)
+        assert bytes(out) == _fa_write(schema, value), (name, value)
+
+
+def test_a_union_fastavro_must_validate_to_pick_is_left_to_it() -> None:
+    assert build_writer(parsed(json.dumps(SCHEMAS["choices"]))) is None
+    assert build_writer(parsed(json.dumps(SCHEMAS["top-union"]))) is None
+
+
+@pytest.mark.parametrize("name", sorted(NOT_BUILT))
+def test_schemas_the_closures_do_not_take_are_fastavros(name: str) -> None:
+    schema, side = NOT_BUILT[name]
+    schema = parsed(json.dumps(schema))
+    assert build_reader(schema) is None
+    assert (build_writer(schema) is None) == (side == "both")
+
+
+def _mutations(data: bytes, rng: random.Random) -> list[bytes]:
+    out = [data[:cut] for cut in range(len(data))]  # every truncation
+    for _ in range(20):
+        flipped = bytearray(data or b"\0")
+        flipped[rng.randrange(len(flipped))] = rng.randrange(256)
+        out.append(bytes(flipped))
+    out += [data + b"\x00", data + b"\xff" * 3]
+    out += [b"\xff" * 11 + data, b"\x80" * 9 + b"\x7f" + data, b"\x01" + data]  # hostile varints
+    out += [b"\x81\x80\x80\x80\x80\x80\x80\x80\x80\x01" + data]  # a count of -2**63
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_on_mutated_bytes_the_closures_agree_with_fastavro_or_raise(name: str) -> None:
+    schema, values = _corpus(name)
+    read = build_reader(schema)
+    assert read is not None
+    rng = random.Random(f"mutate-{name}")
+    agreed = raised = 0
+    for value in values[:60]:
+        for data in _mutations(_fa_write(schema, value), rng):
+            try:
+                got = read(data, 0)[0]
+            except Exception:
+                raised += 1
+                continue
+            expected = _fa_read(schema, data)  # must not raise where the closures did not
+            assert _same(got, expected), (name, data)
+            agreed += 1
+    assert agreed and raised  # both sides of the rule were exercised
+
+
+class _Dict(dict[str, Any]):
+    pass
+
+
+class _Str(str):
+    pass
+
+
+ODD_FIELDS: list[tuple[str, Any]] = [
+    ("id", True),
+    ("id", 1.0),
+    ("id", 2**63),
+    ("id", -(2**63) - 1),
+    ("n", 2**31),
+    ("n", -(2**31) - 1),
+    ("n", False),
+    ("amount", 3),
+    ("amount", "NaN"),
+    ("amount", True),
+    ("ratio", math.nan),
+    ("ratio", 1e39),
+    ("ratio", 2),
+    ("ok", 1),
+    ("ok", None),
+    ("customer", _Str("x")),
+    ("customer", b"x"),
+    ("customer", "\ud800"),
+    ("blob", bytearray(b"x")),
+    ("blob", "x"),
+    ("nothing", 0),
+]
+
+
+@pytest.mark.parametrize(("field", "odd"), ODD_FIELDS, ids=[f"{f}={v!r}" for f, v in ODD_FIELDS])
+def test_odd_values_are_written_as_fastavro_writes_them_or_left_to_it(field: str, odd: Any) -> None:
+    schema, values = _corpus("flat")
+    write = build_writer(schema)
+    assert write is not None
+    value = dict(values[0], **{field: odd})
+    _agree_or_raise(write, schema, value)
+
+
+def _agree_or_raise(write: Any, schema: Any, value: Any) -> None:
+    out = bytearray()
+    try:
+        write(value, out)
+    except Exception:
+        return
+    assert bytes(out) == _fa_write(schema, value)
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {"a": None, "b": None, "c": {"x": 1.0, "y": 2.0, "-type": "Other"}},
+        {"a": None, "b": None, "c": {"x": 1.0, "y": 2.0, "-type": "Point"}},
+        {"a": ("string", "x")},
+        {"c": {"x": 1.0}},
+        {"c": _Dict(x=1.0, y=2.0)},
+        {"d": (1, 2)},
+        {"d": [2**31]},
+        {"e": {1: 1.0}},
+        {"f": "PURPLE"},
+        {"b": True},
+    ],
+)
+def test_odd_values_below_a_union_are_fastavros_to_validate(odd: dict[str, Any]) -> None:
+    schema, values = _corpus("optional")
+    write = build_writer(schema)
+    assert write is not None
+    _agree_or_raise(write, schema, dict(values[0], **odd))
+
+
+def test_missing_and_extra_fields_are_written_as_fastavro_writes_them() -> None:
+    schema, values = _corpus("flat")
+    write = build_writer(schema)
+    assert write is not None
+    extra = dict(values[1], unknown="ignored")
+    _agree_or_raise(write, schema, extra)
+    out = bytearray()
+    write(extra, out)  # an extra key is ignored by both
+    missing = dict(values[1])
+    del missing["customer"]
+    with pytest.raises(KeyError):
+        write(missing, bytearray())  # fastavro's to refuse, with its message
+
+
+def _outcome(call: Any, *args: Any) -> tuple[str, Any]:
+    try:
+        return "value", call(*args)
+    except Exception as exc:
+        return "error", type(exc).__name__
+
+
+@pytest.mark.parametrize("name", ["flat", "nested", "logical", "choices"])
+def test_the_decoder_answers_as_fastavro_on_every_mutation(name: str) -> None:
+    schema, values = _corpus(name)
+    read = AvroDecoder.reader(
+        AvroDecoder.__new__(AvroDecoder), Schema(json.dumps(SCHEMAS[name]), "AVRO")
+    )
+    rng = random.Random(f"decoder-{name}")
+    for value in values[:30]:
+        for data in _mutations(_fa_write(schema, value), rng):
+            ours = _outcome(read, b"\x00\x00\x00\x00\x01" + data, "t")
+            if not data:
+                assert ours == ("error", "ValueError")  # no payload: as confluent-kafka's
+                continue
+            theirs = _outcome(_fa_read, schema, data)
+            assert ours[0] == theirs[0] and _same(ours[1], theirs[1]), (name, data)
+
+
+@pytest.mark.parametrize("name", ["flat", "optional", "choices"])
+def test_the_encoder_answers_as_fastavro(name: str) -> None:
+    schema, values = _corpus(name)
+    encoder = AvroEncoder(json.dumps(SCHEMAS[name]), 7)
+    odd = [dict(values[0], **{f: v}) for f, v in ODD_FIELDS] if name == "flat" else []
+    for value in values + odd:
+        ours = _outcome(encoder.encode, value)
+        theirs = _outcome(lambda v: b"\x00\x00\x00\x00\x07" + _fa_write(schema, v), value)
+        assert ours == theirs, (name, value)
