@@ -11,9 +11,8 @@ and on any exception the caller asks fastavro, whose answer (value, bytes or err
 answer. So every quirk of fastavro on odd input (a negative length, an out-of-range union or
 enum index, a varint past 64 bits, a string cut short at the end of the value, a value of a
 neighbouring Python type) is fastavro's, not a second reading of it. ``build_reader`` and
-``build_writer`` return None for a schema they do not take (recursive types, an array of
-zero-width items, a union the writer cannot pick a branch of without fastavro's validation,
-logical types inside such a union); fastavro then reads and writes every value of it.
+``build_writer`` return None for a schema they do not take (a recursive type, to read; an array
+of zero-width items); fastavro then reads or writes every value of it.
 ``tests/contract/test_avro_fast.py`` holds both to fastavro on a generated corpus and on
 mutated bytes.
 """
@@ -330,17 +329,14 @@ def _writer_record(fields: tuple[tuple[str, Write], ...], validating: bool) -> W
     return write
 
 
-def _writer_optional(null_index: int, other: Write) -> Write:
-    # ["null", X] (either order): fastavro picks the first branch that validates the value;
-    # null validates None only and X's closure accepts only what X validates.
-    other_index = 1 - null_index
-
+def _writer_by_type(branches: dict[type, tuple[bytes, Write]]) -> Write:
+    # By the value's exact Python type, the one branch that can take it (see _VALIDATES).
     def write(value: Any, out: bytearray) -> None:
-        if value is None:
-            out.append(null_index << 1)
-        else:
-            out.append(other_index << 1)
-            other(value, out)
+        branch = branches.get(type(value))
+        if branch is None:
+            raise NotFast
+        out += branch[0]
+        branch[1](value, out)
 
     return write
 
@@ -351,6 +347,27 @@ def _writer_logical(base: Write, prepare: Callable[..., Any], schema: dict[str, 
 
     return write
 
+
+# fastavro writes a union's value in the first branch its validation accepts (a record: the one
+# sharing most fields; float: double if one follows). Which Python types each kind of branch
+# accepts there (fastavro/_validation.pyx): a type that only one branch accepts picks that
+# branch, as fastavro would; a value of a type two branches accept (an int in ["int", "long"],
+# a str in [enum, "string"]), or of any other type (a tuple, a subclass), is fastavro's.
+_VALIDATES: dict[str, tuple[type, ...]] = {
+    "null": (type(None),),
+    "boolean": (bool,),
+    "int": (int,),
+    "long": (int,),
+    "float": (int, float),
+    "double": (int, float),
+    "string": (str,),
+    "enum": (str,),
+    "bytes": (bytes, bytearray),
+    "fixed": (bytes, bytearray),
+    "array": (list,),
+    "map": (dict,),
+    "record": (dict,),
+}
 
 _PRIMITIVE_WRITERS: dict[str, Write] = {
     "null": _write_null,
@@ -458,11 +475,30 @@ class _Builder:
         return write
 
     def _writer_union(self, branches: list[Any]) -> Write:
-        kinds = [self._resolve(branch)[1] for branch in branches]
-        if len(branches) != 2 or kinds.count("null") != 1 or "union" in kinds:
-            raise NotFast  # which branch fastavro picks is its validation's to say
-        null_index = kinds.index("null")
-        return _writer_optional(null_index, self.writer(branches[1 - null_index], True))
+        takers: dict[type, list[int]] = {}
+        for i, branch in enumerate(branches):
+            kind = self._resolve(branch)[1]
+            if kind == "union":
+                raise NotFast
+            for python_type in _VALIDATES[kind]:
+                takers.setdefault(python_type, []).append(i)
+        writers: dict[int, Write | None] = {}
+        picked: dict[type, tuple[bytes, Write]] = {}
+        for python_type, indexes in takers.items():
+            if len(indexes) != 1:
+                continue
+            i = indexes[0]
+            if i not in writers:
+                try:
+                    writers[i] = self.writer(branches[i], True)
+                except NotFast:  # a recursive type, a logical one: its values are fastavro's
+                    writers[i] = None
+            write = writers[i]
+            if write is not None:
+                index = bytearray()
+                _write_varint(i, index)
+                picked[python_type] = (bytes(index), write)
+        return _writer_by_type(picked)
 
     def _writer_of(self, schema: Any, kind: str, validating: bool) -> Write:
         if kind in _PRIMITIVE_WRITERS:
