@@ -291,6 +291,13 @@ def test_schemas_the_closures_do_not_take_are_fastavros(name: str) -> None:
     assert (build_writer(schema) is None) == (side == "both")
 
 
+@pytest.mark.parametrize("size", [-1, "4", 4.5, True, None])
+def test_a_fixed_size_fastavro_parses_but_no_reader_could_is_left_to_it(size: Any) -> None:
+    schema = parsed(json.dumps({"type": "fixed", "name": "F", "size": size}))
+    assert build_reader(schema) is None
+    assert build_writer(schema) is None
+
+
 def _mutations(data: bytes, rng: random.Random) -> list[bytes]:
     out = [data[:cut] for cut in range(len(data))]  # every truncation
     for _ in range(20):

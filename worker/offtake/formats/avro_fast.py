@@ -384,6 +384,15 @@ _PRIMITIVE_WRITERS: dict[str, Write] = {
 # -- building ----------------------------------------------------------------------------------
 
 
+def _size(schema: dict[str, Any]) -> int:
+    # fastavro parses any size (-1, "4", 4.5) and reads fo.read(size) with it: such a schema is
+    # fastavro's, a negative size must not move a closure's position backwards.
+    size = schema.get("size")
+    if type(size) is not int or size < 0:
+        raise NotFast
+    return size
+
+
 class _Builder:
     """One walk of a parsed schema (fastavro's ``parse_schema``: named types by full name)."""
 
@@ -443,7 +452,7 @@ class _Builder:
         if kind in _PRIMITIVE_READERS:
             return _PRIMITIVE_READERS[kind]
         if kind == "fixed":
-            return _reader_fixed(int(schema["size"]))
+            return _reader_fixed(_size(schema))
         if kind == "enum":
             return _reader_enum(tuple(schema["symbols"]))
         if kind == "array":
@@ -504,7 +513,7 @@ class _Builder:
         if kind in _PRIMITIVE_WRITERS:
             return _PRIMITIVE_WRITERS[kind]
         if kind == "fixed":
-            return _writer_fixed(int(schema["size"]))
+            return _writer_fixed(_size(schema))
         if kind == "enum":
             return _writer_enum(tuple(schema["symbols"]))
         if kind == "array":
@@ -529,7 +538,7 @@ class _Builder:
         if kind == "null":
             return 0
         if kind == "fixed":
-            return min(int(schema["size"]), 1)
+            return min(_size(schema), 1)
         if kind == "record":
             return min(
                 sum(self._min_width(field["type"], depth + 1) for field in schema["fields"]), 1
@@ -541,7 +550,7 @@ def build_reader(schema: Any) -> Read | None:
     """Closures that read values of a parsed writer schema, or None if fastavro must."""
     try:
         return _Builder(schema).reader(schema)
-    except (NotFast, KeyError, TypeError, ValueError):
+    except (NotFast, KeyError, TypeError, ValueError, RecursionError):
         return None
 
 
@@ -549,5 +558,5 @@ def build_writer(schema: Any) -> Write | None:
     """Closures that write values of a parsed schema, or None if fastavro must."""
     try:
         return _Builder(schema).writer(schema)
-    except (NotFast, KeyError, TypeError, ValueError):
+    except (NotFast, KeyError, TypeError, ValueError, RecursionError):
         return None
