@@ -112,6 +112,15 @@ SCHEMAS: dict[str, Any] = {
         "fields": [
             {"name": "choice", "type": ["null", "long", "string", POINT, "boolean", "bytes"]},
             {"name": "many", "type": {"type": "array", "items": ["double", COLOR, "null"]}},
+            {"name": "ts", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}]},
+            {"name": "uid", "type": [{"type": "string", "logicalType": "uuid"}, "null"]},
+            {
+                "name": "dec",
+                "type": [
+                    "null",
+                    {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2},
+                ],
+            },
         ],
     },
     "ambiguous": {  # a value two branches take: fastavro's validation picks, so it writes it
@@ -123,7 +132,7 @@ SCHEMAS: dict[str, Any] = {
                 "name": "word",
                 "type": ["null", "string", {"type": "enum", "name": "W", "symbols": ["A"]}],
             },
-            {"name": "ts", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}]},
+            {"name": "when", "type": ["null", "long", {"type": "int", "logicalType": "date"}]},
             {"name": "shape", "type": ["null", POINT, {"type": "map", "values": "double"}]},
         ],
     },
@@ -255,7 +264,7 @@ def test_a_union_value_two_branches_take_is_left_to_fastavro() -> None:
     write = build_writer(schema)
     assert write is not None
     written = left = 0
-    for value in [{"number": None, "word": None, "ts": None, "shape": None}, *values]:
+    for value in [{"number": None, "word": None, "when": None, "shape": None}, *values]:
         out = bytearray()
         try:
             write(value, out)
@@ -266,10 +275,17 @@ def test_a_union_value_two_branches_take_is_left_to_fastavro() -> None:
         written += 1
     assert written and left  # all-None (or a float...) rows by the closures, the rest by fastavro
     for number in (1, 2**40, 1.5):  # fastavro picks int, long, float: not the closures' to say
-        value = {"number": number, "word": None, "ts": None, "shape": None}
+        value = {"number": number, "word": None, "when": None, "shape": None}
         with pytest.raises(NotFast):
             write(value, bytearray())
         _fa_write(schema, value)
+    # a date only the logical branch takes; an int the long and (prepared) the date branch take
+    value = {"number": None, "word": None, "when": dt.date(2026, 11, 26), "shape": None}
+    out = bytearray()
+    write(value, out)
+    assert bytes(out) == _fa_write(schema, value)
+    with pytest.raises(NotFast):
+        write(dict(value, when=5), bytearray())
 
 
 def test_a_recursive_type_is_written_by_the_closures_up_to_its_recursion() -> None:

@@ -329,10 +329,14 @@ def _writer_record(fields: tuple[tuple[str, Write], ...], validating: bool) -> W
     return write
 
 
-def _writer_by_type(branches: dict[type, tuple[bytes, Write]]) -> Write:
-    # By the value's exact Python type, the one branch that can take it (see _VALIDATES).
+Branch = tuple[bytes, Write]  # a union branch's index, written, and its closure
+
+
+def _writer_by_type(branches: dict[type, Branch | None], other: Branch | None) -> Write:
+    # The one branch that can take a value of its exact Python type (see _VALIDATES; None where
+    # two can); a type no plain branch takes goes to the one logical branch, if there is one.
     def write(value: Any, out: bytearray) -> None:
-        branch = branches.get(type(value))
+        branch = branches.get(type(value), other)
         if branch is None:
             raise NotFast
         out += branch[0]
@@ -391,6 +395,22 @@ def _size(schema: dict[str, Any]) -> int:
     if type(size) is not int or size < 0:
         raise NotFast
     return size
+
+
+def _prepare(schema: Any, kind: str) -> Callable[..., Any] | None:
+    """fastavro's writer-side conversion of a logical type (None: a plain type, or a logical
+    type fastavro does not know, which it writes as its base type)."""
+    logical = schema.get("logicalType") if isinstance(schema, dict) else None
+    return LOGICAL_WRITERS.get(f"{kind}-{logical}") if logical else None
+
+
+def _takes_none(prepare: Callable[..., Any], schema: Any, kind: str) -> bool:
+    # fastavro's logical writers all pass None through (and None validates no base type but
+    # null); asked here, at build, rather than assumed.
+    try:
+        return kind == "null" or prepare(None, schema) is not None
+    except Exception:
+        return True
 
 
 class _Builder:
@@ -474,40 +494,43 @@ class _Builder:
         if kind == "union":
             return self._writer_union(schema)
         write = self._writer_of(schema, kind, validating)
-        logical = schema.get("logicalType") if isinstance(schema, dict) else None
-        if logical:
-            prepare = LOGICAL_WRITERS.get(f"{kind}-{logical}")
-            if prepare is not None:
-                if validating:  # fastavro's validation of a logical value: its own
-                    raise NotFast
-                return _writer_logical(write, prepare, schema)
-        return write
+        prepare = _prepare(schema, kind)
+        # fastavro validates a logical value as the base type of what prepare made of it, and
+        # the closures' base writers take only what that validation accepts.
+        return write if prepare is None else _writer_logical(write, prepare, schema)
 
     def _writer_union(self, branches: list[Any]) -> Write:
         takers: dict[type, list[int]] = {}
-        for i, branch in enumerate(branches):
-            kind = self._resolve(branch)[1]
+        logical: list[int] = []  # branches fastavro prepares a value for first: any type may do
+        for i, member in enumerate(branches):
+            schema, kind = self._resolve(member)
             if kind == "union":
                 raise NotFast
-            for python_type in _VALIDATES[kind]:
-                takers.setdefault(python_type, []).append(i)
-        writers: dict[int, Write | None] = {}
-        picked: dict[type, tuple[bytes, Write]] = {}
-        for python_type, indexes in takers.items():
-            if len(indexes) != 1:
+            prepare = _prepare(schema, kind)
+            if prepare is None:
+                for python_type in _VALIDATES[kind]:
+                    takers.setdefault(python_type, []).append(i)
                 continue
-            i = indexes[0]
-            if i not in writers:
+            logical.append(i)
+            if _takes_none(prepare, schema, kind):
+                takers.setdefault(type(None), []).append(i)
+        for python_type, indexes in takers.items():
+            if python_type is not type(None):
+                indexes.extend(logical)
+        built: dict[int, Branch | None] = {}
+
+        def branch(i: int) -> Branch | None:  # built once, for every type it is picked for
+            if i not in built:
                 try:
-                    writers[i] = self.writer(branches[i], True)
-                except NotFast:  # a recursive type, a logical one: its values are fastavro's
-                    writers[i] = None
-            write = writers[i]
-            if write is not None:
-                index = bytearray()
-                _write_varint(i, index)
-                picked[python_type] = (bytes(index), write)
-        return _writer_by_type(picked)
+                    index = bytearray()
+                    _write_varint(i, index)
+                    built[i] = (bytes(index), self.writer(branches[i], True))
+                except NotFast:  # a recursive type: its values are fastavro's
+                    built[i] = None
+            return built[i]
+
+        picked = {t: branch(ix[0]) if len(ix) == 1 else None for t, ix in takers.items()}
+        return _writer_by_type(picked, branch(logical[0]) if len(logical) == 1 else None)
 
     def _writer_of(self, schema: Any, kind: str, validating: bool) -> Write:
         if kind in _PRIMITIVE_WRITERS:
