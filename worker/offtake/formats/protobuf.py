@@ -1,6 +1,7 @@
 """Protobuf in the wire format: the message index (zigzag varints) skipped, the payload parsed
 with the pipeline's message class (``protobufMessage``, as confluent-kafka's
-ProtobufDeserializer does with the class it is given) and turned into a dict.
+ProtobufDeserializer does with the class it is given) and turned into a dict (by closures
+built once per class where they can, :mod:`offtake.formats.protobuf_fast`).
 
 Values are protobuf's JSON mapping with the field names as declared, fields at their default
 (0, "") present, int64 as numbers where the protobuf runtime can (6.31+), not the mapping's
@@ -19,6 +20,7 @@ from confluent_kafka.serialization import SerializationContext
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from offtake.formats.base import Encoder
+from offtake.formats.protobuf_fast import build_from_dict, build_to_dict
 from offtake.formats.wire import HEADER_SIZE, Reader, SchemaDecoder
 from offtake.schema_registry import load_message_class
 
@@ -68,6 +70,7 @@ class ProtobufDecoder(SchemaDecoder):
         super().__init__(client)
         assert message is not None, "the loader requires source.protobufMessage"
         self._cls = message_class(message)
+        self._to_dict = build_to_dict(self._cls, _TO_DICT)
 
     def _fetch(self, schema_id: int) -> Schema:
         return self._client.get_schema(schema_id, fmt="serialized")
@@ -79,9 +82,16 @@ class ProtobufDecoder(SchemaDecoder):
 
     def reader(self, schema: Schema) -> Reader:
         parse = self._cls.FromString
+        to_dict = self._to_dict
 
         def read(raw: bytes, topic: str) -> Any:
-            return MessageToDict(parse(raw[payload_start(raw) :]), **_TO_DICT)
+            message = parse(raw[payload_start(raw) :])
+            if to_dict is not None:
+                try:
+                    return to_dict(message)
+                except Exception:  # an odd value: json_format's mapping (or error) is the answer
+                    pass
+            return MessageToDict(message, **_TO_DICT)
 
         return read
 
@@ -101,9 +111,15 @@ class ProtobufEncoder(Encoder):
     def __init__(self, message: Any, prefix: bytes) -> None:
         self._cls = message_class(message)
         self._prefix = prefix
+        self._fast = build_from_dict(self._cls)
 
     def encode(self, value: Any) -> bytes | None:
         if value is None:
             return None
+        if self._fast is not None:
+            try:
+                return self._prefix + self._fast(value)
+            except Exception:  # an odd value: json_format's bytes (or its refusal) are the answer
+                pass
         data: bytes = ParseDict(value, self._cls()).SerializeToString()
         return self._prefix + data
