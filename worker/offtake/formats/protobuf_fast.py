@@ -43,7 +43,9 @@ def _flat_fields(descriptor: Descriptor) -> list[FieldDescriptor] | None:
     if descriptor.extension_ranges:
         return None
     fields = list(descriptor.fields)
-    json_names = {f.json_name for f in fields}
+    by_json_name: dict[str, list[FieldDescriptor]] = {}
+    for field in fields:
+        by_json_name.setdefault(field.json_name, []).append(field)
     for field in fields:
         if field.message_type is not None or field.cpp_type == FieldDescriptor.CPPTYPE_FLOAT:
             return None  # a message, a map, a group; float32's shortest form is json_format's
@@ -52,8 +54,8 @@ def _flat_fields(descriptor: Descriptor) -> list[FieldDescriptor] | None:
         oneof = field.containing_oneof
         if oneof is not None and len(oneof.fields) > 1:
             return None  # ParseDict refuses two of a oneof, the constructor keeps the last
-        if field.name in json_names and field.json_name != field.name:
-            return None  # ParseDict reads a key by JSON name first: another field's name
+        if any(other is not field for other in by_json_name.get(field.name, ())):
+            return None  # ParseDict reads a key by JSON name first: another field's, here
         if field.enum_type is not None and any(
             v.GetOptions().ListFields() for v in field.enum_type.values
         ):
