@@ -23,7 +23,8 @@ from confluent_kafka.schema_registry import Schema
 from fastavro import schemaless_reader, schemaless_writer
 
 from offtake.formats.avro import AvroDecoder, AvroEncoder, parsed
-from offtake.formats.avro_fast import NotFast, build_reader, build_writer
+from offtake.formats.avro_fast import build_reader, build_writer
+from offtake.formats.errors import NotFast
 
 VALUES = 300
 UTC = dt.UTC

@@ -20,11 +20,14 @@ mutated bytes.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from fastavro.read import LOGICAL_READERS
 from fastavro.write import LOGICAL_WRITERS
+
+from offtake.formats.errors import NotFast
 
 Read = Callable[[bytes, int], tuple[Any, int]]  # (value bytes, position) -> (value, next position)
 Write = Callable[[Any, bytearray], None]  # appends the value's encoding, or raises
@@ -36,10 +39,7 @@ _unpack_d = struct.Struct("<d").unpack_from
 _pack_f = struct.Struct("<f").pack
 _pack_d = struct.Struct("<d").pack
 _PRIMITIVES = frozenset(("null", "boolean", "int", "long", "float", "double", "bytes", "string"))
-
-
-class NotFast(Exception):
-    """Not for the closures: fastavro reads or writes this value (or this schema)."""
+_KINDS = _PRIMITIVES | {"record", "enum", "fixed", "array", "map"}  # a type object's "type"
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -397,11 +397,14 @@ def _size(schema: dict[str, Any]) -> int:
     return size
 
 
-def _prepare(schema: Any, kind: str) -> Callable[..., Any] | None:
-    """fastavro's writer-side conversion of a logical type (None: a plain type, or a logical
-    type fastavro does not know, which it writes as its base type)."""
+def _logical(
+    table: dict[str, Callable[..., Any]], schema: Any, kind: str
+) -> Callable[..., Any] | None:
+    """fastavro's conversion of a logical type, from its LOGICAL_READERS or LOGICAL_WRITERS
+    (None: a plain type, or a logical type fastavro does not know: read and written as its
+    base type)."""
     logical = schema.get("logicalType") if isinstance(schema, dict) else None
-    return LOGICAL_WRITERS.get(f"{kind}-{logical}") if logical else None
+    return table.get(f"{kind}-{logical}") if logical else None
 
 
 def _takes_none(prepare: Callable[..., Any], schema: Any, kind: str) -> bool:
@@ -435,38 +438,33 @@ class _Builder:
         if not isinstance(schema, dict):
             raise NotFast
         kind = schema.get("type")
-        if isinstance(kind, (dict, list)) or kind not in _PRIMITIVES | {
-            "record",
-            "enum",
-            "fixed",
-            "array",
-            "map",
-        }:
+        if isinstance(kind, (dict, list)) or kind not in _KINDS:
             raise NotFast  # "error", a nested type object, a reference as a type: fastavro's
         name = schema.get("name")
         if isinstance(name, str) and kind in ("record", "enum", "fixed"):
             self._named.setdefault(name, schema)
         return schema, kind
 
-    def _named_scope(self, schema: Any) -> str | None:
-        name = schema.get("name") if isinstance(schema, dict) else None
-        if isinstance(name, str):
-            if name in self._building:  # a recursive type
-                raise NotFast
-            self._building.add(name)
-        return name if isinstance(name, str) else None
+    @contextmanager
+    def _record(self, schema: dict[str, Any]) -> Iterator[None]:
+        """While a record's fields are built: a reference to it from inside is a recursive
+        type, which the closures leave to fastavro."""
+        name = schema["name"]
+        if name in self._building:
+            raise NotFast
+        self._building.add(name)
+        try:
+            yield
+        finally:
+            self._building.discard(name)
 
     def reader(self, schema: Any) -> Read:
         schema, kind = self._resolve(schema)
         if kind == "union":
             return _reader_union(tuple(self.reader(branch) for branch in schema))
         read = self._reader_of(schema, kind)
-        logical = schema.get("logicalType") if isinstance(schema, dict) else None
-        if logical:
-            convert = LOGICAL_READERS.get(f"{kind}-{logical}")
-            if convert is not None:  # an unknown logical type reads as its base type
-                return _reader_logical(read, convert, schema)
-        return read
+        convert = _logical(LOGICAL_READERS, schema, kind)
+        return read if convert is None else _reader_logical(read, convert, schema)
 
     def _reader_of(self, schema: Any, kind: str) -> Read:
         if kind in _PRIMITIVE_READERS:
@@ -481,20 +479,17 @@ class _Builder:
             return _reader_array(self.reader(schema["items"]))
         if kind == "map":
             return _reader_map(self.reader(schema["values"]))
-        name = self._named_scope(schema)
-        try:
+        with self._record(schema):
             return _reader_record(
                 tuple((field["name"], self.reader(field["type"])) for field in schema["fields"])
             )
-        finally:
-            self._building.discard(name or "")
 
     def writer(self, schema: Any, validating: bool = False) -> Write:
         schema, kind = self._resolve(schema)
         if kind == "union":
             return self._writer_union(schema)
         write = self._writer_of(schema, kind, validating)
-        prepare = _prepare(schema, kind)
+        prepare = _logical(LOGICAL_WRITERS, schema, kind)
         # fastavro validates a logical value as the base type of what prepare made of it, and
         # the closures' base writers take only what that validation accepts.
         return write if prepare is None else _writer_logical(write, prepare, schema)
@@ -506,7 +501,7 @@ class _Builder:
             schema, kind = self._resolve(member)
             if kind == "union":
                 raise NotFast
-            prepare = _prepare(schema, kind)
+            prepare = _logical(LOGICAL_WRITERS, schema, kind)
             if prepare is None:
                 for python_type in _VALIDATES[kind]:
                     takers.setdefault(python_type, []).append(i)
@@ -543,14 +538,11 @@ class _Builder:
             return _writer_array(self.writer(schema["items"], validating))
         if kind == "map":
             return _writer_map(self.writer(schema["values"], validating))
-        name = self._named_scope(schema)
-        try:
+        with self._record(schema):
             fields = tuple(
                 (field["name"], self.writer(field["type"], validating))
                 for field in schema["fields"]
             )
-        finally:
-            self._building.discard(name or "")
         return _writer_record(fields, validating)
 
     def _min_width(self, schema: Any, depth: int = 0) -> int:

@@ -6,7 +6,9 @@ treats each differently (the leaf every format module imports; it imports none o
   in one word, written as dead-letter headers (docs/worker.md, "Formats");
 - :class:`RegistryUnavailable`: the schema registry did not answer: not the record's fault,
   the caller waits and retries (never a dead letter);
-- :class:`UnsendableValueError`: a processed value has no faithful wire form.
+- :class:`UnsendableValueError`: a processed value has no faithful wire form;
+- :class:`NotFast`: not an error of the value's: a fast path's closures hand the value (or the
+  schema) to the format's library, whose answer is the answer.
 """
 
 from __future__ import annotations
@@ -47,3 +49,8 @@ class RegistryUnavailable(Exception):
 
 class UnsendableValueError(TypeError):
     """A processor returned a value that has no faithful wire form (the error names its type)."""
+
+
+class NotFast(Exception):
+    """Not for the closures built per schema (avro_fast, protobuf_fast): the format's library
+    (fastavro, json_format) reads or writes this value, or every value of this schema."""

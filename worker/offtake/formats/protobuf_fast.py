@@ -21,6 +21,8 @@ from typing import Any
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.json_format import MessageToDict
 
+from offtake.formats.errors import NotFast
+
 ToDict = Callable[[Any], dict[str, Any]]  # a message -> its JSON mapping
 FromDict = Callable[[Any], bytes]  # a JSON mapping -> the message's bytes
 
@@ -32,10 +34,6 @@ _INT_RANGES = {
 }
 _INT64 = (FieldDescriptor.CPPTYPE_INT64, FieldDescriptor.CPPTYPE_UINT64)
 _LIST = object()  # a repeated field's default: a new empty list each time
-
-
-class NotFast(Exception):
-    """Not for the closures: json_format converts this value (or this message)."""
 
 
 def _flat_fields(descriptor: Descriptor) -> list[FieldDescriptor] | None:
