@@ -8,6 +8,7 @@ product's own. ``spec.kafka.bootstrapServers`` is ignored; ``spec.kafka.config``
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
@@ -31,7 +32,7 @@ from offtake.kafka.memory import (
     MemoryMessage,
 )
 from offtake.processing.base import Processor
-from offtake.processing.function import FunctionProcessor, load_function, values_of
+from offtake.processing.function import AWAITABLES, function_processor, load_function, values_of
 from offtake.records import Record
 
 log = logging.getLogger("offtake.testing")  # the name users know it by
@@ -260,7 +261,7 @@ class PipelineHarness:
         p = self.processor
         if p is None or isinstance(p, Processor):
             return p
-        return FunctionProcessor(p)
+        return function_processor(p, self.spec.processor.batch)
 
     def add_worker(self, *, instance_id: str | None = None) -> int:
         """Start one more worker; returns its index."""
@@ -556,5 +557,12 @@ def process(
         timestamp=int(time.time() * 1000) if timestamp is None else timestamp,
         raw_value=raw,
     )
-    values: list[Any] = values_of(function(record))
+    result = function(record)
+    if isinstance(result, AWAITABLES):  # an async def, awaited as the worker awaits it
+        result = asyncio.run(_awaited(result))
+    values: list[Any] = values_of(result)
     return values
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable

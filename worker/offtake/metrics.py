@@ -193,6 +193,22 @@ class Metrics:
         self.inflight_messages = Gauge(
             "offtake_inflight_messages", "Records consumed and not yet committed.", registry=r
         )
+        # processor.concurrency (engine/scheduler.py): updated by the processing thread.
+        self.calls_in_flight = Gauge(
+            "offtake_processor_calls_in_flight",
+            "Calls of the processor running now (processor.concurrency).",
+            registry=r,
+        )
+        self.records_waiting = Gauge(
+            "offtake_processor_records_waiting",
+            "Records waiting behind a busy key (or partition, processor.order) to start.",
+            registry=r,
+        )
+        self.oldest_call_seconds = Gauge(
+            "offtake_processor_oldest_call_seconds",
+            "Age of the oldest call of the processor still running (0 when none runs).",
+            registry=r,
+        )
         self.inflight_bytes = Gauge(
             "offtake_inflight_bytes", "Bytes of records consumed and not yet committed.", registry=r
         )

@@ -41,6 +41,7 @@ from offtake.config.spec import (
     LogSinkSpec,
     MetricsSpec,
     Mode,
+    Order,
     Ordering,
     PipelineSpec,
     ProcessorSpec,
@@ -365,6 +366,36 @@ def _processor(f: Fields, *, inject: bool, written: bool) -> ProcessorSpec:
             f.at("container"),
             "required with spec.mode: inject (the worker delivers to the application container)",
         )
+    concurrency = f.integer("concurrency")
+    order = cast(Order, f.choice("order"))
+    lifespan = f.opt_str("lifespan")
+    if lifespan is not None and function is None:
+        raise ConfigError(f.at("lifespan"), "applies to processor.function, which is not set")
+    if lifespan is not None and (":" not in lifespan or lifespan.startswith(":")):
+        raise ConfigError(f.at("lifespan"), f"expected module:callable, got {lifespan!r}")
+    if concurrency > 1:
+        # Each refusal names both fields: which one to drop is the user's call.
+        for key, clash, why in (
+            (
+                "parallelism",
+                parallelism > 1,
+                "set one of them above 1, not both (concurrency waits on services in one "
+                "process, parallelism runs CPU-bound code in several)",
+            ),
+            (
+                "timeoutSeconds",
+                timeout is not None,
+                "a call on a thread or the event loop cannot be killed; bound the wait in the "
+                "function (asyncio.timeout, the client's own timeout)",
+            ),
+            (
+                "maxMemoryMiB",
+                memory is not None,
+                "recycling needs pool processes, concurrency runs calls in the worker's process",
+            ),
+        ):
+            if clash:
+                raise ConfigError(f.at("concurrency"), f"and {f.at(key)}: {why}")
     f.done()
     return ProcessorSpec(
         function=function,
@@ -373,6 +404,9 @@ def _processor(f: Fields, *, inject: bool, written: bool) -> ProcessorSpec:
         parallelism=parallelism,
         timeout_seconds=timeout,
         max_memory_mib=memory,
+        concurrency=concurrency,
+        order=order,
+        lifespan=lifespan,
     )
 
 

@@ -117,6 +117,9 @@ class ContainerSpec:
     max_batch_records: int
 
 
+Order = Literal["key", "partition", "none"]
+
+
 @dataclass(frozen=True, kw_only=True)
 class ProcessorSpec:
     function: str | None = None
@@ -130,6 +133,13 @@ class ProcessorSpec:
     # Unset (the default): the function runs in the worker's thread, no timeout, no recycling.
     timeout_seconds: float | None = None
     max_memory_mib: int | None = None
+    # Calls in flight in one worker (engine/scheduler.py): async def on the worker's event
+    # loop, plain def on this many threads. 1 (the default): one call at a time, today's path.
+    concurrency: int = 1
+    # With concurrency > 1, what may overlap: records of one key, of one partition, or any.
+    order: Order = "key"
+    # module:callable of a context manager factory entered once per worker (processing/calls.py).
+    lifespan: str | None = None
 
     @property
     def in_processes(self) -> bool:

@@ -21,7 +21,7 @@ from offtake.engine.delivery.queue import Queue
 from offtake.engine.delivery.transactional import Transactional, TransactionCommitter
 from offtake.engine.errors import ErrorPolicy
 from offtake.engine.offsets import OffsetTracker
-from offtake.engine.processing_stage import ProcessingStage
+from offtake.engine.processing_stage import CHUNK, ProcessingStage
 from offtake.engine.retry_topics import RetryRoute, RetrySender
 from offtake.engine.settlements import Settlements
 from offtake.engine.worker import Worker, WorkerParts
@@ -40,12 +40,8 @@ from offtake.kafka.source import KafkaSource
 from offtake.kafka.transactional_producer import TransactionalProducer
 from offtake.metrics import Metrics
 from offtake.processing.base import Processor
-from offtake.processing.function import (
-    BatchFunctionProcessor,
-    FunctionProcessor,
-    PassThrough,
-    load_function,
-)
+from offtake.processing.calls import make_calls
+from offtake.processing.function import PassThrough, function_processor, load_function
 from offtake.sinks.base import Sink
 from offtake.sinks.kafka_transactional import TransactionalKafkaSink
 from offtake.sinks.log import LogSink
@@ -91,6 +87,8 @@ def build_worker(
         if route is not None:
             retries = RetrySender(producer, route)
     policy = ErrorPolicy(spec.errors, settlements, dlq, metrics, retries)
+    concurrency = spec.processor.concurrency
+    calls = make_calls(processor, concurrency) if concurrency > 1 else None
     stage = ProcessingStage(
         processor,
         sink,
@@ -102,6 +100,11 @@ def build_worker(
         strict_ordering=spec.errors.ordering == "strict",
         health=health,
         counts_deliveries=spec.source.is_share_group,
+        calls=calls,
+        concurrency=concurrency,
+        order=spec.processor.order,
+        # A batch function or a sidecar takes chunks (of distinct lanes); a function one record.
+        chunk=CHUNK if spec.processor.batch or spec.processor.container is not None else 1,
     )
 
     if spec.source.is_share_group:  # queue mode: records acknowledged one by one
@@ -182,10 +185,9 @@ def make_processor(spec: PipelineSpec) -> Processor:
         return FunctionPoolProcessor(
             p.function, p.parallelism, p.batch, p.timeout_seconds, p.max_memory_mib
         )
-    if spec.processor.function is not None and spec.processor.batch:
-        return BatchFunctionProcessor(load_function(spec.processor.function))
-    if spec.processor.function is not None:
-        return FunctionProcessor(load_function(spec.processor.function))
+    if p.function is not None:
+        # def or async def, per record or per batch (processing/function.py).
+        return function_processor(load_function(p.function), p.batch)
     if spec.processor.container is not None:
         from offtake.processing.sidecar import SidecarProcessor
 

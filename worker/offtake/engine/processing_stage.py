@@ -37,10 +37,11 @@ Threading model (the rule every other module relies on):
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ from typing import TypeVar
 from offtake.engine.errors import ErrorPolicy
 from offtake.engine.parking import Attempt, Parking
 from offtake.engine.routing import Router
+from offtake.engine.scheduler import Order, Scheduler
 from offtake.engine.settlements import Settlements
 from offtake.formats.base import Decoded, Decoder
 from offtake.formats.errors import RegistryUnavailable
@@ -57,7 +59,9 @@ from offtake.health import Health
 from offtake.kafka.protocols import MessageLike
 from offtake.kafka.share_source import delivery_count
 from offtake.metrics import Metrics
+from offtake.processing.base import Backpressure as SlowDown
 from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
+from offtake.processing.calls import Call, Calls
 from offtake.processing.function import PassThrough
 from offtake.records import TopicPartition
 from offtake.sinks.base import Sink, SinkBatch
@@ -118,6 +122,10 @@ class ProcessingStage:
         strict_ordering: bool = False,
         health: Health | None = None,
         counts_deliveries: bool = False,
+        calls: Calls | None = None,
+        concurrency: int = 1,
+        order: Order = "key",
+        chunk: int = 1,
     ) -> None:
         self.processor = processor
         # Queue mode: a record's attempts start from the broker's delivery count (see _handle).
@@ -138,6 +146,17 @@ class ProcessingStage:
             isinstance(processor, PassThrough) and decoder.format == "bytes" and sink.forwards
         )
         self.parking = Parking()
+        # processor.concurrency > 1 (``calls`` given): calls run on ``calls``' threads or event
+        # loop, the scheduler decides which record starts next, and its lanes are the holds.
+        # Without it (concurrency 1): the processor runs here, one call at a time, as always.
+        self.calls = calls
+        self.scheduler = Scheduler(order, concurrency * chunk) if calls is not None else None
+        self.concurrency = concurrency
+        self.chunk = chunk  # records per call: 1, or CHUNK for a batch function or a sidecar
+        self._finished: deque[tuple[int, list[Outcome] | BaseException]] = deque()
+        self._running: OrderedDict[int, tuple[float, list[Attempt]]] = OrderedDict()
+        self._tokens = itertools.count()
+        self._unavailable = 0  # calls in a row the processor was unavailable for
         self.router = Router(
             sink,
             policy,
@@ -146,7 +165,8 @@ class ProcessingStage:
             self.parking,
             lambda: self._current,
             max_retries,
-            strict_ordering,
+            strict_ordering and calls is None,
+            lanes=order if calls is not None else None,
         )
         self.abort = threading.Event()  # set to give up on queued work (drain budget spent)
         self._current: Mapping[TopicPartition, int] = MappingProxyType({})
@@ -167,7 +187,15 @@ class ProcessingStage:
     # -- called by the poll loop -----------------------------------------------------------
     def start(self) -> None:
         self.router.start()
+        if self.calls is not None:
+            self.calls.open(self._call_finished)
         self._thread.start()
+
+    def _call_finished(self, token: int, result: list[Outcome] | BaseException) -> None:
+        """A call finished (on the executor's thread): queue it for this stage's thread."""
+        self._finished.append((token, result))
+        with self._cond:
+            self._cond.notify()
 
     def submit(self, works: list[Work]) -> None:
         """Hand over one poll's records (a :class:`Work` per partition)."""
@@ -258,6 +286,10 @@ class ProcessingStage:
         finally:
             with self._cond:
                 self._busy = False
+            if self.calls is not None:
+                # Calls still running are abandoned: their records are not settled, so they
+                # are not committed and are redelivered (the poll loop let them go).
+                self.calls.close(1.0)
 
     def _loop(self) -> None:
         while True:
@@ -269,13 +301,19 @@ class ProcessingStage:
                     if next_due is not None:
                         wait = min(wait, next_due)
                     self._cond.wait(wait)
-                    if outstanding:
-                        break  # serve the sink and the DLQ: their reports settle records
+                    if outstanding or self._running:
+                        # Serve the sink and the DLQ: their reports settle records. Calls in
+                        # flight: keep the metrics of their age current.
+                        break
                 abandon = list(self._abandon)
                 self._abandon.clear()
                 calls = list(self._calls)
                 self._calls.clear()
-                if self._closed and (not self._queue or self.abort.is_set()):
+                if self._closed and (
+                    self.abort.is_set()
+                    or (not self._queue and self._calls_idle())
+                    or time.monotonic() >= (self._final_drain_until or 0.0)
+                ):
                     until = self._final_drain_until or time.monotonic()
                     stop = True
                 else:
@@ -291,13 +329,19 @@ class ProcessingStage:
             for partitions in abandon:
                 self.sink.abandon(partitions)
                 self.parking.forget(partitions)
+                if self.scheduler is not None:
+                    self.scheduler.forget(partitions)
             for fn, future in calls:
                 _run_call(fn, future)
+            if self.scheduler is not None:
+                self._complete()
             if stop:
                 self._final_drain(until)
                 return
             if self.abort.is_set():
                 pass
+            elif retries and self.scheduler is not None:
+                self._resume(retries)
             elif retries:
                 self._process(retries)
             elif work is not None:
@@ -305,6 +349,8 @@ class ProcessingStage:
             elif flush is not None:
                 self.sink.drain(flush.partitions, FLUSH_SLICE)
                 self.policy.flush(0.05)
+            if self.scheduler is not None:
+                self._start_calls()
             self._serve()
             with self._cond:
                 self._busy = False
@@ -316,6 +362,7 @@ class ProcessingStage:
     def _has_task(self) -> bool:
         return bool(
             self._queue
+            or self._finished
             or self._closed
             or self._abandon
             or self._calls
@@ -425,6 +472,10 @@ class ProcessingStage:
     def _process(self, todo: list[Attempt]) -> None:
         """Run the processor on records (a call per ``CHUNK``), route the results together,
         park failures for a retry."""
+        if self.scheduler is not None:
+            for item in todo:
+                self.scheduler.add(item)
+            return  # started by _start_calls, as the scheduler allows
         outcomes: list[Outcome] = []
         for i in range(0, len(todo), CHUNK):
             done = self._run_processor(todo[i : i + CHUNK])
@@ -478,6 +529,111 @@ class ProcessingStage:
                 return None
             return outcomes
         return None
+
+    # -- processor.concurrency > 1: calls in flight, the scheduler deciding ---------------------
+    def _calls_idle(self) -> bool:
+        """No call in flight and none ready to start (always, at concurrency 1)."""
+        return self.scheduler is None or (not self._running and not self.scheduler.has_ready())
+
+    def _start_calls(self) -> None:
+        """Start what the scheduler hands out, up to ``concurrency`` calls in flight."""
+        scheduler, calls = self.scheduler, self.calls
+        assert scheduler is not None and calls is not None
+        if self.abort.is_set():
+            return
+        started: list[Call] = []
+        now = time.monotonic()
+        while len(self._running) < self.concurrency and (items := scheduler.take(self.chunk)):
+            token = next(self._tokens)
+            self._running[token] = (now, items)
+            started.append((token, [record for record, _, _ in items]))
+        if started:
+            calls.start(started)
+        self._gauge()
+
+    def _complete(self) -> None:
+        """Route the outcomes of the calls that finished, together (a sink batch per
+        partition); records parked for a retry or a slow-down keep their lane, the others free
+        theirs for the next record of it."""
+        scheduler = self.scheduler
+        assert scheduler is not None
+        todo: list[Attempt] = []
+        outcomes: list[Outcome] = []
+        now = time.monotonic()
+        while self._finished:
+            token, result = self._finished.popleft()
+            entry = self._running.pop(token, None)
+            if entry is None:
+                continue
+            started, items = entry
+            scheduler.returned(len(items))
+            if self.abort.is_set():
+                continue  # given up (the drain budget was spent): see _run_processor
+            self.metrics.processing_seconds.observe(now - started)
+            if isinstance(result, ProcessorUnavailable):
+                self._wait_unavailable(items, result, now)
+                continue
+            if isinstance(result, BaseException):  # the processor itself broke
+                result = [Outcome([], result)] * len(items)
+            elif self._unavailable:
+                self._unavailable = 0
+                if self.health is not None:
+                    self.health.set_processor_unavailable(None)
+            todo.extend(items)
+            outcomes.extend(result)
+        if not todo:
+            return
+        # Partition by partition, in offset order: a sink batch per partition.
+        pairs = sorted(zip(todo, outcomes, strict=True), key=lambda p: (p[0][0].tp, p[0][0].offset))
+        todo = [a for a, _ in pairs]
+        outcomes = [o for _, o in pairs]
+        retry = self.router.route(todo, outcomes)
+        if retry:
+            self._park(retry)
+        held = {id(record) for record, _, _ in retry}
+        for (record, epoch, attempt), outcome in pairs:
+            if id(record) in held:
+                continue
+            if isinstance(outcome.error, SlowDown) and self._is_current(record.tp, epoch):
+                continue  # parked by the router: its lane stays busy
+            scheduler.done((record, epoch, attempt))
+        self._serve()
+
+    def _wait_unavailable(
+        self, items: list[Attempt], exc: ProcessorUnavailable, now: float
+    ) -> None:
+        """The processor could not be reached: park the call's records (no attempt charged)
+        for the backoff; their lanes stay busy, the other lanes go on."""
+        self._unavailable += 1
+        if self.health is not None:
+            self.health.set_processor_unavailable(f"processor unavailable: {exc}")
+        delay = min(self.policy.backoff(self._unavailable), UNAVAILABLE_BACKOFF_CAP)
+        delay = max(delay, getattr(exc, "retry_after", None) or 0.0)
+        log.warning(
+            "processor unavailable (%s); retrying %d record(s) in %.1fs", exc, len(items), delay
+        )
+        for record, epoch, attempt in items:
+            self.parking.park(record, epoch, attempt, now + delay)
+
+    def _resume(self, due: list[Attempt]) -> None:
+        """Parked records that are due go back to the scheduler, still their lanes' heads."""
+        scheduler = self.scheduler
+        assert scheduler is not None
+        for item in due:
+            if self._is_current(item[0].tp, item[1]):
+                scheduler.resume(item)
+            else:
+                scheduler.done(item)  # revoked meanwhile: not ours any more
+
+    def _gauge(self) -> None:
+        """Calls in flight, records behind a busy lane, the oldest call's age: for metrics."""
+        scheduler = self.scheduler
+        assert scheduler is not None
+        metrics = self.metrics
+        metrics.calls_in_flight.set(len(self._running))
+        metrics.records_waiting.set(scheduler.waiting)
+        oldest = next(iter(self._running.values()), None)
+        metrics.oldest_call_seconds.set(time.monotonic() - oldest[0] if oldest else 0.0)
 
     def _release(self, tp: TopicPartition) -> None:
         """strict: the parked record of ``tp`` is settled; the records behind it go on, in order.

@@ -7,7 +7,9 @@ processed record's :class:`~offtake.processing.base.Outcome` sends it on:
   routed together (a poll's records of a partition: one batch);
 - no values and no error: settled as ``dropped``;
 - :class:`offtake.Backpressure` ("slow down"): parked for its ``retry_after`` with the same
-  attempt, its partition held, and the poll loop asked to pause the partition;
+  attempt, its partition held, and the poll loop asked to pause the partition (with
+  processor.concurrency > 1 its lane is held instead, by the scheduler, and the partition is
+  paused only in partition order);
 - a retriable error with attempts left: parked for the backoff (strict ordering: holding its
   partition), returned to the caller, which parks it;
 - any other error: to the error policy (dead letter, skip, retry topic, stop).
@@ -27,6 +29,7 @@ from collections.abc import Callable, Mapping
 
 from offtake.engine.errors import ErrorPolicy
 from offtake.engine.parking import Attempt, Parking
+from offtake.engine.scheduler import Order
 from offtake.engine.settlements import Settlements
 from offtake.formats.errors import DecodeError
 from offtake.kafka.protocols import MessageLike
@@ -50,6 +53,7 @@ class Router:
         current: Callable[[], Mapping[TopicPartition, int]],
         max_retries: int,
         strict_ordering: bool,
+        lanes: Order | None = None,
     ) -> None:
         self.sink = sink
         self.policy = policy
@@ -59,6 +63,10 @@ class Router:
         self.current = current  # the poll loop's published assignment epochs
         self.max_retries = max_retries
         self.strict = strict_ordering
+        # processor.concurrency > 1: the scheduler's lanes hold what a parked record holds
+        # (engine/scheduler.py), so no partition is held here; a slow-down pauses its
+        # partition only where the order is the partition's.
+        self.lanes = lanes
         self.out = 0  # records handed to the sink and not yet reported (this thread only)
 
     def start(self) -> None:
@@ -128,6 +136,10 @@ class Router:
         """offtake.Backpressure: park the record (same attempt) and hold its partition."""
         log.info("%s: processor asked to slow down (%s)", record.where(), exc)
         self.parking.park(record, epoch, attempts, time.monotonic() + exc.retry_after)
+        if self.lanes is not None:
+            if self.lanes == "partition":
+                self.settlements.request_slow_down(record.tp, epoch, time.time() + exc.retry_after)
+            return
         if not parked:
             self.parking.hold(record.tp, record.offset, epoch)
         self.settlements.request_slow_down(record.tp, epoch, time.time() + exc.retry_after)

@@ -4,16 +4,31 @@
 true``: it takes a list of records and returns a list with one result per record, in the same
 order (:class:`BatchFunctionProcessor`). Either way a result means the same: None drops the
 record, a list fans it out to several values, anything else is one value.
+
+An ``async def`` function (:class:`AsyncFunctionProcessor`) is awaited on the worker's event
+loop (:mod:`offtake.processing.event_loop`): one call at a time here, many at once with
+``processor.concurrency`` (:mod:`offtake.processing.calls`). An awaitable returned by a plain
+function is awaited the same way: a coroutine is never a value.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
-from collections.abc import Callable, Sequence
+import inspect
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from types import CoroutineType
 from typing import Any
 
 from offtake.processing.base import Backpressure, Outcome, Processor
+from offtake.processing.event_loop import EventLoop
 from offtake.records import Record
+
+# What a plain function may return to be awaited: a coroutine or a future (an asyncio Task is
+# one). Concrete types, so the check costs an isinstance, not an ABC lookup, per record.
+AWAITABLES = (CoroutineType, asyncio.Future)
+_MAKING = threading.Lock()
 
 ProcessFunction = Callable[[Record], Any]
 
@@ -53,7 +68,34 @@ def values_of(result: Any) -> list[Any]:
     return [result]
 
 
-class FunctionProcessor(Processor):
+def is_async(function: Callable[..., Any]) -> bool:
+    """Whether calling ``function`` makes a coroutine (an ``async def``, also as a callable
+    object's ``__call__``)."""
+    call = getattr(function, "__call__", None)  # noqa: B004 (a class's __call__, not callable())
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call)
+
+
+class _Awaits:
+    """The event loop a processor awaits on: made on first need, closed with the processor."""
+
+    loop: EventLoop | None = None
+
+    def _loop(self) -> EventLoop:
+        if self.loop is None:
+            with _MAKING:  # pool threads (processor.concurrency) may ask at once
+                if self.loop is None:
+                    self.loop = EventLoop()
+        return self.loop
+
+    def _await(self, awaitable: Awaitable[Any]) -> Any:
+        return self._loop().wait(awaitable)
+
+    def close(self) -> None:
+        if self.loop is not None:
+            self.loop.close()
+
+
+class FunctionProcessor(_Awaits, Processor):
     """Calls the user's function on each record; an exception fails that record only."""
 
     def __init__(self, function: ProcessFunction) -> None:
@@ -65,6 +107,8 @@ class FunctionProcessor(Processor):
         for record in records:
             try:
                 result = function(record)
+                if isinstance(result, AWAITABLES):  # returned, not awaited: await it here
+                    result = self._await(result)
             except Exception as exc:  # user code: any exception is that record's failure
                 append(Outcome([], exc))
                 continue
@@ -82,7 +126,7 @@ class FunctionProcessor(Processor):
 ProcessBatchFunction = Callable[[list[Record]], Any]
 
 
-class BatchFunctionProcessor(Processor):
+class BatchFunctionProcessor(_Awaits, Processor):
     """Calls the user's function on a list of records; per-record failures stay per record.
 
     An exception *instance* among the results fails that record alone. An exception raised
@@ -98,22 +142,86 @@ class BatchFunctionProcessor(Processor):
         batch = list(records)
         try:
             results = self.function(batch)
+            if isinstance(results, AWAITABLES):
+                results = self._await(results)
         except Backpressure as exc:  # "slow down" holds the whole call's records
             return [Outcome([], exc)] * len(batch)
         except Exception as exc:  # user code: find the records that fail, one by one
             if len(batch) == 1:
                 return [Outcome([], exc)]
             return [self.process([r])[0] for r in batch]
-        if not isinstance(results, list) or len(results) != len(batch):
-            got = f"{len(results)} results" if isinstance(results, list) else type(results).__name__
-            error = ValueError(
-                f"{self.name} (batch: true) must return a list with one result per record: "
-                f"got {got} for {len(batch)} record(s)"
-            )
-            return [Outcome([], error)] * len(batch)
-        return [
-            Outcome([], r) if isinstance(r, Exception) else Outcome(values_of(r)) for r in results
-        ]
+        return batch_outcomes(results, len(batch), self.name)
+
+
+def batch_outcomes(results: Any, n: int, name: str) -> list[Outcome]:
+    """A batch function's results for ``n`` records as outcomes; a wrong shape fails them all."""
+    if not isinstance(results, list) or len(results) != n:
+        got = f"{len(results)} results" if isinstance(results, list) else type(results).__name__
+        error = ValueError(
+            f"{name} (batch: true) must return a list with one result per record: "
+            f"got {got} for {n} record(s)"
+        )
+        return [Outcome([], error)] * n
+    return [Outcome([], r) if isinstance(r, Exception) else Outcome(values_of(r)) for r in results]
+
+
+class AsyncFunctionProcessor(_Awaits, Processor):
+    """An ``async def`` function (per record, or per batch with ``batch``), awaited on the
+    worker's event loop: :meth:`aprocess` on the loop itself (many calls at once, see
+    processing/calls.py), :meth:`process` from the processing thread (one call at a time)."""
+
+    def __init__(
+        self, function: Callable[..., Any], batch: bool, name: str = "processor.function"
+    ) -> None:
+        self.function = function
+        self.batch = batch
+        self.name = name
+
+    @property
+    def event_loop(self) -> EventLoop:
+        return self._loop()
+
+    def process(self, records: Sequence[Record]) -> list[Outcome]:
+        return self._loop().wait(self.aprocess(records))
+
+    async def aprocess(self, records: Sequence[Record]) -> list[Outcome]:
+        """The outcomes of ``records``; on the event loop."""
+        if self.batch:
+            return await self._batch(list(records))
+        return [await self._one(record) for record in records]
+
+    async def _one(self, record: Record) -> Outcome:
+        try:
+            result = self.function(record)
+            while isinstance(result, AWAITABLES):
+                result = await result
+        except Exception as exc:  # user code: any exception is that record's failure
+            return Outcome([], exc)
+        return Outcome(values_of(result))
+
+    async def _batch(self, batch: list[Record]) -> list[Outcome]:
+        try:
+            results = self.function(batch)
+            while isinstance(results, AWAITABLES):
+                results = await results
+        except Backpressure as exc:  # "slow down" holds the whole call's records
+            return [Outcome([], exc)] * len(batch)
+        except Exception as exc:  # user code: find the records that fail, one by one
+            if len(batch) == 1:
+                return [Outcome([], exc)]
+            return [(await self._batch([r]))[0] for r in batch]
+        return batch_outcomes(results, len(batch), self.name)
+
+
+def function_processor(
+    function: Callable[..., Any], batch: bool, name: str = "processor.function"
+) -> Processor:
+    """The processor calling ``function``: async or not, per record or per batch."""
+    if is_async(function):
+        return AsyncFunctionProcessor(function, batch, name)
+    if batch:
+        return BatchFunctionProcessor(function, name)
+    return FunctionProcessor(function)
 
 
 class PassThrough(Processor):

@@ -1,0 +1,147 @@
+"""Calls of the processor off the processing thread, many at once (processor.concurrency).
+
+Two executors, one interface (:class:`Calls`): the processing thread starts calls, each a
+token and its records (one record, or a chunk for a batch function or a sidecar), and each
+finished call is handed to the ``done`` callback given to :meth:`Calls.open`, on the executor's
+own thread, with the call's outcomes (or the exception the processor raised). The callback
+only queues it: the processing thread stays the one that routes outcomes and calls the sink.
+
+- :class:`AsyncCalls`: ``async def`` functions, as tasks on the worker's event loop
+  (:mod:`offtake.processing.event_loop`); as many at once as the scheduler hands out.
+- :class:`ThreadCalls`: anything else (a plain function, a batch function, a sidecar), on up
+  to ``threads`` daemon threads, started as calls need them. Daemon: a call that never
+  returns (a thread cannot be killed) must not keep the process from exiting after the drain.
+
+Neither decides what runs: that is the scheduler's job (:mod:`offtake.engine.scheduler`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import queue
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+
+from offtake.processing.base import Outcome, Processor
+from offtake.processing.function import AsyncFunctionProcessor
+from offtake.records import Record
+
+# A finished call: its token and its outcomes, or what the processor raised.
+Done = Callable[[int, "list[Outcome] | BaseException"], None]
+Call = tuple[int, Sequence[Record]]
+
+
+class Calls(ABC):
+    @abstractmethod
+    def open(self, done: Done) -> None:
+        """Register the callback finished calls go to (before the first :meth:`start`)."""
+
+    @abstractmethod
+    def start(self, calls: list[Call]) -> None:
+        """Start these calls; each finishes through the ``done`` callback, in any order."""
+
+    @abstractmethod
+    def close(self, timeout: float) -> None:
+        """Abandon the calls still running (their results are never routed) and stop."""
+
+
+def make_calls(processor: Processor, concurrency: int) -> Calls:
+    """The executor for ``processor`` with up to ``concurrency`` calls in flight."""
+    if isinstance(processor, AsyncFunctionProcessor):
+        return AsyncCalls(processor)
+    return ThreadCalls(processor, concurrency)
+
+
+class AsyncCalls(Calls):
+    def __init__(self, processor: AsyncFunctionProcessor) -> None:
+        self.processor = processor
+        self._done: Done | None = None
+        self._tasks: set[asyncio.Task[list[Outcome]]] = set()  # strong references until done
+
+    def open(self, done: Done) -> None:
+        self._done = done
+
+    def start(self, calls: list[Call]) -> None:
+        # One hop to the loop for the whole list: a call_soon_threadsafe per call would cost
+        # a wake-up of the loop's selector each.
+        self.processor.event_loop.loop.call_soon_threadsafe(self._spawn, calls)
+
+    def _spawn(self, calls: list[Call]) -> None:  # on the loop
+        for token, records in calls:
+            task = asyncio.ensure_future(self.processor.aprocess(records))
+            self._tasks.add(task)
+            task.add_done_callback(functools.partial(self._finished, token))
+
+    def _finished(self, token: int, task: asyncio.Task[list[Outcome]]) -> None:  # on the loop
+        self._tasks.discard(task)
+        assert self._done is not None
+        if task.cancelled():
+            self._done(token, asyncio.CancelledError())
+        elif (exc := task.exception()) is not None:
+            self._done(token, exc)
+        else:
+            self._done(token, task.result())
+
+    def close(self, timeout: float) -> None:
+        # The tasks are cancelled with the loop (AsyncFunctionProcessor.close, at the
+        # processor's close): the lifespan, if any, is exited on that loop after them.
+        pass
+
+
+class ThreadCalls(Calls):
+    def __init__(self, processor: Processor, threads: int) -> None:
+        self.processor = processor
+        self.threads = threads
+        self._done: Done | None = None
+        self._jobs: queue.SimpleQueue[Call | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._started: list[threading.Thread] = []
+        self._idle = 0  # threads waiting for a job (under _lock)
+
+    def open(self, done: Done) -> None:
+        self._done = done
+
+    def start(self, calls: list[Call]) -> None:
+        with self._lock:
+            wanted = min(self.threads, len(self._started) + max(0, len(calls) - self._idle))
+            for _ in range(wanted - len(self._started)):
+                thread = threading.Thread(
+                    target=self._serve, name=f"offtake-call-{len(self._started)}", daemon=True
+                )
+                self._started.append(thread)
+                thread.start()
+        for call in calls:
+            self._jobs.put(call)
+
+    def _serve(self) -> None:
+        done = self._done
+        assert done is not None
+        process = self.processor.process
+        while True:
+            with self._lock:
+                self._idle += 1
+            job = self._jobs.get()
+            with self._lock:
+                self._idle -= 1
+            if job is None:
+                return
+            token, records = job
+            try:
+                result: list[Outcome] | BaseException = process(records)
+            except BaseException as exc:  # handed back: the processing thread decides
+                result = exc
+            done(token, result)
+
+    def close(self, timeout: float) -> None:
+        try:
+            while True:  # calls not started yet never start
+                self._jobs.get_nowait()
+        except queue.Empty:
+            pass
+        for _ in self._started:
+            self._jobs.put(None)
+        # Threads in a call past the drain budget are left to finish into nothing (daemons).
+        for thread in self._started:
+            thread.join(timeout / max(1, len(self._started)))
