@@ -167,7 +167,13 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         help=f"comma-separated families (of {','.join(FAMILIES)}; default all but offtake-threads)",
     )
     parser.add_argument("--seconds", type=float, help="output seconds per run (15; --quick 4)")
-    parser.add_argument("--warmup", type=float, help="output seconds not measured (3; --quick 2)")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        # 3 s charged the Parallel Consumer's JIT to it on a busy machine: 0.2-0.4x of what it
+        # did after 20 s (2026-11-28, docs/bench.md).
+        help="seconds of calls not measured (15; --quick 2)",
+    )
     parser.add_argument(
         "--records", type=int, help="input records per workload (200,000; --quick 20,000)"
     )
@@ -200,7 +206,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         latencies_ms=latencies,
         families=tuple(f for f in FAMILIES if f in families),
         seconds=seconds,
-        warmup=args.warmup if args.warmup is not None else (2.0 if quick else 3.0),
+        warmup=args.warmup if args.warmup is not None else (2.0 if quick else 15.0),
         records=args.records or (20_000 if quick else 200_000),
         ceiling_seconds=seconds,
         json=args.json,
