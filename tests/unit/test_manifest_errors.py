@@ -137,11 +137,6 @@ CASES = [
         {"function": "m:f", "concurrency": 8, "maxMemoryMiB": 256},
         "spec.processor.concurrency: and spec.processor.maxMemoryMiB: recycling needs",
     ),
-    (
-        "spec.processor",
-        {"container": {"image": "x"}, "lifespan": "m:life"},
-        "spec.processor.lifespan: applies to processor.function, which is not set",
-    ),
     ("spec.errors", {"policy": "dlq"}, "spec.errors.dlq.topic: is required when policy is dlq"),
     (
         "spec.errors",
