@@ -5,6 +5,7 @@ from __future__ import annotations
 import email.utils
 import json
 import math
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -68,9 +69,31 @@ def test_batches_reuse_one_keep_alive_connection(fake_sidecar: Fake, processors:
     p = processors(fake.port)
     for _ in range(5):
         p.process(batch(1))
-        assert p._conn is not None and p._conn.sock is not None
-        ports.add(p._conn.sock.getsockname()[1])
+        conn = p._local.conn  # this thread's connection
+        assert conn is not None and conn.sock is not None
+        ports.add(conn.sock.getsockname()[1])
     assert len(ports) == 1
+
+
+def test_concurrent_calls_each_use_their_own_connection(
+    fake_sidecar: Fake, processors: Make
+) -> None:
+    """processor.concurrency: calls from several threads at once, each on its own keep-alive
+    connection, each with its own answers."""
+    fake = fake_sidecar(echo_values)
+    p = processors(fake.port)
+    results: dict[int, list[Any]] = {}
+
+    def call(n: int) -> None:
+        results[n] = [o.values for o in p.process([rec({"n": n, "i": i}, i) for i in range(3)])]
+
+    threads = [threading.Thread(target=call, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert results == {n: [[{"n": n, "i": i}] for i in range(3)] for n in range(8)}
+    p.close()
 
 
 def test_connection_close_is_honoured(fake_sidecar: Fake, processors: Make) -> None:

@@ -107,6 +107,36 @@ CASES = [
         {"function": "m:f", "container": {"image": "x"}},
         "spec.processor: set either function or container, not both",
     ),
+    (
+        "spec.processor",
+        {"function": "m:f", "concurrency": 0},
+        "spec.processor.concurrency: expected at least 1, got 0",
+    ),
+    (
+        "spec.processor",
+        {"function": "m:f", "concurrency": 10_001},
+        "spec.processor.concurrency: expected at most 10000, got 10001",
+    ),
+    (
+        "spec.processor",
+        {"function": "m:f", "order": "offset"},
+        "spec.processor.order: expected one of key, partition, none, got 'offset'",
+    ),
+    (
+        "spec.processor",
+        {"function": "m:f", "concurrency": 8, "parallelism": 2},
+        "spec.processor.concurrency: and spec.processor.parallelism: set one of them above 1",
+    ),
+    (
+        "spec.processor",
+        {"function": "m:f", "concurrency": 8, "timeoutSeconds": 2},
+        "spec.processor.concurrency: and spec.processor.timeoutSeconds: a call on a thread",
+    ),
+    (
+        "spec.processor",
+        {"function": "m:f", "concurrency": 8, "maxMemoryMiB": 256},
+        "spec.processor.concurrency: and spec.processor.maxMemoryMiB: recycling needs",
+    ),
     ("spec.errors", {"policy": "dlq"}, "spec.errors.dlq.topic: is required when policy is dlq"),
     (
         "spec.errors",
@@ -193,6 +223,16 @@ def test_good_manifest_gets_documented_defaults() -> None:
     assert spec.errors.policy == "stop" and spec.errors.max_retries == 3
     assert spec.shutdown.drain_timeout_seconds == 25.0 and spec.metrics.port == 9100
     assert spec.errors.retry_topics == () and spec.errors.ordering == "relaxed"
+    assert (spec.processor.concurrency, spec.processor.order) == (1, "key")
+
+
+def test_concurrency_with_an_order_and_parallelism_1_is_accepted() -> None:
+    doc = with_change("spec.processor", {"function": "m:f", "concurrency": 500, "order": "none"})
+    doc["spec"]["processor"]["parallelism"] = 1
+    p = parse_pipeline(doc).processor
+    assert (p.concurrency, p.order, p.in_processes) == (500, "none", False)
+    # order with concurrency 1 is accepted: one call at a time keeps any order (documented).
+    assert parse_pipeline(with_change("spec.processor", {"function": "m:f", "order": "key"}))
 
 
 def test_retry_topics_are_named_after_each_source_topic_in_order() -> None:

@@ -368,11 +368,6 @@ def _processor(f: Fields, *, inject: bool, written: bool) -> ProcessorSpec:
         )
     concurrency = f.integer("concurrency")
     order = cast(Order, f.choice("order"))
-    lifespan = f.opt_str("lifespan")
-    if lifespan is not None and function is None:
-        raise ConfigError(f.at("lifespan"), "applies to processor.function, which is not set")
-    if lifespan is not None and (":" not in lifespan or lifespan.startswith(":")):
-        raise ConfigError(f.at("lifespan"), f"expected module:callable, got {lifespan!r}")
     if concurrency > 1:
         # Each refusal names both fields: which one to drop is the user's call.
         for key, clash, why in (
@@ -406,7 +401,6 @@ def _processor(f: Fields, *, inject: bool, written: bool) -> ProcessorSpec:
         max_memory_mib=memory,
         concurrency=concurrency,
         order=order,
-        lifespan=lifespan,
     )
 
 

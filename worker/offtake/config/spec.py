@@ -138,8 +138,6 @@ class ProcessorSpec:
     concurrency: int = 1
     # With concurrency > 1, what may overlap: records of one key, of one partition, or any.
     order: Order = "key"
-    # module:callable of a context manager factory entered once per worker (processing/calls.py).
-    lifespan: str | None = None
 
     @property
     def in_processes(self) -> bool:

@@ -33,6 +33,16 @@ Threading model (the rule every other module relies on):
   mapping (:meth:`set_current`); this thread never reads the offset tracker.
 - After :meth:`close` returned with the thread stopped, ownership of the sink passes back to
   the caller (the poll loop), for the final close.
+
+With ``processor.concurrency`` > 1 (``calls`` given) the processor no longer runs on this
+thread: records go to the scheduler (:mod:`offtake.engine.scheduler`), which hands out at most
+one record per lane (key, or partition, by ``processor.order``) and at most ``concurrency``
+calls; the calls run on the worker's event loop or on threads (:mod:`offtake.processing.calls`)
+and come back through ``_finished`` (a deque) and ``_cond``, so this thread still alone routes
+outcomes and calls the sink. A record parked for a retry or a slow-down keeps its lane busy:
+it holds its key (or partition), not more; no partition hold of :mod:`parking` is used then.
+Calls still running when the stage stops after an abort are abandoned: their records were
+never settled, so they are not committed and come back. At concurrency 1 none of this runs.
 """
 
 from __future__ import annotations

@@ -85,8 +85,8 @@ class AsyncCalls(Calls):
             self._done(token, task.result())
 
     def close(self, timeout: float) -> None:
-        # The tasks are cancelled with the loop (AsyncFunctionProcessor.close, at the
-        # processor's close): the lifespan, if any, is exited on that loop after them.
+        # The tasks are cancelled with the loop, which the processor owns (its close, at the
+        # worker's shutdown, after this stage stopped).
         pass
 
 

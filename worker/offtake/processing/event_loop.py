@@ -1,10 +1,9 @@
 """The asyncio event loop a worker owns: one loop on its own daemon thread.
 
-``async def`` processing functions run on it (processing/calls.py), an awaitable returned by a
-plain function is awaited on it, and an async ``processor.lifespan`` is entered and exited on
-it, so what the lifespan opens (an aiohttp session, a connection pool) belongs to the loop its
-calls run on. Other threads hand it work with :meth:`EventLoop.submit` (thread-safe); nothing
-else touches the loop. :meth:`EventLoop.close` cancels what still runs and stops the thread.
+``async def`` processing functions run on it (processing/calls.py) and an awaitable returned
+by a plain function is awaited on it. Other threads hand it work with :meth:`EventLoop.submit`
+(thread-safe); nothing else touches the loop. :meth:`EventLoop.close` cancels what still runs
+and stops the thread.
 """
 
 from __future__ import annotations

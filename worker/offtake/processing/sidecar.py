@@ -88,7 +88,9 @@ class SidecarProtocolError(SidecarUnavailable):
 
 @dataclass(slots=True)
 class SidecarStats:
-    """Counters for logs and metrics; updated under the processor's lock."""
+    """Counters for logs and metrics, updated by the calling threads without a lock: with
+    processor.concurrency above 1 two increments at once may count as one (logs and metrics
+    only; no decision reads them)."""
 
     requests: int = 0
     records: int = 0
@@ -181,8 +183,9 @@ def _excerpt(body: bytes) -> str:
 class SidecarProcessor(Processor):
     """Sends batches to the user's container and turns its answers into outcomes.
 
-    Thread-safe: calls are serialised on one connection, as the protocol sends one batch at a
-    time.
+    Thread-safe: each calling thread has its own keep-alive connection (processor.concurrency
+    sends up to that many batches at once from as many threads); the answers carried over from
+    a call that failed part-way and the counters are shared under a lock.
     """
 
     def __init__(self, spec: ContainerSpec, format: str, host: str = "127.0.0.1") -> None:
@@ -199,7 +202,8 @@ class SidecarProcessor(Processor):
         self.max_batch = spec.max_batch_records
         self.stats = SidecarStats()
         self._lock = threading.Lock()
-        self._conn: http.client.HTTPConnection | None = None
+        self._local = threading.local()  # .conn: this thread's connection
+        self._conns: list[http.client.HTTPConnection] = []  # every thread's, to close (_lock)
         self._carried: dict[str, Outcome] = {}
         # Why the last wait_ready returned False, for the caller's error message.
         self.not_ready_reason: str | None = None
@@ -221,44 +225,46 @@ class SidecarProcessor(Processor):
     def process(self, records: Sequence[Record]) -> list[Outcome]:
         outcomes: list[Outcome | None] = [None] * len(records)
         with self._lock:
-            # Answers kept from the previous call, which failed part-way (see below).
+            # Answers kept from the previous call, which failed part-way (see below). With
+            # processor.concurrency another thread's call may take them first: its records are
+            # then sent again, which costs a request, never a wrong answer (keyed by record).
             carried, self._carried = self._carried, {}
-            # Encode each record on its own: one that cannot become JSON fails alone, and the
-            # encoded text is reused if the batch has to be split.
-            encoded: list[tuple[int, str, bytes]] = []
-            for i, record in enumerate(records):
-                rid = record_id(record)
-                if rid in carried:
-                    outcomes[i] = carried[rid]
-                    self.stats.reused_results += 1
-                    continue
-                try:
-                    text = json.dumps(
-                        record_to_wire(record, self.format),
-                        ensure_ascii=False,
-                        allow_nan=False,
-                        separators=(",", ":"),
-                    )
-                except (TypeError, ValueError) as exc:
-                    err = SidecarRecordError(
-                        rid, "EncodeError", f"cannot send the record to the sidecar as JSON: {exc}"
-                    )
-                    outcomes[i] = Outcome([], err, retriable=False)
-                    continue
-                encoded.append((i, rid, text.encode("utf-8")))
+        # Encode each record on its own: one that cannot become JSON fails alone, and the
+        # encoded text is reused if the batch has to be split.
+        encoded: list[tuple[int, str, bytes]] = []
+        for i, record in enumerate(records):
+            rid = record_id(record)
+            if rid in carried:
+                outcomes[i] = carried[rid]
+                self.stats.reused_results += 1
+                continue
             try:
-                for start in range(0, len(encoded), self.max_batch):
-                    for i, outcome in self._send(encoded[start : start + self.max_batch]):
-                        outcomes[i] = outcome
-            except ProcessorUnavailable:
-                # The engine retries the whole batch. Keep what the sidecar already answered
-                # for that retry: sending those chunks again would make a sidecar that takes
-                # part of each batch and then pushes back (429) redo the same first chunks
-                # forever. Kept for one call only, so memory stays bounded by one batch.
-                self._carried = {
-                    record_id(records[i]): o for i, o in enumerate(outcomes) if o is not None
-                }
-                raise
+                text = json.dumps(
+                    record_to_wire(record, self.format),
+                    ensure_ascii=False,
+                    allow_nan=False,
+                    separators=(",", ":"),
+                )
+            except (TypeError, ValueError) as exc:
+                err = SidecarRecordError(
+                    rid, "EncodeError", f"cannot send the record to the sidecar as JSON: {exc}"
+                )
+                outcomes[i] = Outcome([], err, retriable=False)
+                continue
+            encoded.append((i, rid, text.encode("utf-8")))
+        try:
+            for start in range(0, len(encoded), self.max_batch):
+                for i, outcome in self._send(encoded[start : start + self.max_batch]):
+                    outcomes[i] = outcome
+        except ProcessorUnavailable:
+            # The engine retries the whole batch. Keep what the sidecar already answered
+            # for that retry: sending those chunks again would make a sidecar that takes
+            # part of each batch and then pushes back (429) redo the same first chunks
+            # forever. Kept for one call only, so memory stays bounded by one batch.
+            kept = {record_id(records[i]): o for i, o in enumerate(outcomes) if o is not None}
+            with self._lock:
+                self._carried = kept
+            raise
         done = [o for o in outcomes if o is not None]
         assert len(done) == len(records)
         return done
@@ -454,16 +460,25 @@ class SidecarProcessor(Processor):
     # -- transport ---------------------------------------------------------------------------
 
     def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
-        """The keep-alive connection, and whether it was used before (may have gone stale)."""
-        if self._conn is not None:
-            return self._conn, True
-        self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
-        return self._conn, False
+        """This thread's keep-alive connection, and whether it was used before (may have gone
+        stale)."""
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn, True
+        conn = self._local.conn = http.client.HTTPConnection(
+            self.host, self.port, timeout=self.timeout
+        )
+        with self._lock:
+            self._conns.append(conn)
+        return conn, False
 
     def _drop_connection(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+            with self._lock:
+                self._conns.remove(conn)
 
     def _post(self, body: bytes, n: int) -> tuple[int, http.client.HTTPMessage, bytes]:
         self.stats.requests += 1
@@ -583,4 +598,6 @@ class SidecarProcessor(Processor):
 
     def close(self) -> None:
         with self._lock:
-            self._drop_connection()
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            conn.close()
