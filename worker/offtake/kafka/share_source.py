@@ -50,6 +50,35 @@ _FATAL = -150
 CLOSE_COMMIT_TIMEOUT = 10.0
 
 
+def release_after(lock_seconds: float, margin: float = RELEASE_MARGIN_SECONDS) -> float:
+    """How long after its poll a record still unfinished is released: ``margin`` before the
+    lock runs out, a quarter of the lock when that is shorter (a short lock still gets most of
+    its time)."""
+    return lock_seconds - min(margin, lock_seconds / 4)
+
+
+def call_outlives_lock(
+    timeout_seconds: float, where: str, lock_seconds: float = DEFAULT_LOCK_SECONDS
+) -> str | None:
+    """``offtake validate``'s warning when a call allowed ``timeout_seconds`` (the field
+    ``where``) outlives what the lock leaves it; None when it fits. No RENEW (KIP-1222) in
+    confluent-kafka 2.16: a lock cannot be extended, so such a call's record is released and
+    processed again by another worker."""
+    budget = release_after(lock_seconds)
+    if timeout_seconds <= budget:
+        return None
+    return (
+        f"warning: {where} {timeout_seconds:g} s is longer than a record's acquisition lock "
+        f"allows: the worker releases a record still unfinished {budget:g} s after its poll "
+        f"(the lock, share.record.lock.duration.ms, is {lock_seconds:g} s by default), another "
+        "worker then processes it again, and a record that always takes that long ends in "
+        "errors.policy after its deliveries. confluent-kafka cannot renew a lock (no RENEW, "
+        "KIP-1222): raise the group's share.record.lock.duration.ms (the broker caps it at "
+        "group.share.max.record.lock.duration.ms, 60 s by default) or lower the timeout "
+        "(docs/queue-mode.md, Acquisition locks)"
+    )
+
+
 class Ack(enum.IntEnum):
     """How a record is acknowledged; the values are confluent_kafka.AcknowledgeType's."""
 
@@ -298,8 +327,7 @@ class ShareSource:
     ) -> list[tuple[TopicPartition, int]]:
         """Release the records whose lock ends within ``margin`` seconds; returns them, so the
         engine forgets them (their outcome, if they finish after all, is not acknowledged)."""
-        margin = min(margin, self.lock_seconds / 4)  # a short lock still gets most of its time
-        cutoff = self._clock() - (self.lock_seconds - margin)
+        cutoff = self._clock() - release_after(self.lock_seconds, margin)
         out = [key for key, (_, at) in self._open.items() if at <= cutoff]
         for topic, partition, offset in out:
             self.acknowledge(TopicPartition(topic, partition), offset, Ack.RELEASE)
