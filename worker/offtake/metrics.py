@@ -239,6 +239,22 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.share_acquired_offset = Gauge(
+            "offtake_share_acquired_offset",
+            "Queue mode: the highest offset of each partition this worker acquired (its "
+            "acquisition frontier; the group's is the maximum over its workers).",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.share_backlog = Gauge(
+            "offtake_share_backlog_messages",
+            "Queue mode, an estimate: records of each partition past the acquisition frontier "
+            "as this worker knows it (log end minus its highest acquired offset + 1); the "
+            "group's backlog is the minimum over its workers. Leaves out released records "
+            "(delivered again, behind the frontier) and records acquired but not acknowledged.",
+            ["topic", "partition"],
+            registry=r,
+        )
         self.processing_seconds = Histogram(
             "offtake_processing_duration_seconds",
             "Time to process one batch of records.",
