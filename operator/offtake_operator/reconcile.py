@@ -315,7 +315,7 @@ async def _apply_autoscaler(
     # Paused: no autoscaler, or it would keep writing spec.replicas behind the user's back.
     if extras.autoscaling.enabled and not pipeline.paused:
         if render.uses_scaled_object(extras.autoscaling, await ctx.serves(SCALEDOBJECTS)):
-            if secret is not None and not extras.autoscaling.on_seconds:
+            if secret is not None and not extras.autoscaling.asks_prometheus:
                 auth = render.render_trigger_authentication(body, secret.mounts)
             wanted = (
                 SCALEDOBJECTS,

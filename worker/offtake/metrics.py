@@ -49,6 +49,8 @@ __all__ = [
 LAG_MESSAGES_METRIC = "offtake_consumer_lag_messages"
 #: The age of the oldest uncommitted record, per partition.
 LAG_SECONDS_METRIC = "offtake_consumer_lag_seconds"
+#: Queue mode: each worker's estimate of the records past the share group's acquisition frontier.
+SHARE_BACKLOG_METRIC = "offtake_share_backlog_messages"
 
 # The ``*_created`` gauges the client adds for every counter and histogram would almost double
 # the series count for a value nobody queries (Prometheus handles resets from the counter
@@ -247,7 +249,7 @@ class Metrics:
             registry=r,
         )
         self.share_backlog = Gauge(
-            "offtake_share_backlog_messages",
+            SHARE_BACKLOG_METRIC,
             "Queue mode, an estimate: records of each partition past the acquisition frontier "
             "as this worker knows it (log end minus its highest acquired offset + 1); the "
             "group's backlog is the minimum over its workers. Leaves out released records "
