@@ -6,6 +6,7 @@ appended to ``$OFFTAKE_REPORT`` when set).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
@@ -26,6 +27,8 @@ from support.workers import (
     write_manifest,
 )
 
+from offtake_operator import share_backlog
+from offtake_operator.kubectl import status_view, worker_metrics
 from offtake_testbed.kafka import KafkaBroker
 
 
@@ -327,6 +330,18 @@ def test_the_backlog_is_the_records_past_the_frontier_and_shrinks_as_workers_con
     )
     assert gauge(slow, "offtake_share_acquired_offset", **where) == frontier
     report("queue-backlog", frontier=frontier, backlog=before, after_300_more=before + 300)
+    # What the status shows, read from this real worker: the operator's status.backlog (its
+    # scrape by pod IP) and kubectl offtake status (marked as an estimate).
+    running = {"metadata": {"name": "w"}, "status": {"phase": "Running", "podIP": "127.0.0.1"}}
+    scraped = asyncio.run(share_backlog.read_backlog([running], slow.metrics_port()))
+    assert scraped == {(src, 0): before + 300}
+    url = f"http://127.0.0.1:{slow.metrics_port()}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    view = worker_metrics.Scrape()
+    worker_metrics._add(view, "w", text)
+    shown = status_view.queue_mode_lag(view)["backlog"]
+    assert (shown["records"], shown["estimate"]) == (before + 300, True)
 
     # The slow worker stops (releasing its poll) and two faster ones take everything: the
     # group's backlog (the least any worker reports) shrinks to 0.
