@@ -371,3 +371,53 @@ def test_the_backlog_is_the_records_past_the_frontier_and_shrinks_as_workers_con
     assert seen[0] > seen[len(seen) // 2] >= seen[-1] == 0, seen
     assert all(later <= earlier for earlier, later in itertools.pairwise(seen)), seen
     assert [w.terminate() for w in fast] == [0, 0]
+
+
+def test_a_poll_longer_than_the_lock_is_released_before_it_expires_not_acknowledged_late(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    """issue 39 item 5: no RENEW in confluent-kafka 2.16, so what a worker cannot finish in
+    the lock it gives back before the lock runs out (another worker gets it at once) rather
+    than acknowledging it after (which the broker refuses, having delivered it again)."""
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+    from confluent_kafka.admin._resource import ResourceType
+
+    src, out = topic_factory(1), topic_factory(1)
+    group = f"lock-{src}"
+    entries = [  # a 4 s lock (the test bed's broker allows 1 s and up), polls of ~100 records
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        for name, value in (
+            ("share.record.lock.duration.ms", "4000"),
+            ("share.partition.max.record.locks", "100"),
+        )
+    ]
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+    doc = queue_manifest(
+        "queue-lock",
+        kafka_broker.bootstrap,
+        src,
+        out,
+        processor={"function": "support.processors:slow"},
+    )
+    doc["spec"]["source"]["groupId"] = group
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    produce_in_small_batches(kafka_broker.bootstrap, src, 0, 300)
+    # 0.5 s a record: a poll of ~100 takes ~50 s, the lock 4 s (released after 3 s).
+    worker = WorkerProcess(path, tmp_path / "w.log", {"OFFTAKE_TEST_SLOW_SECONDS": "0.5"})
+    worker.start()
+    worker.wait_until(
+        lambda: series(worker, "offtake_share_lock_expired_total", reason="released") > 0,
+        "records released before their lock ran out",
+        timeout=120,
+        every=0.2,
+    )
+    released = series(worker, "offtake_share_lock_expired_total", reason="released")
+    late = series(worker, "offtake_share_lock_expired_total", reason="late")
+    report("queue-lock-release", released=released, late=late)
+    assert released >= 50  # most of a poll of ~100, minus the few done in 3 s
+    assert late == 0
+    worker.kill()
