@@ -56,9 +56,18 @@ class Autoscaling:
     #: Prometheus that KEDA's Prometheus scaler asks for the lag in seconds.
     prometheus_address: str | None = None
 
+    #: Queue mode with targetLagPerReplica: scale on the share group's backlog (the records
+    #: past the acquisition frontier, offtake_operator.queue_autoscaling), not on lag.
+    on_backlog: bool = False
+
     @property
     def on_seconds(self) -> bool:
         return self.target_lag_seconds is not None
+
+    @property
+    def asks_prometheus(self) -> bool:
+        """Whether the signal is Prometheus's (KEDA's Kafka scaler knows only group lag)."""
+        return self.on_seconds or self.on_backlog
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,7 +199,8 @@ def _defaulted(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
 
 
 def _autoscaling(raw: Any, queue_mode: bool = False) -> Autoscaling:
-    """``queue_mode``: source.groupType share, which scales on targetLagSeconds only."""
+    """``queue_mode``: source.groupType share, which scales on targetLagSeconds or, with
+    targetLagPerReplica, on its backlog."""
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
@@ -228,15 +238,18 @@ def _autoscaling(raw: Any, queue_mode: bool = False) -> Autoscaling:
         target_lag_seconds=count("targetLagSeconds") if "targetLagSeconds" in raw else None,
         scale_down_stabilization_seconds=count("scaleDownStabilizationSeconds", least=0),
         prometheus_address=address,
+        # Queue mode: targetLagPerReplica is the backlog one worker carries (no lag to count).
+        on_backlog=queue_mode and "targetLagPerReplica" in raw,
     )
-    if queue_mode and out.enabled and out.target_lag_seconds is None:
-        # The messages target would watch a lag no one measures: the workers' lag in messages
-        # is 0 in queue mode, and KEDA's Kafka scaler reads consumer groups only.
+    if queue_mode and out.enabled and not out.asks_prometheus:
+        # A default messages target would watch a lag no one measures: a share group commits
+        # no offsets, and KEDA's Kafka scaler reads consumer groups only.
         raise ConfigError(
             "spec.autoscaling.targetLagSeconds",
-            "is required in queue mode (source.groupType share): a share group commits no "
-            "offsets, so lag in messages (targetLagPerReplica, the default) is not known; "
-            "scale on the age of records when acquired instead",
+            "or targetLagPerReplica is required in queue mode (source.groupType share): a "
+            "share group commits no offsets, so there is no lag in messages to default to; "
+            "scale on the age of records when acquired (targetLagSeconds) or on the backlog "
+            "past the acquisition frontier, per worker (targetLagPerReplica)",
         )
     if out.min_replicas > out.max_replicas:
         raise ConfigError(

@@ -23,7 +23,7 @@ import kopf
 from offtake.contract import ConfigError, PipelineSpec, parse_pipeline
 from offtake.contract import spark_kubernetes as spark_k8s
 
-from . import names, redrive, render, rewind, security, slo_rules
+from . import names, redrive, render, rewind, security, share_backlog, slo_rules
 from .apply import Applied, NotOursError, Taken, apply_claimed, carries_uid, claim, remove_owned
 from .context import OperatorContext
 from .kafka_secret import KafkaSecret, KafkaSecretError, kafka_properties, read_kafka_secret
@@ -315,7 +315,7 @@ async def _apply_autoscaler(
     # Paused: no autoscaler, or it would keep writing spec.replicas behind the user's back.
     if extras.autoscaling.enabled and not pipeline.paused:
         if render.uses_scaled_object(extras.autoscaling, await ctx.serves(SCALEDOBJECTS)):
-            if secret is not None and not extras.autoscaling.on_seconds:
+            if secret is not None and not extras.autoscaling.asks_prometheus:
                 auth = render.render_trigger_authentication(body, secret.mounts)
             wanted = (
                 SCALEDOBJECTS,
@@ -601,11 +601,36 @@ async def refresh_lag(ctx: OperatorContext, body: Mapping[str, Any]) -> bool:
         return False
     state.lag_error = None
     old: Mapping[str, Any] = body.get("status") or {}
-    new = {"lag": report.lag, "lagSeconds": report.lag_seconds, "partitions": report.partitions}
+    new: dict[str, Any] = {
+        "lag": report.lag,
+        "lagSeconds": report.lag_seconds,
+        "partitions": report.partitions,
+    }
+    if pipeline.source.is_share_group:  # queue mode: the backlog the workers estimate
+        inject = pipeline.mode == "inject"
+        new["backlog"] = await queue_backlog(ctx, namespace, name, pipeline.metrics.port, inject)
     if lag_changed(old, new):
         async with ctx.api_slots:
             await ctx.api.patch(PIPELINES, namespace, name, {"status": new}, subresource="status")
     return bool(old.get("partitions") != report.partitions)
+
+
+async def queue_backlog(
+    ctx: OperatorContext, namespace: str, name: str, port: int, inject: bool
+) -> int | None:
+    """status.backlog of a queue-mode pipeline: the records past its share group's acquisition
+    frontier, as its workers estimate them (share_backlog); None when no worker reports one.
+    ``inject``: the workers run in the workload's pods (mode: inject)."""
+    selector = names.injected_selector_string(name) if inject else names.selector_string(name)
+    try:
+        pods = await ctx.api.list(PODS, namespace, label_selector=selector)
+    except ApiError as exc:  # the lag above is written all the same
+        log.warning(
+            "pipeline %s/%s: cannot list its workers for the backlog: %s", namespace, name, exc
+        )
+        return None
+    backlog = await share_backlog.read_backlog(pods, port)
+    return None if backlog is None else sum(backlog.values())
 
 
 async def report_orphaned_pods(ctx: OperatorContext, namespace: str, name: str) -> int:

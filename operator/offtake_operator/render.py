@@ -27,7 +27,7 @@ from offtake.contract import (
 )
 from offtake.contract import spark_kubernetes as spark_k8s
 
-from . import names
+from . import names, queue_autoscaling
 from .names import API_VERSION, KIND
 from .operator_spec import Autoscaling
 from .security import CONTAINER_DEFAULTS, POD_DEFAULTS, merged
@@ -708,6 +708,8 @@ def lag_seconds_query(body: Mapping[str, Any]) -> str:
 
 
 def _hpa_metric(body: Mapping[str, Any], autoscaling: Autoscaling) -> JSON:
+    if autoscaling.on_backlog:  # queue mode: the share group's backlog
+        return queue_autoscaling.hpa_metric(meta(body)[0], autoscaling)
     if autoscaling.target_lag_seconds is None:
         # Total lag divided by the messages one worker is expected to carry.
         return {
@@ -824,7 +826,9 @@ def render_scaled_object(
     or its Prometheus scaler on lag in seconds."""
     name, _ = meta(body)
     low, high = replica_bounds(autoscaling, partitions)
-    if autoscaling.on_seconds:
+    if autoscaling.on_backlog:  # queue mode: the share group's backlog
+        scaler = queue_autoscaling.keda_trigger(*meta(body), autoscaling)
+    elif autoscaling.on_seconds:
         scaler = _prometheus_trigger(body, autoscaling)
     else:
         scaler = _kafka_trigger(body, pipeline, autoscaling, authenticated=authenticated)
@@ -847,10 +851,11 @@ def render_scaled_object(
 
 
 def uses_scaled_object(autoscaling: Autoscaling, keda_served: bool) -> bool:
-    """KEDA when installed, except for lag seconds without a Prometheus to ask: then the HPA
-    on the external metric (served by a metrics adapter) is the one that can work."""
+    """KEDA when installed, except for lag seconds or a queue-mode backlog without a
+    Prometheus to ask: then the HPA on the external metric (served by a metrics adapter) is
+    the one that can work."""
     return keda_served and (
-        not autoscaling.on_seconds or autoscaling.prometheus_address is not None
+        not autoscaling.asks_prometheus or autoscaling.prometheus_address is not None
     )
 
 

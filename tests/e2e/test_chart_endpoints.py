@@ -47,8 +47,22 @@ def test_chart_network_policies_object_selector_and_client_ca(
             "app.kubernetes.io/managed-by": "offtake-operator",
             "app.kubernetes.io/component": "worker",
         }
+        # The operator too: it reads queue-mode workers' backlog from their /metrics.
+        the_operator = {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "offtake-system"}},
+            "podSelector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "offtake",
+                    "app.kubernetes.io/instance": "offtake",
+                    "app.kubernetes.io/component": "operator",
+                }
+            },
+        }
         assert workers["ingress"] == [
-            {"ports": [{"protocol": "TCP", "port": "metrics"}], "from": MONITORING}
+            {
+                "ports": [{"protocol": "TCP", "port": "metrics"}],
+                "from": [*MONITORING, the_operator],
+            }
         ]
 
     (mwc,) = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]

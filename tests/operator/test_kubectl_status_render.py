@@ -96,3 +96,27 @@ def test_a_share_group_pipeline_says_it_runs_in_queue_mode_and_why_it_shows_no_l
     assert "queue mode" not in status_view.render(consumer, None)
     unread = status_view.queue_mode_lag(worker_metrics.Scrape())
     assert unread["acquiredAgeSeconds"] is None
+
+
+def test_queue_mode_shows_the_backlog_as_an_estimate_with_what_it_leaves_out() -> None:
+    """issue 39 item 3: per partition the least backlog any worker reports (the one furthest
+    ahead knows the frontier best), summed; marked as an estimate."""
+    a, b = Metrics("q"), Metrics("q")
+    a.share_backlog.labels("jobs", "0").set(700)  # behind: it acquired from p0 a while ago
+    b.share_backlog.labels("jobs", "0").set(450)
+    b.share_backlog.labels("jobs", "1").set(30)
+    lag = status_view.queue_mode_lag(scrape_of({"w-a": a, "w-b": b}))
+    backlog = lag["backlog"]
+    assert (backlog["records"], backlog["partitions"], backlog["estimate"]) == (480, 2, True)
+    report = {
+        "name": "q", "namespace": "shop", "phase": "Running", "reason": "WorkersReady",
+        "message": "", "groupType": "share",
+        "replicas": {"desired": 2, "running": 2, "ready": 2}, "conditions": [],
+        "lag": lag, "partitions": None,
+        "pods": [], "metrics": {"read": [], "unreadable": {}}, "dlq": None,
+        "redrive": None, "events": [], "slo": None,
+    }  # fmt: skip
+    text = status_view.render(report, None)
+    assert "backlog (an estimate): 480 records past the acquisition frontier in 2 partition" in text
+    assert "leaves out released records" in text
+    assert status_view.queue_mode_lag(worker_metrics.Scrape())["backlog"]["records"] is None

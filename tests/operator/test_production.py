@@ -375,16 +375,62 @@ def test_min_replicas_zero_scales_to_zero_with_keda_and_to_one_with_an_hpa() -> 
         parse_operator_spec({"autoscaling": {"minReplicas": -1}})
 
 
-def test_queue_mode_autoscales_on_lag_seconds_only() -> None:
-    """A share group has no lag in messages: the default target would never scale."""
+def test_queue_mode_autoscales_on_lag_seconds_or_on_its_backlog() -> None:
+    """A share group has no lag in messages: the default target would never scale, so one of
+    targetLagSeconds (age when acquired) or targetLagPerReplica (backlog per worker) is needed."""
     queue = {"source": {"topics": ["jobs"], "groupType": "share"}}
-    with pytest.raises(ConfigError, match=r"targetLagSeconds: is required in queue mode"):
+    with pytest.raises(ConfigError, match=r"targetLagSeconds: or targetLagPerReplica is required"):
         parse_operator_spec({**queue, "autoscaling": {"enabled": True}})
-    with pytest.raises(ConfigError, match=r"targetLagSeconds: is required in queue mode"):
-        parse_operator_spec({**queue, "autoscaling": {"enabled": True, "targetLagPerReplica": 9}})
     scaling = {"enabled": True, "targetLagSeconds": 30}
     assert parse_operator_spec({**queue, "autoscaling": scaling}).autoscaling.target_lag_seconds
     assert not parse_operator_spec(queue).autoscaling.enabled  # off: nothing to refuse
+    on_backlog = parse_operator_spec(
+        {**queue, "autoscaling": {"enabled": True, "targetLagPerReplica": 200}}
+    ).autoscaling
+    assert on_backlog.on_backlog and not on_backlog.on_seconds
+    # A consumer group's targetLagPerReplica stays lag in messages (KEDA's Kafka scaler).
+    consumer = parse_operator_spec({"autoscaling": {"enabled": True, "targetLagPerReplica": 200}})
+    assert not consumer.autoscaling.on_backlog
+
+
+def test_queue_mode_backlog_autoscaling_asks_prometheus_for_the_least_backlog_per_partition() -> (
+    None
+):
+    """issue 39 item 3: the generated autoscaling follows the backlog past the acquisition
+    frontier (each worker's offtake_share_backlog_messages, the least per partition, summed)."""
+    spec = {"source": {"topics": ["jobs"], "groupType": "share"}}
+    scaling = {"enabled": True, "targetLagPerReplica": 200, "maxReplicas": 8}
+    body = pipeline_body("jobs", **spec, autoscaling=scaling)
+    p = parse_pipeline(worker_manifest(body))
+    hpa_scaling = parse_operator_spec({**spec, "autoscaling": scaling}).autoscaling
+    hpa = render.render_hpa(body, hpa_scaling, render.replica_cap(p, 2))
+    assert hpa["spec"]["maxReplicas"] == 8  # not capped at the 2 partitions
+    assert hpa["spec"]["metrics"] == [
+        {
+            "type": "External",
+            "external": {
+                "metric": {
+                    "name": "offtake_share_backlog_messages",
+                    "selector": {"matchLabels": {"pipeline": "jobs"}},
+                },
+                "target": {"type": "AverageValue", "averageValue": "200"},
+            },
+        }
+    ]
+    # KEDA only with a Prometheus to ask (its Kafka scaler reads consumer groups only).
+    assert not render.uses_scaled_object(hpa_scaling, keda_served=True)
+    keda_scaling = parse_operator_spec(
+        {**spec, "autoscaling": {**scaling, "prometheusAddress": "http://prom:9090"}}
+    ).autoscaling
+    assert render.uses_scaled_object(keda_scaling, keda_served=True)
+    so = render.render_scaled_object(body, p, keda_scaling, None)
+    (trigger,) = so["spec"]["triggers"]
+    assert trigger["type"] == "prometheus" and trigger["metricType"] == "AverageValue"
+    assert trigger["metadata"]["query"] == (
+        "sum(min by (topic, partition) "
+        '(offtake_share_backlog_messages{namespace="shop", pipeline="jobs"}))'
+    )
+    assert trigger["metadata"]["threshold"] == "200"
 
 
 def test_strimzi_secrets_with_their_binary_keystores_are_read_as_they_are() -> None:

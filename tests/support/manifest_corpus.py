@@ -54,6 +54,7 @@ def corpus() -> list[tuple[str, dict[str, Any]]]:
     )
     good.append(("strict-ordering", _with({"errors": {"ordering": "strict"}})))
     good.append(("jdbc-password-secret-ref", _with({"sink": {"spark": _JDBC_FROM_SECRET}})))
+    good.append(("share-fetch-tuning", _share_config({"fetch.max.bytes": "1048576"})))
     bad_client = [
         ("kafka-config-plugin", _kafka_config({"plugin.library.paths": "/tmp/evil.so"})),
         ("kafka-config-kinit", _kafka_config({"sasl.kerberos.kinit.cmd": "touch /tmp/x"})),
@@ -64,6 +65,8 @@ def corpus() -> list[tuple[str, dict[str, Any]]]:
         ("iceberg-uri-password", _with({"sink": {"spark": _ICEBERG_INLINE}})),
         ("connect-url-token", _with({"sink": {"spark": _CONNECT_INLINE}})),
         ("spark-conf-secret", _with({"sink": {"spark": _SPARK_CONF_SECRET}})),
+        ("share-session-timeout", _share_config({"session.timeout.ms": 6000})),
+        ("share-auto-offset-reset", _share_config({"auto.offset.reset": "earliest"})),
     ]
     bad = [
         ("name-too-long", minimal("p" * 56)),
@@ -131,6 +134,16 @@ def _kafka_config(config: dict[str, Any]) -> dict[str, Any]:
     return _with({"kafka": {"bootstrapServers": "kafka:9092", "config": config}})
 
 
+def _share_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Queue mode with kafka.config: what a share consumer refuses or ignores is refused."""
+    return _with(
+        {
+            "kafka": {"bootstrapServers": "kafka:9092", "config": config},
+            "source": {"topics": ["jobs"], "groupType": "share"},
+        }
+    )
+
+
 def _sink_config(config: dict[str, Any]) -> dict[str, Any]:
     return _with({"sink": {"kafka": {"topic": "out", "config": config}}})
 
@@ -141,6 +154,7 @@ GOOD = {case for case, _ in corpus() if case.startswith("example-")} | {
     "retry-topics",
     "strict-ordering",
     "jdbc-password-secret-ref",
+    "share-fetch-tuning",
 }
 
 #: What the API server's refusal must name (a rule's messageExpression: the refused key).
@@ -151,4 +165,10 @@ NAMED = {
     "sink-config-secret": '"sasl.password" is a secret',
     "spark-conf-secret": '"spark.hadoop.fs.s3a.secret.key" looks like a secret',
     "jdbc-inline-password": "jdbc.passwordSecretRef",
+    "share-session-timeout": 'kafka.config["session.timeout.ms"] cannot be set with '
+    "source.groupType share: a share consumer refuses it (queue mode); instead: sessions are "
+    "timed by the group config share.session.timeout.ms",
+    "share-auto-offset-reset": 'kafka.config["auto.offset.reset"] cannot be set with '
+    "source.groupType share: a share consumer refuses it (queue mode); instead: "
+    "spec.source.startFrom",
 }

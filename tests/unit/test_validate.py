@@ -140,3 +140,27 @@ def test_validate_names_queue_mode_and_refuses_it_with_exactly_once(tmp_path: Pa
     assert refused.returncode == 2, refused
     assert "spec.sink.kafka.delivery: exactly-once cannot be combined with " in refused.stderr
     assert "spec.source.groupType share" in refused.stderr
+
+
+def test_validate_warns_when_a_call_outlives_the_share_groups_lock(tmp_path: Path) -> None:
+    """issue 39 item 5: no RENEW in confluent-kafka, so a call longer than the lock leaves
+    (30 s by default, released 5 s before it runs out) has its record processed twice."""
+    doc = minimal()
+    doc["spec"]["source"]["groupType"] = "share"
+    doc["spec"]["processor"] = {"function": "json:dumps", "timeoutSeconds": 40}
+    done = validate(tmp_path, doc)
+    assert done.returncode == 0, done.stderr
+    assert "warning: processor.timeoutSeconds 40 s is longer than" in done.stdout
+    assert "unfinished 25 s after its poll" in done.stdout
+    assert "share.record.lock.duration.ms" in done.stdout
+    # Within the lock, or a consumer group (no lock): no warning.
+    doc["spec"]["processor"]["timeoutSeconds"] = 25
+    assert "warning" not in validate(tmp_path, doc).stdout
+    doc["spec"]["processor"]["timeoutSeconds"] = 40
+    doc["spec"]["source"]["groupType"] = "consumer"
+    assert "warning" not in validate(tmp_path, doc).stdout
+    # A sidecar's call: its own timeoutSeconds (30 s by default) counts the same way.
+    doc["spec"]["source"]["groupType"] = "share"
+    doc["spec"]["processor"] = {"container": {"image": "r/app:1", "timeoutSeconds": 50}}
+    done = validate(tmp_path, doc)
+    assert "warning: processor.container.timeoutSeconds 50 s is longer" in done.stdout

@@ -6,6 +6,9 @@ appended to ``$OFFTAKE_REPORT`` when set).
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import json
 import time
 import urllib.request
 from pathlib import Path
@@ -24,6 +27,8 @@ from support.workers import (
     write_manifest,
 )
 
+from offtake_operator import share_backlog
+from offtake_operator.kubectl import status_view, worker_metrics
 from offtake_testbed.kafka import KafkaBroker
 
 
@@ -244,3 +249,175 @@ def test_rolling_replacement_under_a_steady_flow_loses_and_duplicates_nothing(
     codes = [w.terminate() for w in workers[2:]]
     assert codes == [0, 0], [w.output()[-2000:] for w in workers[2:]]
     assert_each_once("queue-rolling", total, ids_of(read_all(kafka_broker.bootstrap, out)))
+
+
+def gauge(worker: WorkerProcess, name: str, **labels: str) -> float | None:
+    """One gauge of a running worker's /metrics, None while it has no such series."""
+    url = f"http://127.0.0.1:{worker.metrics_port()}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    found = [
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and labels.items() <= s.labels.items()
+    ]
+    return found[0] if found else None
+
+
+def produce_in_small_batches(bootstrap: str, topic: str, first: int, n: int) -> None:
+    """Batches of 10: the broker hands out whole batches, so a poll stays near the group's
+    share.partition.max.record.locks."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 10})
+    for i in range(first, first + n):
+        p.produce(topic, json.dumps({"id": i}).encode(), key=str(i).encode())
+    assert p.flush(30) == 0
+
+
+def test_the_backlog_is_the_records_past_the_frontier_and_shrinks_as_workers_consume(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    """issue 39 item 3: offtake_share_backlog_messages = log end - (highest acquired + 1)."""
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+    from confluent_kafka.admin._resource import ResourceType
+
+    src, out = topic_factory(1), topic_factory(1)
+    group = f"backlog-{src}"
+    # A poll of about 100 records (the broker's minimum), so the frontier stands still while
+    # a slow worker works through it.
+    locks = ConfigEntry(
+        "share.partition.max.record.locks", "100", incremental_operation=AlterConfigOpType.SET
+    )
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[locks])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+    doc = queue_manifest(
+        "queue-backlog",
+        kafka_broker.bootstrap,
+        src,
+        out,
+        processor={"function": "support.processors:slow"},
+    )
+    doc["spec"]["source"]["groupId"] = group
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    produce_in_small_batches(kafka_broker.bootstrap, src, 0, 600)
+    where = {"topic": src, "partition": "0"}
+    slow = WorkerProcess(path, tmp_path / "slow.log", {"OFFTAKE_TEST_SLOW_SECONDS": "0.5"})
+    slow.start()
+
+    def settled() -> bool:  # a backlog measured against the frontier as it stands now
+        backlog = gauge(slow, "offtake_share_backlog_messages", **where)
+        frontier = gauge(slow, "offtake_share_acquired_offset", **where)
+        return backlog is not None and frontier is not None and backlog == 600 - frontier - 1
+
+    slow.wait_until(settled, "a backlog", timeout=120, every=0.2)
+    frontier = gauge(slow, "offtake_share_acquired_offset", **where)
+    before = gauge(slow, "offtake_share_backlog_messages", **where)
+    assert frontier is not None and before is not None
+    assert 300 <= before < 600, (frontier, before)  # a poll of ~100 (whole batches of 10)
+    # N more records ahead: the backlog grows by N while the frontier stands (a poll of 100
+    # slow records is not done in 25 s, and none is released before then).
+    produce_in_small_batches(kafka_broker.bootstrap, src, 600, 300)
+    slow.wait_until(
+        lambda: gauge(slow, "offtake_share_backlog_messages", **where) == before + 300,
+        "the backlog grown by the 300 records produced",
+        timeout=20,
+        every=0.2,
+    )
+    assert gauge(slow, "offtake_share_acquired_offset", **where) == frontier
+    report("queue-backlog", frontier=frontier, backlog=before, after_300_more=before + 300)
+    # What the status shows, read from this real worker: the operator's status.backlog (its
+    # scrape by pod IP) and kubectl offtake status (marked as an estimate).
+    running = {"metadata": {"name": "w"}, "status": {"phase": "Running", "podIP": "127.0.0.1"}}
+    scraped = asyncio.run(share_backlog.read_backlog([running], slow.metrics_port()))
+    assert scraped == {(src, 0): before + 300}
+    url = f"http://127.0.0.1:{slow.metrics_port()}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    view = worker_metrics.Scrape()
+    worker_metrics._add(view, "w", text)
+    shown = status_view.queue_mode_lag(view)["backlog"]
+    assert (shown["records"], shown["estimate"]) == (before + 300, True)
+
+    # The slow worker stops (releasing its poll) and two faster ones take everything: the
+    # group's backlog (the least any worker reports) shrinks to 0.
+    assert slow.terminate() == 0, slow.output()[-2000:]
+    fast = [
+        WorkerProcess(path, tmp_path / f"fast{i}.log", {"OFFTAKE_TEST_SLOW_SECONDS": "0.01"})
+        for i in range(2)
+    ]
+    seen = [before + 300]
+    for w in fast:
+        w.start()
+
+    def group_backlog() -> float | None:
+        readings = [gauge(w, "offtake_share_backlog_messages", **where) for w in fast]
+        known = [r for r in readings if r is not None]
+        return min(known) if known else None
+
+    def drained() -> bool:
+        backlog = group_backlog()
+        if backlog is not None and backlog != seen[-1]:
+            seen.append(backlog)
+        return backlog == 0
+
+    fast[0].wait_until(drained, "a backlog of 0", timeout=120, every=0.2)
+    wait_delivered(kafka_broker.bootstrap, out, 900, timeout=240)
+    report("queue-backlog-drain", readings=seen)
+    assert seen[0] > seen[len(seen) // 2] >= seen[-1] == 0, seen
+    assert all(later <= earlier for earlier, later in itertools.pairwise(seen)), seen
+    assert [w.terminate() for w in fast] == [0, 0]
+
+
+def test_a_poll_longer_than_the_lock_is_released_before_it_expires_not_acknowledged_late(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
+) -> None:
+    """issue 39 item 5: no RENEW in confluent-kafka 2.16, so what a worker cannot finish in
+    the lock it gives back before the lock runs out (another worker gets it at once) rather
+    than acknowledging it after (which the broker refuses, having delivered it again)."""
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+    from confluent_kafka.admin._resource import ResourceType
+
+    src, out = topic_factory(1), topic_factory(1)
+    group = f"lock-{src}"
+    entries = [  # a 4 s lock (the test bed's broker allows 1 s and up), polls of ~100 records
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        for name, value in (
+            ("share.record.lock.duration.ms", "4000"),
+            ("share.partition.max.record.locks", "100"),
+        )
+    ]
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+    doc = queue_manifest(
+        "queue-lock",
+        kafka_broker.bootstrap,
+        src,
+        out,
+        processor={"function": "support.processors:slow"},
+    )
+    doc["spec"]["source"]["groupId"] = group
+    path = write_manifest(tmp_path / "pipeline.yaml", doc)
+    produce_in_small_batches(kafka_broker.bootstrap, src, 0, 300)
+    # 0.5 s a record: a poll of ~100 takes ~50 s, the lock 4 s (released after 3 s).
+    worker = WorkerProcess(path, tmp_path / "w.log", {"OFFTAKE_TEST_SLOW_SECONDS": "0.5"})
+    worker.start()
+    worker.wait_until(
+        lambda: series(worker, "offtake_share_lock_expired_total", reason="released") > 0,
+        "records released before their lock ran out",
+        timeout=120,
+        every=0.2,
+    )
+    released = series(worker, "offtake_share_lock_expired_total", reason="released")
+    late = series(worker, "offtake_share_lock_expired_total", reason="late")
+    report("queue-lock-release", released=released, late=late)
+    assert released >= 50  # most of a poll of ~100, minus the few done in 3 s
+    assert late == 0
+    worker.kill()

@@ -295,7 +295,24 @@ def _validate(path: str) -> int:
             "(Kafka 4.2+, client API in Preview): records, not partitions, are shared out; "
             "no per-key order (docs/queue-mode.md)"
         )
+        for warning in _lock_warnings(spec):
+            print(f"  {warning}")
     return 0
+
+
+def _lock_warnings(spec: PipelineSpec) -> list[str]:
+    """Queue mode: calls allowed longer than a record's acquisition lock leaves them."""
+    from offtake.kafka.share_source import call_outlives_lock
+
+    p = spec.processor
+    timeouts = [("processor.timeoutSeconds", p.timeout_seconds)]
+    if p.container is not None:
+        timeouts.append(("processor.container.timeoutSeconds", p.container.timeout_seconds))
+    return [
+        warning
+        for where, seconds in timeouts
+        if seconds is not None and (warning := call_outlives_lock(seconds, where)) is not None
+    ]
 
 
 def _function_note(spec: PipelineSpec) -> str | None:

@@ -37,7 +37,7 @@ from offtake.kafka.config import client_config
 from offtake.kafka.group_view import PartitionPosition, group_positions
 from offtake.kafka.oldest_record import read_timestamps
 from offtake.kafka.protocols import ConsumerLike
-from offtake.metrics import LAG_MESSAGES_METRIC, LAG_SECONDS_METRIC
+from offtake.metrics import LAG_MESSAGES_METRIC, LAG_SECONDS_METRIC, SHARE_BACKLOG_METRIC
 from offtake.records import TopicPartition
 from offtake.redact import redact
 from offtake.redrive import RedriveResult, read_progress
@@ -51,6 +51,7 @@ __all__ = [
     "LAG_MESSAGES_METRIC",
     "LAG_SECONDS_METRIC",
     "OPERATOR_ONLY_FIELDS",
+    "SHARE_BACKLOG_METRIC",
     "ConfigError",
     "ConsumerLike",
     "DecodeError",

@@ -49,6 +49,8 @@ __all__ = [
 LAG_MESSAGES_METRIC = "offtake_consumer_lag_messages"
 #: The age of the oldest uncommitted record, per partition.
 LAG_SECONDS_METRIC = "offtake_consumer_lag_seconds"
+#: Queue mode: each worker's estimate of the records past the share group's acquisition frontier.
+SHARE_BACKLOG_METRIC = "offtake_share_backlog_messages"
 
 # The ``*_created`` gauges the client adds for every counter and histogram would almost double
 # the series count for a value nobody queries (Prometheus handles resets from the counter
@@ -253,6 +255,22 @@ class Metrics:
             "Queue mode: records whose acquisition lock ran out here: given back just before "
             "(reason=released) or acknowledged too late (reason=late).",
             ["reason"],
+            registry=r,
+        )
+        self.share_acquired_offset = Gauge(
+            "offtake_share_acquired_offset",
+            "Queue mode: the highest offset of each partition this worker acquired (its "
+            "acquisition frontier; the group's is the maximum over its workers).",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.share_backlog = Gauge(
+            SHARE_BACKLOG_METRIC,
+            "Queue mode, an estimate: records of each partition past the acquisition frontier "
+            "as this worker knows it (log end minus its highest acquired offset + 1); the "
+            "group's backlog is the minimum over its workers. Leaves out released records "
+            "(delivered again, behind the frontier) and records acquired but not acknowledged.",
+            ["topic", "partition"],
             registry=r,
         )
         self.processing_seconds = Histogram(

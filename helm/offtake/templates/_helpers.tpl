@@ -118,7 +118,8 @@ never PUTs (server-side apply is a patch; kopf patches), so no update but on fin
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [get, create, patch, delete]
-# mode inject: the pods that carry a pipeline's worker (status, and Events when it is deleted).
+# mode inject: the pods that carry a pipeline's worker (status, and Events when it is deleted);
+# queue mode: the workers whose /metrics give status.backlog (by pod IP).
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch]

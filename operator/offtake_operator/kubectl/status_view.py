@@ -179,6 +179,27 @@ def queue_mode_lag(scraped: worker_metrics.Scrape) -> JSON:
         "from": "n/a in queue mode",
         "why": QUEUE_MODE_LAG,
         "acquiredAgeSeconds": round(max(ages), 1) if ages else None,
+        "backlog": queue_backlog(scraped),
+    }
+
+
+#: What the queue-mode backlog leaves out, in the report and in docs/queue-mode.md.
+BACKLOG_LEAVES_OUT = (
+    "released records (delivered again from behind the frontier) and records acquired but "
+    "not yet acknowledged"
+)
+
+
+def queue_backlog(scraped: worker_metrics.Scrape) -> JSON:
+    """The share group's backlog, an estimate: per partition the records past the acquisition
+    frontier (the least any worker reports), summed; partitions no worker has acquired from
+    since it started are not counted."""
+    rows = scraped.backlog
+    return {
+        "records": int(sum(rows.values())) if rows else None,
+        "partitions": len(rows),
+        "estimate": True,
+        "leavesOut": BACKLOG_LEAVES_OUT,
     }
 
 
@@ -280,6 +301,13 @@ def render(report: Mapping[str, Any], kafka_error: str | None) -> str:
             f"  records were {_cell(lag['acquiredAgeSeconds'])} s old when the workers acquired "
             "them (their offtake_consumer_lag_seconds, which autoscaling follows)"
         )
+        backlog = lag.get("backlog")
+        if backlog is not None:
+            lines.append(
+                f"  backlog (an estimate): {_cell(backlog['records'])} records past the "
+                f"acquisition frontier in {backlog['partitions']} partition(s), from the "
+                f"workers' offtake_share_backlog_messages; leaves out {backlog['leavesOut']}"
+            )
     else:
         lines.append(
             f"lag: {_cell(lag['records'])} records, {_cell(lag['seconds'])} s (from {lag['from']})"

@@ -24,6 +24,8 @@ LAG = "offtake_consumer_lag_messages"
 LAG_SECONDS = "offtake_consumer_lag_seconds"
 TREND = "offtake_consumer_lag_trend_messages_per_second"
 PROCESSED = "offtake_messages_processed_total"
+#: Queue mode: each worker's estimate of the records past the share group's acquisition frontier.
+BACKLOG = "offtake_share_backlog_messages"
 #: The outcomes spec.slo.maxErrorRatio counts against its budget (as slo_rules.py does).
 ERROR_OUTCOMES = frozenset({"dlq", "skipped", "failed"})
 
@@ -34,6 +36,9 @@ class Scrape:
 
     partitions: dict[tuple[str, int], JSON] = field(default_factory=dict)
     outcomes: dict[str, float] = field(default_factory=dict)
+    #: Queue mode, per partition: the least backlog any worker reports (the one furthest
+    #: ahead knows the group's frontier best).
+    backlog: dict[tuple[str, int], float] = field(default_factory=dict)
     read: list[str] = field(default_factory=list)
     unreadable: dict[str, str] = field(default_factory=dict)
 
@@ -96,6 +101,9 @@ def _add(out: Scrape, pod: str, text: str) -> None:
                 key = (labels["topic"], int(labels["partition"]))
                 row = out.partitions.setdefault(key, {"pod": pod})
                 row[sample.name] = sample.value
+            elif sample.name == BACKLOG:
+                key = (labels["topic"], int(labels["partition"]))
+                out.backlog[key] = min(sample.value, out.backlog.get(key, sample.value))
             elif sample.name == PROCESSED:
                 outcome = labels["outcome"]
                 out.outcomes[outcome] = out.outcomes.get(outcome, 0.0) + sample.value

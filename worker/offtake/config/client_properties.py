@@ -84,6 +84,71 @@ def refused_reason(key: str, value: object = "") -> str | None:
     return None
 
 
+# --------------------------------------------------------------- what a share consumer refuses
+
+#: Queue mode (spec.source.groupType share): client properties a share consumer refuses or
+#: ignores -> what the share group uses instead. Taken from librdkafka's rdkafka_conf.c
+#: (rd_kafka_conf_finalize's share-consumer checks, and the property docs that say "ignored for
+#: share consumers"), 2.15/2.16; tests/worker/test_share_consumer_properties_on_kafka.py
+#: creates a real share consumer with each refused one to keep the list honest. Exact names:
+#: librdkafka's names are case-sensitive (another spelling is "No such configuration
+#: property" for every client anyway).
+SHARE_REFUSED: dict[str, str] = {
+    "session.timeout.ms": "sessions are timed by the group config "
+    "share.session.timeout.ms (broker: group.share.session.timeout.ms)",
+    "heartbeat.interval.ms": "heartbeats are paced by the group config "
+    "share.heartbeat.interval.ms (broker: group.share.heartbeat.interval.ms)",
+    "group.protocol": "nothing: a share consumer always speaks the share group protocol "
+    "(spec.source.groupType chooses it)",
+    "group.protocol.type": "nothing: a share consumer always speaks the share group protocol "
+    "(spec.source.groupType chooses it)",
+    "partition.assignment.strategy": "nothing: the broker assigns the partitions of a share group "
+    "(broker config group.share.assignors, group config share.assignment.interval.ms)",
+    "group.remote.assignor": "nothing: the broker assigns the partitions of a share group "
+    "(broker config group.share.assignors)",
+    "group.instance.id": "nothing: share groups have no static membership",
+    "enable.auto.commit": "nothing: Offtake acknowledges each record explicitly (ACCEPT, "
+    "RELEASE, REJECT)",
+    "isolation.level": "the group config share.isolation.level",
+    "auto.offset.reset": "spec.source.startFrom (the worker sets the group config "
+    "share.auto.offset.reset from it)",
+    "queued.min.messages": "nothing: the broker bounds what a share group acquires (group "
+    "config share.partition.max.record.locks)",
+    "queued.max.messages.kbytes": "nothing: the broker bounds what a share group acquires "
+    "(group config share.partition.max.record.locks)",
+    "fetch.queue.backoff.ms": "nothing: a share consumer fetches when its last poll is "
+    "acknowledged",
+    "fetch.error.backoff.ms": "nothing (librdkafka has no such backoff for share consumers)",
+    "enable.partition.eof": "nothing: a share group has no partition end to report",
+    "message.copy.max.bytes": "nothing for the share consumer (for the producer of the sink, set "
+    "it in spec.sink.kafka.config)",
+    "topic.blacklist": "nothing: list the topics in spec.source.topics",
+    "allow.auto.create.topics": "nothing: create the topics before the pipeline starts",
+    "consume.callback.max.messages": "nothing (a share consumer has no consume callback)",
+    "socket.max.fails": "nothing: librdkafka fixes it at 1 for share consumers",
+}
+#: Accepted by librdkafka but ignored by its share consumer (its docs say so): refused too, so
+#: that a setting never looks as if it did something.
+SHARE_IGNORED: dict[str, str] = {
+    "auto.commit.interval.ms": "nothing: Offtake acknowledges each record explicitly",
+    "fetch.message.max.bytes": "nothing: the broker sizes share fetches (fetch.max.bytes applies)",
+    "max.partition.fetch.bytes": "nothing: the broker sizes share fetches (fetch.max.bytes "
+    "applies)",
+    "max.in.flight.requests.per.connection": "nothing for the share consumer (for the producer of "
+    "the sink, set it in spec.sink.kafka.config)",
+}
+
+
+def share_refused_reason(key: str) -> str | None:
+    """Why a share consumer cannot take ``key``, with what the share group uses instead; None
+    if it can."""
+    if key in SHARE_REFUSED:
+        return f"a share consumer refuses it (queue mode); instead: {SHARE_REFUSED[key]}"
+    if key in SHARE_IGNORED:
+        return f"a share consumer ignores it (queue mode); instead: {SHARE_IGNORED[key]}"
+    return None
+
+
 # --------------------------------------------------------------- secrets: never inline
 
 _SECRET_SUFFIXES = ("password", "secret", "passphrase")

@@ -113,6 +113,7 @@ def build_worker(
             share_consumer_config(spec),
             list(spec.source.topics),
             group_settings(spec.source.start_from, spec.errors.max_retries),
+            make_probe=lambda: clients.consumer(probe_consumer_config(spec)),
         )
         queue = Queue(OffsetTracker(), share, metrics)
         parts = WorkerParts(

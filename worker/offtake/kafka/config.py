@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from offtake.config import ConfigError
-from offtake.config.client_properties import map_key, refused_reason
+from offtake.config.client_properties import map_key, refused_reason, share_refused_reason
 from offtake.config.spec import PipelineSpec
 from offtake.logs import librdkafka_logger
 
@@ -159,11 +159,32 @@ def consumer_config(spec: PipelineSpec, instance_id: str | None = None) -> dict[
 def share_consumer_config(spec: PipelineSpec) -> dict[str, Any]:
     """The share consumer's settings (spec.source.groupType share): the group, the client's
     common settings, explicit acknowledgement. No offsets, assignment or session settings: a
-    share group has none on the client (librdkafka refuses them, naming the property)."""
+    share group has none on the client (refused here, naming the property and what the group
+    uses instead, rather than by librdkafka when the worker starts)."""
     conf = {"group.id": spec.source.group_id, "client.id": f"offtake-{spec.name}"}
-    conf.update(_common(spec))
+    secret = secret_properties()
+    check_share_properties(spec, secret)
+    conf.update(client_config(spec, secret, librdkafka_logger()))
     conf["share.acknowledgement.mode"] = "explicit"
     return conf
+
+
+def check_share_properties(spec: PipelineSpec, secret: Mapping[str, str]) -> None:
+    """Refuse what a share consumer refuses or ignores (client_properties.SHARE_REFUSED and
+    SHARE_IGNORED), naming the key and what the share group uses instead: in kafka.config (the
+    loader refused those already; a spec built in code must not slip past it) and in the
+    Kafka Secret the worker merges, which no loader sees."""
+    for where, props in (
+        ("spec.kafka.config", spec.kafka.config),
+        ("spec.kafka.secretRef", secret),
+    ):
+        for key in props:
+            reason = share_refused_reason(key)
+            if reason is not None:
+                raise ConfigError(
+                    map_key(where, key),
+                    f"cannot be set with spec.source.groupType share: {reason}",
+                )
 
 
 # How long a producer holds records for a fuller batch (librdkafka: 5 ms). Each record's way

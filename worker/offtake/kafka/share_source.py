@@ -25,6 +25,7 @@ poll thread; the share consumer is not thread-safe (a call from another thread r
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import sys
@@ -33,7 +34,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from offtake.kafka.protocols import ClientFactory, MessageLike, ShareConsumerLike
+from offtake.kafka.protocols import ClientFactory, ConsumerLike, MessageLike, ShareConsumerLike
 from offtake.kafka.source import SourceFatal, SourceListener, StartPosition
 from offtake.records import TopicPartition
 
@@ -44,10 +45,43 @@ DEFAULT_LOCK_SECONDS = 30.0
 #: Give back what is still unfinished this long before its lock expires: the release must
 #: reach the broker before the lock runs out, and a poll cycle can take this long.
 RELEASE_MARGIN_SECONDS = 5.0
+#: How often the backlog's log ends are asked (a round trip per partition, on the poll thread).
+BACKLOG_INTERVAL_SECONDS = 5.0
+#: What one refresh of the log ends may take in all, so acknowledging never waits long on it.
+BACKLOG_BUDGET_SECONDS = 1.0
 _UNSUPPORTED_VERSION = 35  # the ShareGroupHeartbeat of a broker without share groups
 _INVALID_RECORD_STATE = 121  # the broker's answer to an acknowledgement after the lock expired
 _FATAL = -150
 CLOSE_COMMIT_TIMEOUT = 10.0
+
+
+def release_after(lock_seconds: float, margin: float = RELEASE_MARGIN_SECONDS) -> float:
+    """How long after its poll a record still unfinished is released: ``margin`` before the
+    lock runs out, a quarter of the lock when that is shorter (a short lock still gets most of
+    its time)."""
+    return lock_seconds - min(margin, lock_seconds / 4)
+
+
+def call_outlives_lock(
+    timeout_seconds: float, where: str, lock_seconds: float = DEFAULT_LOCK_SECONDS
+) -> str | None:
+    """``offtake validate``'s warning when a call allowed ``timeout_seconds`` (the field
+    ``where``) outlives what the lock leaves it; None when it fits. No RENEW (KIP-1222) in
+    confluent-kafka 2.16: a lock cannot be extended, so such a call's record is released and
+    processed again by another worker."""
+    budget = release_after(lock_seconds)
+    if timeout_seconds <= budget:
+        return None
+    return (
+        f"warning: {where} {timeout_seconds:g} s is longer than a record's acquisition lock "
+        f"allows: the worker releases a record still unfinished {budget:g} s after its poll "
+        f"(the lock, share.record.lock.duration.ms, is {lock_seconds:g} s by default), another "
+        "worker then processes it again, and a record that always takes that long ends in "
+        "errors.policy after its deliveries. confluent-kafka cannot renew a lock (no RENEW, "
+        "KIP-1222): raise the group's share.record.lock.duration.ms (the broker caps it at "
+        "group.share.max.record.lock.duration.ms, 60 s by default) or lower the timeout "
+        "(docs/queue-mode.md, Acquisition locks)"
+    )
 
 
 class Ack(enum.IntEnum):
@@ -115,8 +149,13 @@ class ShareSource:
         topics: list[str],
         settings: ShareGroupSettings,
         clock: Callable[[], float] = time.monotonic,
+        make_probe: Callable[[], ConsumerLike] | None = None,
     ) -> None:
         self._clients = clients
+        # A group-less consumer that only asks log ends: a share consumer has no watermarks.
+        self._make_probe = make_probe
+        self._probe: ConsumerLike | None = None
+        self._backlog_at = -BACKLOG_INTERVAL_SECONDS
         self._config = dict(config)
         self._topics = topics
         self._settings = settings
@@ -132,6 +171,11 @@ class ShareSource:
         #: Per partition, the age (s) of its oldest record in the last poll when acquired: how
         #: far behind the share group is (0 for partitions a poll brought nothing of).
         self.acquired_ages: dict[TopicPartition, float] = {}
+        #: Per partition, the highest offset this worker acquired: its acquisition frontier.
+        self.frontier: dict[TopicPartition, int] = {}
+        #: Per partition, the records past the frontier: log end - (frontier + 1), an estimate
+        #: (see refresh_backlog).
+        self.backlog: dict[TopicPartition, int] = {}
         self.lock_seconds = DEFAULT_LOCK_SECONDS
         self.stats = ShareStats()
 
@@ -183,6 +227,10 @@ class ShareSource:
             self._consumer.close()
         except:  # noqa: E722 -- confluent-kafka can raise a bare KafkaError (no BaseException)
             log.warning("closing the share consumer failed: %s", sys.exc_info()[1])
+        if self._probe is not None:
+            probe, self._probe = self._probe, None
+            with contextlib.suppress(Exception):
+                probe.close()
 
     # -- fetching --------------------------------------------------------------------------
     def consume(self, max_records: int, timeout: float) -> list[MessageLike]:
@@ -233,11 +281,47 @@ class ShareSource:
             age = max(0.0, (wall_ms - ts) / 1000) if kind and ts >= 0 else 0.0
             ages[tp] = max(age, ages.get(tp, 0.0))
             self._acquired_by_topic[tp.topic] = self._acquired_by_topic.get(tp.topic, 0) + 1
+            self.frontier[tp] = max(msg.offset() or 0, self.frontier.get(tp, -1))
         self.acquired_ages = ages
         new = [tp for tp in ages if tp not in self._seen]
         if new and self._listener is not None:
             self._seen.update(new)
             self._listener.assigned({tp: StartPosition(None, False) for tp in new})
+
+    def refresh_backlog(self) -> None:
+        """Every BACKLOG_INTERVAL_SECONDS, the backlog of each partition this worker acquired
+        from: its log end (asked of the broker by a group-less probe consumer, within
+        BACKLOG_BUDGET_SECONDS in all) minus the frontier + 1.
+
+        An estimate, and this worker's: the group's frontier is the furthest of its workers'
+        (so the group's backlog is the smallest of theirs); records released or whose lock
+        expired are delivered again from behind the frontier and are not counted, nor are
+        records acquired and not yet acknowledged. A partition whose log end does not answer
+        keeps its last value."""
+        now = self._clock()
+        if self._make_probe is None or not self.frontier:
+            return
+        if now - self._backlog_at < BACKLOG_INTERVAL_SECONDS:
+            return
+        self._backlog_at = now
+        if self._probe is None:
+            self._probe = self._make_probe()
+        deadline = time.monotonic() + BACKLOG_BUDGET_SECONDS
+        for tp, offset in sorted(self.frontier.items()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                marks = self._probe.get_watermark_offsets(
+                    self._clients.topic_partition(tp.topic, tp.partition),
+                    timeout=left,
+                    cached=False,
+                )
+            except Exception as exc:  # KafkaException: the broker did not answer in time
+                log.debug("log end of %s[%d]: %s", tp.topic, tp.partition, exc)
+                continue
+            if marks is not None and marks[1] >= 0:
+                self.backlog[tp] = max(0, int(marks[1]) - offset - 1)
 
     # -- what a share group has no use for (the poll loop's calls for consumer groups) -------
     def pause(self, partitions: Collection[TopicPartition]) -> None:
@@ -298,8 +382,7 @@ class ShareSource:
     ) -> list[tuple[TopicPartition, int]]:
         """Release the records whose lock ends within ``margin`` seconds; returns them, so the
         engine forgets them (their outcome, if they finish after all, is not acknowledged)."""
-        margin = min(margin, self.lock_seconds / 4)  # a short lock still gets most of its time
-        cutoff = self._clock() - (self.lock_seconds - margin)
+        cutoff = self._clock() - release_after(self.lock_seconds, margin)
         out = [key for key, (_, at) in self._open.items() if at <= cutoff]
         for topic, partition, offset in out:
             self.acknowledge(TopicPartition(topic, partition), offset, Ack.RELEASE)

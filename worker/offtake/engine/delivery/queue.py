@@ -93,6 +93,7 @@ class Queue(DeliveryPolicy):
             self.loop.assignment_changed()
         self._let_go_if_done()
         self.source.flush()
+        self.source.refresh_backlog()
         self._export()
 
     def _export(self) -> None:
@@ -115,6 +116,10 @@ class Queue(DeliveryPolicy):
             # Lag in seconds only: a share group commits no offsets to count messages from,
             # so no lag-in-messages series rather than a wrong 0.
             self.metrics.lag_seconds.labels(tp.topic, str(tp.partition)).set(age)
+        for tp, offset in self.source.frontier.items():
+            self.metrics.share_acquired_offset.labels(tp.topic, str(tp.partition)).set(offset)
+        for tp, behind in self.source.backlog.items():
+            self.metrics.share_backlog.labels(tp.topic, str(tp.partition)).set(behind)
         for topic, n in self.source.take_acquired_by_topic().items():
             self.metrics.share_acquired.labels(topic).inc(n)
 
