@@ -19,6 +19,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from offtake.formats.avro_fast import build_reader, build_writer
 from offtake.formats.base import Encoder
+from offtake.formats.errors import OutOfBounds
 from offtake.formats.wire import HEADER_SIZE, Reader, SchemaDecoder, header
 
 
@@ -62,6 +63,8 @@ class AvroDecoder(SchemaDecoder):
             if fast is not None:
                 try:
                     return fast(raw, HEADER_SIZE)[0]
+                except OutOfBounds:  # a claim past the bounds: never fastavro's to try
+                    raise
                 except Exception:  # odd bytes: fastavro's reading (or its error) is the answer
                     pass
             value = io.BytesIO(raw)  # shares raw's buffer: reading past the header copies nothing

@@ -11,23 +11,37 @@ and on any exception the caller asks fastavro, whose answer (value, bytes or err
 answer. So every quirk of fastavro on odd input (a negative length, an out-of-range union or
 enum index, a varint past 64 bits, a string cut short at the end of the value, a value of a
 neighbouring Python type) is fastavro's, not a second reading of it. ``build_reader`` and
-``build_writer`` return None for a schema they do not take (a recursive type, to read; an array
-of zero-width items); fastavro then reads or writes every value of it.
-``tests/contract/test_avro_fast.py`` holds both to fastavro on a generated corpus and on
-mutated bytes.
+``build_writer`` return None for a schema they do not take (a recursive type, to read);
+fastavro then reads or writes every value of it. ``tests/contract/test_avro_fast.py`` holds
+both to fastavro on a generated corpus and on mutated bytes.
+
+Two bounds come before that rule, because fastavro has none (docs/security.md, "Second round"):
+
+- **A schema is built in time linear in its text**: each named type's closures are built once
+  and every reference to it shares them (memoised by full name, failures too), so d nested
+  records each referring to the next twice cost d builds, not 2**d.
+- **A value cannot claim more than it carries**: an array of zero-width items (null, a record
+  of no fields, a fixed of size 0, or records of those) costs no byte per item, so fastavro
+  appends for as long as the count says (2**40 from 13 bytes). The closures read such arrays
+  themselves and let one value hold at most :data:`ZERO_WIDTH_ITEMS_PER_BYTE` such items per
+  byte of its bytes in all (at least :data:`ZERO_WIDTH_ITEMS_FLOOR`): past that they raise
+  :class:`~offtake.formats.errors.OutOfBounds`, which is the record's decode error and is
+  never handed to fastavro. Every other item takes at least one byte, so a count past the
+  bytes ends at the value's end in fastavro and in the closures alike.
 """
 
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from fastavro.read import LOGICAL_READERS
 from fastavro.write import LOGICAL_WRITERS
 
-from offtake.formats.errors import NotFast
+from offtake.formats.errors import NotFast, OutOfBounds
 
 Read = Callable[[bytes, int], tuple[Any, int]]  # (value bytes, position) -> (value, next position)
 Write = Callable[[Any, bytearray], None]  # appends the value's encoding, or raises
@@ -40,6 +54,13 @@ _pack_f = struct.Struct("<f").pack
 _pack_d = struct.Struct("<d").pack
 _PRIMITIVES = frozenset(("null", "boolean", "int", "long", "float", "double", "bytes", "string"))
 _KINDS = _PRIMITIVES | {"record", "enum", "fixed", "array", "map"}  # a type object's "type"
+_NAMED = ("record", "enum", "fixed")
+
+# Zero-width items one value may hold in all: as many per byte as a value of one-byte items
+# could hold (so a decoded value's size stays in proportion to its bytes, as any other's does),
+# and a floor so that a small legitimate value (an array of 1,000 nulls is 3 bytes) reads.
+ZERO_WIDTH_ITEMS_PER_BYTE = 1
+ZERO_WIDTH_ITEMS_FLOOR = 4096
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -134,8 +155,8 @@ def _reader_union(branches: tuple[Read, ...]) -> Read:
 
 
 def _reader_array(item: Read) -> Read:
-    # Every item takes at least one byte (build_reader refuses zero-width items), so a hostile
-    # count ends at the value's end, not after 2**63 appends.
+    # Every item takes at least one byte (zero-width items: _reader_zero_width_array), so a
+    # hostile count ends at the value's end, not after 2**63 appends.
     def read(buf: bytes, pos: int) -> tuple[Any, int]:
         out: list[Any] = []
         append = out.append
@@ -151,6 +172,51 @@ def _reader_array(item: Read) -> Read:
         return out, pos
 
     return read
+
+
+class _Budget(threading.local):
+    """Zero-width items the value being read may still hold (per thread: a reader is shared)."""
+
+    left = 0
+
+
+def _reader_zero_width_array(item: Read, budget: _Budget) -> Read:
+    def read(buf: bytes, pos: int) -> tuple[Any, int]:
+        out: list[Any] = []
+        append = out.append
+        count, pos = _read_long(buf, pos)
+        while count:
+            if count < 0:
+                count = -count
+                pos = _read_long(buf, pos)[1]
+            budget.left -= count
+            if budget.left < 0:
+                raise OutOfBounds(
+                    f"an array of zero-width items claims {count} items, past the "
+                    f"{_zero_width_budget(len(buf))} such items a value of {len(buf)} bytes "
+                    "may hold"
+                )
+            for _ in range(count):
+                value, pos = item(buf, pos)
+                append(value)
+            count, pos = _read_long(buf, pos)
+        return out, pos
+
+    return read
+
+
+def _zero_width_budget(size: int) -> int:
+    return max(size * ZERO_WIDTH_ITEMS_PER_BYTE, ZERO_WIDTH_ITEMS_FLOOR)
+
+
+def _reader_budgeted(read: Read, budget: _Budget) -> Read:
+    """``read``, with the value's budget of zero-width items set first."""
+
+    def budgeted(buf: bytes, pos: int) -> tuple[Any, int]:
+        budget.left = _zero_width_budget(len(buf))
+        return read(buf, pos)
+
+    return budgeted
 
 
 def _reader_map(value_read: Read) -> Read:
@@ -416,14 +482,25 @@ def _takes_none(prepare: Callable[..., Any], schema: Any, kind: str) -> bool:
         return True
 
 
+_Built = TypeVar("_Built")
+_FAILED = object()  # a named type whose closures could not be built: fastavro's, every time
+
+
 class _Builder:
-    """One walk of a parsed schema (fastavro's ``parse_schema``: named types by full name)."""
+    """One walk of a parsed schema (fastavro's ``parse_schema``: named types by full name).
+
+    Each named type is built once per kind of closure and every later reference shares what
+    was built, or the NotFast it raised: a reference is a dictionary lookup, so the walk is
+    linear in the schema's text however often its types refer to each other."""
 
     def __init__(self, schema: Any) -> None:
         self._named: dict[str, Any] = {}
         if isinstance(schema, dict):
             self._named.update(schema.get("__named_schemas", {}))
         self._building: set[str] = set()
+        self._built: dict[tuple[str, str], Any] = {}  # (closure kind, full name) -> closure
+        self.budget = _Budget()  # shared by every zero-width array of this schema's readers
+        self.zero_width_arrays = False
 
     def _resolve(self, schema: Any) -> tuple[Any, str]:
         """The schema with a named reference replaced by its definition, and its type."""
@@ -441,9 +518,27 @@ class _Builder:
         if isinstance(kind, (dict, list)) or kind not in _KINDS:
             raise NotFast  # "error", a nested type object, a reference as a type: fastavro's
         name = schema.get("name")
-        if isinstance(name, str) and kind in ("record", "enum", "fixed"):
+        if isinstance(name, str) and kind in _NAMED:
             self._named.setdefault(name, schema)
         return schema, kind
+
+    def _once(self, what: str, schema: Any, kind: str, build: Callable[[], _Built]) -> _Built:
+        """``build()``, or what it gave (or raised) for this named type before."""
+        name = schema.get("name") if kind in _NAMED else None
+        if not isinstance(name, str):
+            return build()
+        key = (what, name)
+        built = self._built.get(key)
+        if built is _FAILED:
+            raise NotFast
+        if built is None:
+            try:
+                built = build()
+            except NotFast:
+                self._built[key] = _FAILED
+                raise
+            self._built[key] = built
+        return cast(_Built, built)
 
     @contextmanager
     def _record(self, schema: dict[str, Any]) -> Iterator[None]:
@@ -462,6 +557,9 @@ class _Builder:
         schema, kind = self._resolve(schema)
         if kind == "union":
             return _reader_union(tuple(self.reader(branch) for branch in schema))
+        return self._once("read", schema, kind, lambda: self._reader_logical(schema, kind))
+
+    def _reader_logical(self, schema: Any, kind: str) -> Read:
         read = self._reader_of(schema, kind)
         convert = _logical(LOGICAL_READERS, schema, kind)
         return read if convert is None else _reader_logical(read, convert, schema)
@@ -474,9 +572,11 @@ class _Builder:
         if kind == "enum":
             return _reader_enum(tuple(schema["symbols"]))
         if kind == "array":
+            item = self.reader(schema["items"])
             if self._min_width(schema["items"]) == 0:
-                raise NotFast
-            return _reader_array(self.reader(schema["items"]))
+                self.zero_width_arrays = True
+                return _reader_zero_width_array(item, self.budget)
+            return _reader_array(item)
         if kind == "map":
             return _reader_map(self.reader(schema["values"]))
         with self._record(schema):
@@ -488,6 +588,12 @@ class _Builder:
         schema, kind = self._resolve(schema)
         if kind == "union":
             return self._writer_union(schema)
+        what = "write-validating" if validating else "write"
+        return self._once(
+            what, schema, kind, lambda: self._writer_logical(schema, kind, validating)
+        )
+
+    def _writer_logical(self, schema: Any, kind: str, validating: bool) -> Write:
         write = self._writer_of(schema, kind, validating)
         prepare = _logical(LOGICAL_WRITERS, schema, kind)
         # fastavro validates a logical value as the base type of what prepare made of it, and
@@ -550,6 +656,9 @@ class _Builder:
         schema, kind = self._resolve(schema)
         if depth > 64:
             raise NotFast
+        return self._once("width", schema, kind, lambda: self._min_width_of(schema, kind, depth))
+
+    def _min_width_of(self, schema: Any, kind: str, depth: int) -> int:
         if kind == "null":
             return 0
         if kind == "fixed":
@@ -564,9 +673,11 @@ class _Builder:
 def build_reader(schema: Any) -> Read | None:
     """Closures that read values of a parsed writer schema, or None if fastavro must."""
     try:
-        return _Builder(schema).reader(schema)
+        builder = _Builder(schema)
+        read = builder.reader(schema)
     except (NotFast, KeyError, TypeError, ValueError, RecursionError):
         return None
+    return _reader_budgeted(read, builder.budget) if builder.zero_width_arrays else read
 
 
 def build_writer(schema: Any) -> Write | None:

@@ -7,6 +7,8 @@ treats each differently (the leaf every format module imports; it imports none o
 - :class:`RegistryUnavailable`: the schema registry did not answer: not the record's fault,
   the caller waits and retries (never a dead letter);
 - :class:`UnsendableValueError`: a processed value has no faithful wire form;
+- :class:`OutOfBounds`: a value claims more than its bytes can hold: the record's fault,
+  refused before any library spends time or memory on the claim;
 - :class:`NotFast`: not an error of the value's: a fast path's closures hand the value (or the
   schema) to the format's library, whose answer is the answer.
 """
@@ -19,6 +21,7 @@ from offtake.headers import H_REASON, H_SCHEMA_ID
 NOT_WIRE_FORMAT = "not-wire-format"
 UNKNOWN_SCHEMA = "unknown-schema-id"
 SCHEMA_MISMATCH = "schema-mismatch"
+OUT_OF_BOUNDS = "out-of-bounds"
 
 
 class DecodeError(ValueError):
@@ -54,3 +57,10 @@ class UnsendableValueError(TypeError):
 class NotFast(Exception):
     """Not for the closures built per schema (avro_fast, protobuf_fast): the format's library
     (fastavro, json_format) reads or writes this value, or every value of this schema."""
+
+
+class OutOfBounds(ValueError):
+    """A value claims more than the decoders' bounds let one value hold (an array of
+    zero-width items past its budget, a message index past its bytes or its schema): the
+    record's decode error (reason :data:`OUT_OF_BOUNDS`), never handed to the format's library,
+    which would spend memory or time in proportion to the claim."""

@@ -1,6 +1,7 @@
 """JSON Schema in the wire format: orjson and the writer schema's validator, compiled once per
 schema id (as confluent-kafka's JSONDeserializer validates, against the writer's schema, with
-no format checks); the sink validates against its schema and writes with orjson."""
+no format checks); the sink validates against its schema and writes with orjson. Patterns are
+matched in RE2, in linear time (:mod:`offtake.formats.patterns`), on both paths."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 from referencing import Registry
 
+from offtake.formats import patterns
 from offtake.formats.base import Encoder
 from offtake.formats.wire import HEADER_SIZE, Reader, SchemaDecoder, header
 
@@ -27,7 +29,8 @@ def compiled(schema_str: str) -> Validator:
     schema = orjson.loads(schema_str)
     cls = validator_for(schema)
     cls.check_schema(schema)
-    return cls(schema, registry=Registry())
+    patterns.check(schema)  # UnsafePattern, naming the pattern
+    return patterns.linear(cls)(schema, registry=Registry())
 
 
 def _check(validator: Validator, value: Any) -> None:
@@ -53,7 +56,26 @@ class JsonSchemaDecoder(SchemaDecoder):
     def serde(self) -> Callable[[bytes, SerializationContext], Any]:
         from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 
-        return JSONDeserializer(None, schema_registry_client=self._client)  # type: ignore[no-any-return]
+        class Linear(JSONDeserializer):
+            # confluent-kafka validates with jsonschema's own classes, whose patterns run in
+            # Python's re: the same validator as the fast path's, with references resolved.
+            def _get_validator(self, schema: Schema, parsed: Any, registry: Registry) -> Any:
+                with self._validators_lock:
+                    validator = self._validators.get(schema, None)
+                if validator is None:
+                    patterns.check(parsed)
+                    for uri in registry:  # the referenced schemas, resolved
+                        patterns.check(registry.contents(uri))
+                    cls = validator_for(parsed)
+                    cls.check_schema(parsed)
+                    validator = patterns.linear(cls)(parsed, registry=registry)
+                    with self._validators_lock:
+                        self._validators[schema] = validator
+                return validator
+
+        deserialize: Callable[[bytes, SerializationContext], Any]
+        deserialize = Linear(None, schema_registry_client=self._client)
+        return deserialize
 
 
 class JsonSchemaEncoder(Encoder):

@@ -11,15 +11,18 @@ header and message index its schema was registered with.
 
 from __future__ import annotations
 
+import base64
 import inspect
 from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.serialization import SerializationContext
+from google.protobuf.descriptor_pb2 import FileDescriptorProto
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from offtake.formats.base import Encoder
+from offtake.formats.errors import OutOfBounds
 from offtake.formats.protobuf_fast import build_from_dict, build_to_dict
 from offtake.formats.wire import HEADER_SIZE, Reader, SchemaDecoder
 from offtake.schema_registry import load_message_class
@@ -37,14 +40,30 @@ def message_class(message: Any) -> Any:
     return load_message_class(message) if isinstance(message, str) else message
 
 
-def payload_start(raw: bytes) -> int:
+# A varint of the message index is at most 10 bytes (64 bits), as protobuf's own; confluent-kafka
+# caps the count of indexes at 100,000 and so do we.
+_VARINT_MAX_BYTES = 10
+_INDEXES_MAX = 100_000
+
+
+def payload_start(raw: bytes, max_depth: int = _INDEXES_MAX) -> int:
     """Where the message starts: after the header and the message index (a count, then that
-    many indexes; a count of 0 is the first message of the file)."""
+    many indexes; a count of 0 is the first message of the file).
+
+    Bounded, so a hostile index costs time in proportion to its bytes only: a varint past 10
+    bytes, a count of indexes past the bytes left (each index takes one at least) or past
+    ``max_depth`` (the writer schema's deepest nesting of messages: a longer path names no
+    message of it) is :class:`OutOfBounds`; an index that ends early, a ValueError."""
     pos = HEADER_SIZE
     count, pos = _varint(raw, pos)
     count = (count >> 1) ^ -(count & 1)
-    if count < 0 or count > 100_000:
+    if count < 0:
         raise ValueError(f"invalid message index length {count}")
+    if count > len(raw) - pos or count > max_depth:
+        raise OutOfBounds(
+            f"the message index claims {count} indexes, past the {len(raw) - pos} bytes left "
+            f"or the {max_depth} a path to a message of the writer schema can have"
+        )
     for _ in range(count):
         _, pos = _varint(raw, pos)
     return pos
@@ -52,15 +71,32 @@ def payload_start(raw: bytes) -> int:
 
 def _varint(raw: bytes, pos: int) -> tuple[int, int]:
     value = shift = 0
-    while True:
-        if pos >= len(raw):
-            raise ValueError("the message index ends early")
+    end = min(len(raw), pos + _VARINT_MAX_BYTES)
+    while pos < end:
         byte = raw[pos]
         pos += 1
         value |= (byte & 0x7F) << shift
         if not byte & 0x80:
             return value, pos
         shift += 7
+    if end < len(raw):
+        raise OutOfBounds(f"a varint of the message index runs past {_VARINT_MAX_BYTES} bytes")
+    raise ValueError("the message index ends early")
+
+
+def nesting_depth(schema: Schema) -> int:
+    """The deepest nesting of messages in a registered schema (``fmt="serialized"``: a
+    FileDescriptorProto, base64), the longest message index a value of it can carry; the
+    confluent-kafka cap if the schema does not parse as one (the payload's class reads it)."""
+    try:
+        proto = FileDescriptorProto.FromString(base64.b64decode(schema.schema_str or ""))
+    except Exception:
+        return _INDEXES_MAX
+    depth, level = 0, list(proto.message_type)
+    while level:  # level by level: a schema's text bounds the walk, recursion cannot
+        depth += 1
+        level = [nested for message in level for nested in message.nested_type]
+    return max(depth, 1)
 
 
 class ProtobufDecoder(SchemaDecoder):
@@ -83,9 +119,10 @@ class ProtobufDecoder(SchemaDecoder):
     def reader(self, schema: Schema) -> Reader:
         parse = self._cls.FromString
         to_dict = self._to_dict
+        depth = nesting_depth(schema)
 
         def read(raw: bytes, topic: str) -> Any:
-            message = parse(raw[payload_start(raw) :])
+            message = parse(raw[payload_start(raw, depth) :])
             if to_dict is not None:
                 try:
                     return to_dict(message)
@@ -99,7 +136,14 @@ class ProtobufDecoder(SchemaDecoder):
         from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
 
         deserialize = ProtobufDeserializer(self._cls, {}, self._client)
-        return lambda raw, ctx: MessageToDict(deserialize(raw, ctx), **_TO_DICT)
+
+        def read(raw: bytes, ctx: SerializationContext) -> Any:
+            # confluent-kafka reads the message index unbounded: ours first, which refuses
+            # what would cost it more than the bytes.
+            payload_start(raw)
+            return MessageToDict(deserialize(raw, ctx), **_TO_DICT)
+
+        return read
 
 
 class ProtobufEncoder(Encoder):

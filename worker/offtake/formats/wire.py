@@ -23,9 +23,11 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from offtake.formats.base import Decoder
 from offtake.formats.errors import (
     NOT_WIRE_FORMAT,
+    OUT_OF_BOUNDS,
     SCHEMA_MISMATCH,
     UNKNOWN_SCHEMA,
     DecodeError,
+    OutOfBounds,
     RegistryUnavailable,
     SchemaDecodeError,
 )
@@ -85,6 +87,10 @@ class SchemaDecoder(Decoder):
             return read(raw, topic)
         except (DecodeError, RegistryUnavailable):
             raise
+        except OutOfBounds as exc:
+            raise SchemaDecodeError(
+                f"value of schema id {schema_id} is refused: {exc}", schema_id, OUT_OF_BOUNDS
+            ) from None
         except Exception as exc:
             if is_outage(exc):  # a lookup confluent-kafka's deserializer made itself
                 raise RegistryUnavailable(f"schema registry: {exc}") from exc
