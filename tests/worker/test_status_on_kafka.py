@@ -80,6 +80,8 @@ def test_status_of_a_share_group_shows_the_log_and_says_what_does_not_apply(
     produce(kafka_broker.bootstrap, topic, ({"id": i} for i in range(10)))
     doc = manifest("status", kafka_broker.bootstrap, [topic], sink={"log": {}})
     doc["spec"]["source"]["groupType"] = "share"
+    # A share consumer refuses session and heartbeat settings (queue mode's refusals).
+    doc["spec"]["kafka"]["config"] = {}
     done = _status(write_manifest(tmp_path / "pipeline.yaml", doc), "--once")
     assert done.returncode == 0, done.stderr
     assert f"share group {doc['spec']['source']['groupId']}" in done.stdout
