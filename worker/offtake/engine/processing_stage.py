@@ -513,17 +513,7 @@ class ProcessingStage:
                 outcomes = self.processor.process([r for r, _, _ in todo])
             except ProcessorUnavailable as exc:
                 unavailable += 1
-                if self.health is not None:
-                    self.health.set_processor_unavailable(f"processor unavailable: {exc}")
-                delay = min(self.policy.backoff(unavailable), UNAVAILABLE_BACKOFF_CAP)
-                # A processor that said how long to wait (HTTP Retry-After) knows best.
-                delay = max(delay, getattr(exc, "retry_after", None) or 0.0)
-                log.warning(
-                    "processor unavailable (%s); retrying %d record(s) in %.1fs",
-                    exc,
-                    len(todo),
-                    delay,
-                )
+                delay = self._unavailable_for(exc, unavailable, len(todo))
                 self._serve()  # deliveries already under way still complete meanwhile
                 self.abort.wait(delay)
                 continue
@@ -539,6 +529,19 @@ class ProcessingStage:
                 return None
             return outcomes
         return None
+
+    def _unavailable_for(self, exc: ProcessorUnavailable, times: int, records: int) -> float:
+        """The processor could not be reached ``times`` calls in a row: say so (readiness, the
+        log) and return how long to wait before ``records`` record(s) are tried again."""
+        if self.health is not None:
+            self.health.set_processor_unavailable(f"processor unavailable: {exc}")
+        delay = min(self.policy.backoff(times), UNAVAILABLE_BACKOFF_CAP)
+        # A processor that said how long to wait (HTTP Retry-After) knows best.
+        delay = max(delay, getattr(exc, "retry_after", None) or 0.0)
+        log.warning(
+            "processor unavailable (%s); retrying %d record(s) in %.1fs", exc, records, delay
+        )
+        return delay
 
     # -- processor.concurrency > 1: calls in flight, the scheduler deciding ---------------------
     def _calls_idle(self) -> bool:
@@ -615,13 +618,7 @@ class ProcessingStage:
         """The processor could not be reached: park the call's records (no attempt charged)
         for the backoff; their lanes stay busy, the other lanes go on."""
         self._unavailable += 1
-        if self.health is not None:
-            self.health.set_processor_unavailable(f"processor unavailable: {exc}")
-        delay = min(self.policy.backoff(self._unavailable), UNAVAILABLE_BACKOFF_CAP)
-        delay = max(delay, getattr(exc, "retry_after", None) or 0.0)
-        log.warning(
-            "processor unavailable (%s); retrying %d record(s) in %.1fs", exc, len(items), delay
-        )
+        delay = self._unavailable_for(exc, self._unavailable, len(items))
         for record, epoch, attempt in items:
             self.parking.park(record, epoch, attempt, now + delay)
 

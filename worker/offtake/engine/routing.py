@@ -136,13 +136,10 @@ class Router:
         """offtake.Backpressure: park the record (same attempt) and hold its partition."""
         log.info("%s: processor asked to slow down (%s)", record.where(), exc)
         self.parking.park(record, epoch, attempts, time.monotonic() + exc.retry_after)
-        if self.lanes is not None:
-            if self.lanes == "partition":
-                self.settlements.request_slow_down(record.tp, epoch, time.time() + exc.retry_after)
-            return
-        if not parked:
+        if self.lanes is None and not parked:
             self.parking.hold(record.tp, record.offset, epoch)
-        self.settlements.request_slow_down(record.tp, epoch, time.time() + exc.retry_after)
+        if self.lanes in (None, "partition"):
+            self.settlements.request_slow_down(record.tp, epoch, time.time() + exc.retry_after)
 
     def submit(self, batch: SinkBatch) -> None:
         """Hand a batch to the sink (a forward too: a poll's records of a partition as they

@@ -32,7 +32,7 @@ The rules it keeps:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from typing import Literal
 
 from offtake.engine.parking import Attempt
@@ -83,9 +83,6 @@ class Scheduler:
         self._ready.appendleft(item)
 
     # -- records out ------------------------------------------------------------------------
-    def room(self) -> int:
-        return self.limit - self.in_flight
-
     def has_ready(self) -> bool:
         return bool(self._ready)
 
@@ -143,10 +140,3 @@ class Scheduler:
     def lanes(self) -> int:
         """Busy lanes (for tests: memory follows the records held)."""
         return sum(len(lanes) for lanes in self._lanes.values())
-
-    def __iter__(self) -> Iterator[Attempt]:
-        """The records ready and waiting (not those in flight or parked)."""
-        yield from self._ready
-        for lanes in self._lanes.values():
-            for behind in lanes.values():
-                yield from behind
