@@ -265,6 +265,22 @@ def gauge(worker: WorkerProcess, name: str, **labels: str) -> float | None:
     return found[0] if found else None
 
 
+def set_group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> None:
+    """Set the share group's own configs (before its first member joins)."""
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+    from confluent_kafka.admin._resource import ResourceType
+
+    entries = [
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        for name, value in configs.items()
+    ]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+
+
 def produce_in_small_batches(bootstrap: str, topic: str, first: int, n: int) -> None:
     """Batches of 10: the broker hands out whole batches, so a poll stays near the group's
     share.partition.max.record.locks."""
@@ -280,21 +296,12 @@ def test_the_backlog_is_the_records_past_the_frontier_and_shrinks_as_workers_con
     kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
 ) -> None:
     """issue 39 item 3: offtake_share_backlog_messages = log end - (highest acquired + 1)."""
-    from confluent_kafka.admin import AdminClient
-    from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
-    from confluent_kafka.admin._resource import ResourceType
 
     src, out = topic_factory(1), topic_factory(1)
     group = f"backlog-{src}"
     # A poll of about 100 records (the broker's minimum), so the frontier stands still while
     # a slow worker works through it.
-    locks = ConfigEntry(
-        "share.partition.max.record.locks", "100", incremental_operation=AlterConfigOpType.SET
-    )
-    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[locks])
-    for future in admin.incremental_alter_configs([resource]).values():
-        future.result(30)
+    set_group_configs(kafka_broker.bootstrap, group, {"share.partition.max.record.locks": "100"})
     doc = queue_manifest(
         "queue-backlog",
         kafka_broker.bootstrap,
@@ -379,23 +386,15 @@ def test_a_poll_longer_than_the_lock_is_released_before_it_expires_not_acknowled
     """issue 39 item 5: no RENEW in confluent-kafka 2.16, so what a worker cannot finish in
     the lock it gives back before the lock runs out (another worker gets it at once) rather
     than acknowledging it after (which the broker refuses, having delivered it again)."""
-    from confluent_kafka.admin import AdminClient
-    from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
-    from confluent_kafka.admin._resource import ResourceType
 
     src, out = topic_factory(1), topic_factory(1)
     group = f"lock-{src}"
-    entries = [  # a 4 s lock (the test bed's broker allows 1 s and up), polls of ~100 records
-        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
-        for name, value in (
-            ("share.record.lock.duration.ms", "4000"),
-            ("share.partition.max.record.locks", "100"),
-        )
-    ]
-    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
-    for future in admin.incremental_alter_configs([resource]).values():
-        future.result(30)
+    # A 4 s lock (the test bed's broker allows 1 s and up), polls of ~100 records.
+    set_group_configs(
+        kafka_broker.bootstrap,
+        group,
+        {"share.record.lock.duration.ms": "4000", "share.partition.max.record.locks": "100"},
+    )
     doc = queue_manifest(
         "queue-lock",
         kafka_broker.bootstrap,
