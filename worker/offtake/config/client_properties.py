@@ -149,6 +149,17 @@ def share_refused_reason(key: str) -> str | None:
     return None
 
 
+def share_refusal(where: str, props: Mapping[str, object]) -> tuple[str, str] | None:
+    """The first property of ``props`` (set at ``where``, e.g. spec.kafka.config) that a share
+    consumer cannot take, as (the field, the message) for a ConfigError; None if there is none.
+    The loader asks it of spec.kafka.config, the worker of the Kafka Secret it merges too."""
+    for key in props:
+        reason = share_refused_reason(key)
+        if reason is not None:
+            return map_key(where, key), f"cannot be set with spec.source.groupType share: {reason}"
+    return None
+
+
 # --------------------------------------------------------------- secrets: never inline
 
 _SECRET_SUFFIXES = ("password", "secret", "passphrase")

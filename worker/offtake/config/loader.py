@@ -20,7 +20,7 @@ from offtake.config.client_properties import (
     is_secret_spark_property,
     map_key,
     refused_reason,
-    share_refused_reason,
+    share_refusal,
 )
 from offtake.config.crd_check import crd_schema
 from offtake.config.redrive import dlq_topic_of, parse_redrive
@@ -158,14 +158,10 @@ def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
             "transactional acknowledgement for share groups (use at-least-once, or groupType "
             "consumer)",
         )
-    if pipeline.source.is_share_group:
-        for key in pipeline.kafka.config:
-            reason = share_refused_reason(key)
-            if reason is not None:
-                raise ConfigError(
-                    map_key("spec.kafka.config", key),
-                    f"cannot be set with spec.source.groupType share: {reason}",
-                )
+    if pipeline.source.is_share_group and (
+        refusal := share_refusal("spec.kafka.config", pipeline.kafka.config)
+    ):
+        raise ConfigError(*refusal)
     if pipeline.source.is_share_group and pipeline.errors.retry_topics:
         raise ConfigError(
             "spec.errors.retryTopics",

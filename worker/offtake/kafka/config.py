@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from offtake.config import ConfigError
-from offtake.config.client_properties import map_key, refused_reason, share_refused_reason
+from offtake.config.client_properties import map_key, refused_reason, share_refusal
 from offtake.config.spec import PipelineSpec
 from offtake.logs import librdkafka_logger
 
@@ -178,13 +178,8 @@ def check_share_properties(spec: PipelineSpec, secret: Mapping[str, str]) -> Non
         ("spec.kafka.config", spec.kafka.config),
         ("spec.kafka.secretRef", secret),
     ):
-        for key in props:
-            reason = share_refused_reason(key)
-            if reason is not None:
-                raise ConfigError(
-                    map_key(where, key),
-                    f"cannot be set with spec.source.groupType share: {reason}",
-                )
+        if refusal := share_refusal(where, props):
+            raise ConfigError(*refusal)
 
 
 # How long a producer holds records for a fuller batch (librdkafka: 5 ms). Each record's way
