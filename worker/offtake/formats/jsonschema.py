@@ -26,11 +26,16 @@ class SchemaMismatch(ValueError):
 
 
 def compiled(schema_str: str) -> Validator:
-    schema = orjson.loads(schema_str)
+    return linear_validator(orjson.loads(schema_str), Registry())
+
+
+def linear_validator(schema: Any, registry: Registry) -> Validator:
+    """The validator of a parsed schema, its patterns in RE2: the schema checked against its
+    metaschema, then its patterns (UnsafePattern, naming the pattern)."""
     cls = validator_for(schema)
     cls.check_schema(schema)
-    patterns.check(schema)  # UnsafePattern, naming the pattern
-    return patterns.linear(cls)(schema, registry=Registry())
+    patterns.check(schema)
+    return patterns.linear(cls)(schema, registry=registry)
 
 
 def _check(validator: Validator, value: Any) -> None:
@@ -61,17 +66,14 @@ class JsonSchemaDecoder(SchemaDecoder):
             # Python's re: the same validator as the fast path's, with references resolved.
             def _get_validator(self, schema: Schema, parsed: Any, registry: Registry) -> Any:
                 with self._validators_lock:
-                    validator = self._validators.get(schema, None)
-                if validator is None:
-                    patterns.check(parsed)
+                    found = self._validators.get(schema, None)
+                if found is None:
                     for uri in registry:  # the referenced schemas, resolved
                         patterns.check(registry.contents(uri))
-                    cls = validator_for(parsed)
-                    cls.check_schema(parsed)
-                    validator = patterns.linear(cls)(parsed, registry=registry)
+                    found = linear_validator(parsed, registry)
                     with self._validators_lock:
-                        self._validators[schema] = validator
-                return validator
+                        self._validators[schema] = found
+                return found
 
         deserialize: Callable[[bytes, SerializationContext], Any]
         deserialize = Linear(None, schema_registry_client=self._client)
