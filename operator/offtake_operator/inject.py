@@ -108,11 +108,12 @@ def injected_pod(
         for c in containers + (spec.get("initContainers") or [])
         for p in c.get("ports") or []
     }
-    if port in taken:
-        raise InjectionError(
-            f"the pod already uses port {port}, the worker's metrics port: set "
-            f"spec.metrics.port of pipeline {name} to a free one"
-        )
+    for used, field in ((port, "port"), (pipeline.metrics.probe_port, "probePort")):
+        if used in taken:
+            raise InjectionError(
+                f"the pod already uses port {used}, the worker's metrics {field}: set "
+                f"spec.metrics.{field} of pipeline {name} to a free one"
+            )
 
     worker = render._worker_container(body, pipeline, config)
     worker["name"] = names.INJECTED_CONTAINER

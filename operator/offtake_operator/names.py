@@ -46,6 +46,8 @@ WORKER_CONTAINER = "worker"
 REDRIVE_CONTAINER = "redrive"
 PROCESSOR_CONTAINER = "processor"
 METRICS_PORT_NAME = "metrics"
+#: The worker's probe listener (spec.metrics.probePort): the kubelet's probes, nothing else.
+PROBE_PORT_NAME = "probes"
 PROCESSOR_PORT_NAME = "processor"
 
 #: Grace on top of spec.shutdown.drainTimeoutSeconds: flushing, the final commit, leaving the group.

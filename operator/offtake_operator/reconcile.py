@@ -49,6 +49,7 @@ from .kubeapi import (
 from .lag import KafkaAccessError
 from .operator_spec import OperatorSpec, parse_operator_spec
 from .status import NAME_TAKEN, Event, Observed, changed, compute_status, lag_changed
+from .worker_network_policy import policy_name, worker_network_policies
 
 log = logging.getLogger("offtake.operator")
 
@@ -223,6 +224,7 @@ async def _apply_children(
         (SERVICES, render.render_service(body, pipeline)),
         (PDBS, render.render_pdb(body)),
     ]
+    children += [(NETWORKPOLICIES, p) for p in worker_network_policies(body, pipeline, ctx.config)]
     children += await _spark_connect(ctx, body, pipeline)
     if await ctx.serves(SERVICEMONITORS):
         sm_labels = {**ctx.config.service_monitor_labels, **extras.service_monitor_labels}
@@ -527,6 +529,8 @@ async def _reconcile_injected(
         failed_reason = _failed_reason(exc)
     await remove_owned(ctx.api, DEPLOYMENTS, namespace, names.deployment_name(name), uid)
     await remove_owned(ctx.api, PDBS, namespace, names.pdb_name(name), uid)
+    # Its pods are the user's: a policy selecting them would close the application's ports.
+    await remove_owned(ctx.api, NETWORKPOLICIES, namespace, policy_name(name), uid)
     previous = old_status.get("autoscaler")
     for res in (HPAS, SCALEDOBJECTS, TRIGGERAUTHS):
         if previous in (res.kind, SCALEDOBJECTS.kind):

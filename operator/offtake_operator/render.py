@@ -32,6 +32,7 @@ from .names import API_VERSION, KIND
 from .operator_spec import Autoscaling
 from .security import CONTAINER_DEFAULTS, POD_DEFAULTS, merged
 from .settings import OperatorConfig
+from .worker_probes import probe_args, probe_port
 
 JSON = dict[str, Any]
 
@@ -219,22 +220,23 @@ def _worker_container(
         "image": spec.get("image")
         or (config.worker_spark_image if pipeline.sink.spark is not None else config.worker_image),
         "command": ["offtake"],
-        "args": ["worker", "--pipeline", names.PIPELINE_PATH],
+        "args": ["worker", "--pipeline", names.PIPELINE_PATH, *probe_args(pipeline)],
         "env": env,
         "ports": [
             {
                 "name": names.METRICS_PORT_NAME,
                 "containerPort": pipeline.metrics.port,
                 "protocol": "TCP",
-            }
+            },
+            probe_port(pipeline),
         ],
         # Not ready while starting, draining or stopped: the rollout waits for a real consumer.
         "readinessProbe": _http_probe(
-            "/readyz", names.METRICS_PORT_NAME, periodSeconds=5, failureThreshold=2
+            "/readyz", names.PROBE_PORT_NAME, periodSeconds=5, failureThreshold=2
         ),
         "livenessProbe": _http_probe(
             "/healthz",
-            names.METRICS_PORT_NAME,
+            names.PROBE_PORT_NAME,
             initialDelaySeconds=10,
             periodSeconds=10,
             failureThreshold=6,

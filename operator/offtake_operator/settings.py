@@ -96,6 +96,12 @@ class OperatorConfig:
     #: a client certificate from: the API server's, when the cluster gives it one for webhooks
     #: (AdmissionConfiguration kubeConfigFile). Empty: no client certificate is asked for.
     webhook_client_ca_file: str = ""
+    #: Render a NetworkPolicy for each pipeline's worker pods (OFFTAKE_WORKER_NETWORK_POLICY,
+    #: true or false; the chart's networkPolicy.enabled): see :mod:`.worker_network_policy`.
+    worker_network_policy: bool = False
+    #: Who may reach the workers' metrics port (OFFTAKE_WORKER_METRICS_FROM, a JSON list of
+    #: NetworkPolicy peers; the chart's networkPolicy.metricsFrom); empty admits any peer.
+    worker_metrics_from: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -146,7 +152,29 @@ class OperatorConfig:
                 env, "OFFTAKE_WORKER_SPARK_RESOURCES", DEFAULT_WORKER_SPARK_RESOURCES
             ),
             **_webhook(env),
+            **_worker_network_policy(env),
         )
+
+
+def _worker_network_policy(env: Mapping[str, str]) -> dict[str, Any]:
+    key = "OFFTAKE_WORKER_NETWORK_POLICY"
+    enabled = env.get(key, "").strip().lower() or "false"
+    if enabled not in ("true", "false"):
+        raise SettingsError(f"{key}: expected true or false, got {env[key]!r}")
+    key = "OFFTAKE_WORKER_METRICS_FROM"
+    raw = env.get(key, "").strip() or "[]"
+    try:
+        peers = json.loads(raw)
+    except ValueError:
+        raise SettingsError(
+            f"{key}: expected a JSON list of NetworkPolicy peers, got {raw!r}"
+        ) from None
+    if not isinstance(peers, list) or not all(isinstance(p, dict) and p for p in peers):
+        raise SettingsError(
+            f"{key}: expected a JSON list of NetworkPolicy peers (objects such as "
+            f'{{"namespaceSelector": {{...}}}}), got {raw!r}'
+        )
+    return {"worker_network_policy": enabled == "true", "worker_metrics_from": tuple(peers)}
 
 
 def _webhook(env: Mapping[str, str]) -> dict[str, Any]:

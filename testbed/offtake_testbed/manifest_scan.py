@@ -38,6 +38,7 @@ from offtake_operator import inject, render
 from offtake_operator.operator_spec import parse_operator_spec
 from offtake_operator.reconcile import worker_manifest
 from offtake_operator.settings import OperatorConfig
+from offtake_operator.worker_network_policy import worker_network_policies
 
 from . import kube, scanners
 
@@ -129,6 +130,12 @@ def _children(body: JSON, config: OperatorConfig) -> list[JSON]:
         docs.append(render.render_spark_connect(body, pipeline))
         docs.append(render.render_spark_connect_token(body, "scan"))
         docs.extend(render.render_spark_network_policies(body))
+    # The workers' NetworkPolicy (on wherever the chart's networkPolicy.enabled is).
+    docs.extend(
+        worker_network_policies(
+            body, pipeline, dataclasses.replace(config, worker_network_policy=True)
+        )
+    )
     dlq = dlq_topic_of(body["spec"])
     until = "2026-05-01T12:00:00Z"
     request = parse_redrive({"id": "scan", "from": dlq or "dlq", "until": until}, dlq)

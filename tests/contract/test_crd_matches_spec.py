@@ -558,6 +558,8 @@ def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
         loader_rejects = False
     elif "lowerAscii" in rule:
         spec["kafka"]["config"] = {"sasl.password": "hunter2"}
+    elif "self.probePort" in rule:
+        spec["metrics"] = {"port": 9100, "probePort": 9100}
     elif "self.batch" in rule:
         spec["processor"] = {"batch": True}
     elif "self.parallelism" in rule:

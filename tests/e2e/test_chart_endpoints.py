@@ -1,5 +1,6 @@
-"""The chart's side of "every endpoint authenticated or local": NetworkPolicies for the
-operator and the workers of each served namespace, the webhook's objectSelector and the client
+"""The chart's side of "every endpoint authenticated or local": the operator's NetworkPolicy,
+what the operator is told to render for the workers (their policy is the operator's, per
+pipeline, so cluster-wide installs get it too), the webhook's objectSelector and the client
 CA it verifies callers against, all rendered by helm and validated by the real API server
 (server-side dry run)."""
 
@@ -12,6 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from offtake.config import parse_pipeline
+from offtake_operator.reconcile import worker_manifest
+from offtake_operator.settings import OperatorConfig
+from offtake_operator.worker_network_policy import worker_network_policies
 from offtake_testbed.kube import KUBE_VERSION, ControlPlane
 from offtake_testbed.pytest_plugin_kube import Helm
 
@@ -41,29 +46,9 @@ def test_chart_network_policies_object_selector_and_client_ca(
     assert "from" not in open_ports  # the API server is not a pod: the port alone
     assert {p["port"] for p in open_ports["ports"]} == {"health", "webhook"}
     assert metrics == {"ports": [{"protocol": "TCP", "port": "metrics"}], "from": MONITORING}
-    for ns in ("team-a", "team-b"):
-        workers = by["NetworkPolicy", ns, "offtake-offtake-workers"]["spec"]
-        assert workers["podSelector"]["matchLabels"] == {
-            "app.kubernetes.io/managed-by": "offtake-operator",
-            "app.kubernetes.io/component": "worker",
-        }
-        # The operator too: it reads queue-mode workers' backlog from their /metrics.
-        the_operator = {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "offtake-system"}},
-            "podSelector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "offtake",
-                    "app.kubernetes.io/instance": "offtake",
-                    "app.kubernetes.io/component": "operator",
-                }
-            },
-        }
-        assert workers["ingress"] == [
-            {
-                "ports": [{"protocol": "TCP", "port": "metrics"}],
-                "from": [*MONITORING, the_operator],
-            }
-        ]
+    # No worker policy of the chart's own: the operator renders one per pipeline, from what
+    # the chart hands it.
+    assert {ns for kind, ns, _ in by if kind == "NetworkPolicy"} == {"offtake-system"}
 
     (mwc,) = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
     assert mwc["webhooks"][0]["objectSelector"] == {
@@ -75,9 +60,36 @@ def test_chart_network_policies_object_selector_and_client_ca(
     (container,) = dep["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["OFFTAKE_WEBHOOK_CLIENT_CA_FILE"] == "/etc/offtake/webhook-client-ca/ca.crt"
+    config = OperatorConfig.from_env({k: v for k, v in env.items() if v is not None})
+    body = {
+        "apiVersion": "offtake.dev/v1alpha1",
+        "kind": "ConsumerPipeline",
+        "metadata": {"name": "orders", "namespace": "default", "uid": "u-1"},
+        "spec": {
+            "kafka": {"bootstrapServers": "kafka:9092"},
+            "source": {"topics": ["orders"]},
+            "sink": {"log": {}},
+        },
+    }
+    (workers,) = worker_network_policies(body, parse_pipeline(worker_manifest(body)), config)
+    # The operator too: it reads queue-mode workers' backlog from their /metrics.
+    the_operator = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "offtake-system"}},
+        "podSelector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": "offtake",
+                "app.kubernetes.io/instance": "offtake",
+                "app.kubernetes.io/component": "operator",
+            }
+        },
+    }
+    assert workers["spec"]["ingress"] == [
+        {"ports": [{"protocol": "TCP", "port": 9100}], "from": [*MONITORING, the_operator]}
+    ]
 
-    # The API server accepts every NetworkPolicy as rendered (moved to a namespace that exists).
-    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    # The API server accepts every NetworkPolicy as rendered (moved to a namespace that exists),
+    # the operator's for a pipeline's workers with them.
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"] + [workers]
     for i, p in enumerate(policies):
         p["metadata"]["namespace"] = "default"
         p["metadata"]["name"] += f"-{i}"
@@ -91,3 +103,10 @@ def test_chart_network_policies_object_selector_and_client_ca(
         "--kube-version", KUBE_VERSION,
     ).stdout  # fmt: skip
     assert "kind: NetworkPolicy" not in off
+    env = {
+        e["name"]: e.get("value")
+        for d in yaml.safe_load_all(off)
+        if d and d["kind"] == "Deployment"
+        for e in d["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["OFFTAKE_WORKER_NETWORK_POLICY"] == "false"  # nor does the operator render one

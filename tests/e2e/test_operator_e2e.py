@@ -47,6 +47,7 @@ os.environ.setdefault("OFFTAKE_TICK_SECONDS", "1")
 from offtake_operator import names
 from offtake_operator.context import OperatorContext
 from offtake_operator.settings import OperatorConfig
+from offtake_operator.worker_network_policy import policy_name
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -100,6 +101,10 @@ def pipelines_crd(control_plane: ControlPlane) -> None:
     wait_for(established, timeout=60, what="the ConsumerPipeline CRD established")
 
 
+#: Who may scrape the workers (the chart's networkPolicy.metricsFrom).
+SCRAPERS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+
+
 @pytest.fixture(scope="module")
 def operator(control_plane: ControlPlane, pipelines_crd: None) -> Iterator[OperatorContext]:
     config = OperatorConfig(
@@ -108,6 +113,8 @@ def operator(control_plane: ControlPlane, pipelines_crd: None) -> Iterator[Opera
         lag_interval_seconds=2,
         kafka_timeout_seconds=3,
         rewind_poll_seconds=1,
+        worker_network_policy=True,
+        worker_metrics_from=(SCRAPERS,),
     )
     with operator_running(control_plane, config) as ctx:
         yield ctx
@@ -152,9 +159,21 @@ def test_every_example_applies_and_gets_its_children(
             ("configmap", names.configmap_name(name)),
             ("service", names.service_name(name)),
             ("poddisruptionbudget", names.pdb_name(name)),
+            ("networkpolicy", policy_name(name)),
         ]:
             obj = get(kubectl, kind, child, "-n", ns)
             assert obj["metadata"]["ownerReferences"][0]["uid"] == ref["uid"]
+        # The workers' policy, as the API server stored it: the metrics port from the
+        # scrapers only, no rule for the probe port (the kubelet comes from the node).
+        (worker,) = dep["spec"]["template"]["spec"]["containers"]
+        ports = {p["name"]: p["containerPort"] for p in worker["ports"]}
+        policy = get(kubectl, "networkpolicy", policy_name(name), "-n", ns)["spec"]
+        assert policy["ingress"] == [
+            {"ports": [{"protocol": "TCP", "port": ports["metrics"]}], "from": [SCRAPERS]}
+        ]
+        assert set(policy["podSelector"]["matchLabels"].items()) <= set(
+            dep["spec"]["template"]["metadata"]["labels"].items()
+        )
         wait_for(
             lambda n=name: status(kubectl, ns, n).get("phase") == "Pending", what=f"{name} Pending"
         )
@@ -536,7 +555,8 @@ class LocalKubelet:
         log_path = self.workdir / f"{name}.log"
         log = log_path.open("wb")
         proc = subprocess.Popen(
-            [*command, *args, "--metrics-port", "0"],
+            # The pods share the host's ports here: any free ones for metrics and probes.
+            [*command, *args, "--metrics-port", "0", "--probe-port", "0"],
             env={**self._env(container, name), **self._mount_secrets(name, spec, container)},
             stdout=log,
             stderr=subprocess.STDOUT,

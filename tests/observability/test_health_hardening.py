@@ -2,9 +2,10 @@
 
 A slowloris client (bytes trickled, or none at all) is cut off after the deadline while other
 clients are answered; connections past the cap get 503 at once, and a slot frees when a holder
-goes; oversized request lines and headers and request bodies are refused with their status;
-``/drain`` is refused to any peer that is not loopback or the node, and served to loopback.
-Timeouts are shortened per server so the file runs in seconds.
+goes; while slow clients hold every slot of the metrics port, the probe listener answers every
+probe at once, and serves nothing but probes; oversized request lines and headers and request
+bodies are refused with their status; ``/drain`` is refused to any peer that is not loopback
+or the node, and served to loopback. Timeouts are shortened per server so the file runs in seconds.
 """
 
 from __future__ import annotations
@@ -123,17 +124,70 @@ def test_an_idle_connection_is_closed_after_the_timeout(server: MetricsServer) -
         assert closed_within(idle, IDLE + 3) < IDLE + 1.5
 
 
+def slots_taken(port: int, within: float = 10.0) -> bytes:
+    """Wait until a new connection to ``port`` is refused with 503 (its slots are all held)."""
+    deadline = time.monotonic() + within
+    while True:
+        answer = raw(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        if answer.startswith(b"HTTP/1.1 503") or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.05)
+
+
 def test_connections_past_the_cap_get_503_and_a_slot_frees(server: MetricsServer) -> None:
     holders = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(3)]
     try:
-        time.sleep(0.2)  # accepted, each in its handler thread
-        answer = raw(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = slots_taken(server.port)  # accepted, each in its handler thread
         assert answer.startswith(b"HTTP/1.1 503"), answer
     finally:
         for h in holders:
             h.close()
-    time.sleep(0.3)  # the handlers see EOF and give their slots back
-    assert get(server.port, "/healthz")[0] == 200
+    deadline = time.monotonic() + 10  # the handlers see EOF and give their slots back
+    while get(server.port, "/healthz")[0] != 200:
+        assert time.monotonic() < deadline, "no slot came back after the holders left"
+        time.sleep(0.05)
+
+
+def test_probes_are_answered_while_slow_clients_hold_every_metrics_slot() -> None:
+    """The flood that took 25 of 25 probes (issue 38): 16 slow clients on the metrics port.
+    The probe listener has slots of its own: every probe answered, each within a second."""
+    health = Health(max_poll_interval_s=60)
+    health.set_ready(True)
+    metrics = Metrics("p")
+    with (
+        MetricsServer(metrics, health, port=0, host="127.0.0.1") as served,
+        MetricsServer(metrics, health, port=0, host="127.0.0.1", probes_only=True) as probes,
+    ):
+        holders = [socket.create_connection(("127.0.0.1", served.port)) for _ in range(16)]
+        try:
+            for h in holders:  # slowloris: a request that never completes
+                h.sendall(b"GET /metrics HTTP/1.1\r\nX-Slow: ")
+            answer = slots_taken(served.port)
+            assert answer.startswith(b"HTTP/1.1 503"), answer  # the flood holds the slots
+            answered = []
+            for i in range(25):
+                began = time.monotonic()
+                status, _ = get(probes.port, "/healthz" if i % 2 else "/readyz")
+                answered.append((status, time.monotonic() - began))
+            assert [s for s, _ in answered] == [200] * 25, answered
+            assert max(t for _, t in answered) < 1.0, answered
+            # Still flooded when the last probe was answered.
+            assert slots_taken(served.port, within=0).startswith(b"HTTP/1.1 503")
+        finally:
+            for h in holders:
+                h.close()
+
+
+def test_the_probe_listener_serves_probes_only() -> None:
+    health = Health(max_poll_interval_s=60)
+    with MetricsServer(Metrics("p"), health, port=0, host="127.0.0.1", probes_only=True) as srv:
+        assert get(srv.port, "/healthz")[0] == 200
+        assert get(srv.port, "/readyz")[0] == 503  # not ready yet, as on the metrics port
+        for path in ("/metrics", "/drain", "/"):
+            status, body = get(srv.port, path)
+            assert status == 404 and "serves /healthz and /readyz" in body, (path, body)
+    with pytest.raises(ValueError, match="does not serve /drain"):
+        MetricsServer(Metrics("q"), health, port=0, probes_only=True, drain=lambda: (True, ""))
 
 
 @pytest.mark.parametrize(

@@ -71,7 +71,7 @@ def test_the_worker_becomes_a_restricted_native_sidecar_of_the_pod() -> None:
     (worker,) = out["spec"]["initContainers"]
     assert worker["name"] == names.INJECTED_CONTAINER and worker["restartPolicy"] == "Always"
     assert worker["image"] == "registry.test/offtake:1.2.3"
-    assert worker["args"] == ["worker", "--pipeline", names.PIPELINE_PATH]
+    assert worker["args"] == ["worker", "--pipeline", names.PIPELINE_PATH, "--probe-port", "9101"]
     check_container(worker["securityContext"], {}, "injected")  # restricted without pod help
     assert worker["securityContext"]["runAsUser"] == 10001
     # /drain on, for the pod and its node only; no secret anywhere in the pod spec.
@@ -113,6 +113,8 @@ def test_the_app_container_is_chosen_by_annotation_and_its_own_prestop_is_kept()
 def test_conflicts_with_the_pod_are_refused_by_name() -> None:
     with pytest.raises(inject.InjectionError, match=r"port 8080.*spec\.metrics\.port"):
         inject_into(app_pod(), metrics={"port": 8080})
+    with pytest.raises(inject.InjectionError, match=r"port 8080.*spec\.metrics\.probePort"):
+        inject_into(app_pod(), metrics={"probePort": 8080})
     pod = app_pod()
     pod["spec"]["volumes"].append({"name": "offtake-tmp", "emptyDir": {}})
     with pytest.raises(inject.InjectionError, match="offtake-tmp"):

@@ -96,14 +96,20 @@ def test_deployment_runs_the_worker_with_probes_and_grace() -> None:
         "worker",
         "--pipeline",
         "/etc/offtake/pipeline.yaml",
+        "--probe-port",
+        "9101",
     ]
     assert {
         "name": "POD_NAME",
         "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
     } in worker["env"]
-    assert worker["ports"] == [{"name": "metrics", "containerPort": 9200, "protocol": "TCP"}]
-    assert worker["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
-    assert worker["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert worker["ports"] == [
+        {"name": "metrics", "containerPort": 9200, "protocol": "TCP"},
+        {"name": "probes", "containerPort": 9101, "protocol": "TCP"},
+    ]
+    # The kubelet's probes on a listener of their own, never behind the metrics port's slots.
+    assert worker["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
+    assert worker["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "probes"}
     assert pod["spec"]["terminationGracePeriodSeconds"] == 41 + 15
     mount = next(m for m in worker["volumeMounts"] if m["name"] == "pipeline")
     assert mount["mountPath"] == "/etc/offtake/pipeline.yaml"

@@ -56,6 +56,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="serve /metrics, /healthz, /readyz here (default spec.metrics.port; 0: any free port)",
     )
+    w.add_argument(
+        "--probe-port",
+        type=int,
+        default=None,
+        help="also serve /healthz and /readyz, and nothing else, on this port with connections of "
+        "its own: the kubelet's probes (the operator passes spec.metrics.probePort); default none",
+    )
     w.add_argument("--log-level", default=os.environ.get("OFFTAKE_LOG_LEVEL", "INFO"))
     w.add_argument(
         "--instance-id",
@@ -420,13 +427,21 @@ def _worker(args: argparse.Namespace, signals: StopSignals) -> int:
         drain=drain if drains else None,
         drain_from=node_addresses() if drains else (),
     )
+    # The kubelet's probes on a port of their own: clients that fill the metrics port's
+    # connection slots never make a probe fail (offtake.health, docs/security.md).
+    probes = (
+        None
+        if args.probe_port is None
+        else MetricsServer(metrics, health, args.probe_port, probes_only=True)
+    )
     try:
         server.start()
+        if probes is not None:
+            probes.start()
     except OSError as exc:
-        print(
-            f"offtake: cannot serve metrics on port {port} (spec.metrics.port): {exc}",
-            file=sys.stderr,
-        )
+        server.stop()
+        # MetricsServer's message names the port and its field; strerror is that message.
+        print(f"offtake: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_CONFIG
     log.info("metrics, /healthz and /readyz on port %d", server.port)
     try:
@@ -477,6 +492,8 @@ def _worker(args: argparse.Namespace, signals: StopSignals) -> int:
     finally:
         signals.finished.set()  # a signal from now on only ends the process's last waits
         server.stop()
+        if probes is not None:
+            probes.stop()
 
 
 def _stopped_starting(log: logging.Logger, signals: StopSignals, when: str, worker: Any) -> int:

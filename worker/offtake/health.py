@@ -36,6 +36,17 @@ port is open to the cluster, it is hardened against clients that hold connection
   closed at once, so probes keep a thread when a client opens many;
 - a request line over :data:`MAX_REQUEST_LINE` bytes gets 414, headers over
   :data:`MAX_HEADER_BYTES` get 431, and a request with a body gets 413 (nothing here takes one).
+
+The kubelet's probes have a listener of their own (``probes_only``: ``/healthz`` and
+``/readyz``, nothing else; the operator starts it with ``--probe-port`` on
+``spec.metrics.probePort``). The cap above keeps the worker's threads bounded, but it is a
+cap anyone who reaches the metrics port can fill: 16 slow clients and every further
+connection gets 503, probes included, and the kubelet restarts a healthy worker. Reserving
+slots for probe paths inside one listener does not work, because a connection's path is known
+only after its request line has arrived, and a flood can send ``GET /healthz`` slowly as well.
+A second port separates them by where the connection arrives: the worker's NetworkPolicy
+admits other pods to the metrics port only, the kubelet reaches the probe port from the node,
+and the probe listener has its own slots and deadlines should a flood reach it anyway.
 """
 
 from __future__ import annotations
@@ -63,6 +74,7 @@ __all__ = [
     "IDLE_TIMEOUT_SECONDS",
     "MAX_CONNECTIONS",
     "NODE_IPS_ENV",
+    "PROBE_PATHS",
     "READY_STALL_SECONDS",
     "Health",
     "MetricsServer",
@@ -80,6 +92,8 @@ HEADER_DEADLINE_SECONDS = 10.0
 #: Connections served at once: probes, a scrape or two and a drain need a handful.
 MAX_CONNECTIONS = 16
 MAX_REQUEST_LINE = 2048
+#: What the probe listener serves.
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 MAX_HEADER_BYTES = 8192
 #: Set (to anything) to serve /drain: the operator sets it on injected workers.
 DRAIN_ENV = "OFFTAKE_DRAIN"
@@ -195,6 +209,8 @@ class _Handler(BaseHTTPRequestHandler):
     drain: Callable[[], tuple[bool, str]] | None
     #: Non-loopback peers that may drain (the node's addresses).
     drain_from: frozenset[str]
+    #: Serve /healthz and /readyz only: the kubelet's probe listener.
+    probes_only: bool = False
     protocol_version = "HTTP/1.1"
     #: StreamRequestHandler sets it on the socket: every read and write waits at most this.
     timeout = IDLE_TIMEOUT_SECONDS
@@ -247,7 +263,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
-        if path == "/drain" and self.drain is not None:
+        if self.probes_only and path not in PROBE_PATHS:
+            self._send(404, b"not found: this port serves /healthz and /readyz\n", "text/plain")
+        elif path == "/drain" and self.drain is not None:
             peer = str(self.client_address[0])
             if not (_is_loopback(peer) or peer.split("%", 1)[0] in self.drain_from):
                 log.warning("refused /drain from %s: only the pod itself may drain", peer)
@@ -329,7 +347,8 @@ class MetricsServer:
     """Serves /metrics, /healthz and /readyz in a daemon thread. Port 0 picks a free port.
 
     ``drain`` (blocks until drained, returns (ok, reason)) turns /drain on, for peers on
-    loopback and in ``drain_from`` only."""
+    loopback and in ``drain_from`` only. ``probes_only``: serve /healthz and /readyz and
+    nothing else (the probe listener, with connection slots of its own)."""
 
     def __init__(
         self,
@@ -343,7 +362,11 @@ class MetricsServer:
         max_connections: int = MAX_CONNECTIONS,
         idle_timeout: float = IDLE_TIMEOUT_SECONDS,
         header_deadline: float = HEADER_DEADLINE_SECONDS,
+        probes_only: bool = False,
     ) -> None:
+        if probes_only and drain is not None:
+            raise ValueError("the probe listener does not serve /drain")
+        self.probes_only = probes_only
         self.metrics = metrics
         self.health = health
         self.drain = drain
@@ -376,6 +399,7 @@ class MetricsServer:
                 "drain_from": self.drain_from,
                 "timeout": self.idle_timeout,
                 "header_deadline": self.header_deadline,
+                "probes_only": self.probes_only,
             },
         )
         bounded = type("Server", (_BoundedServer,), {"max_connections": self.max_connections})
@@ -384,18 +408,26 @@ class MetricsServer:
         except OSError as exc:
             raise OSError(
                 exc.errno,
-                f"cannot serve metrics on {self.host}:{self._requested_port} "
-                f"(spec.metrics.port): {exc.strerror}",
+                f"cannot serve {'probes' if self.probes_only else 'metrics'} on "
+                f"{self.host}:{self._requested_port} "
+                f"({'spec.metrics.probePort' if self.probes_only else 'spec.metrics.port'}): "
+                f"{exc.strerror}",
             ) from exc
         self._server = server
+        what = "probes" if self.probes_only else "metrics"
         self._thread = threading.Thread(
             target=server.serve_forever,
             kwargs={"poll_interval": 0.2},
-            name=f"offtake-metrics-{self.port}",
+            name=f"offtake-{what}-{self.port}",
             daemon=True,
         )
         self._thread.start()
-        log.info("serving /metrics, /healthz and /readyz on %s:%d", self.host, self.port)
+        log.info(
+            "serving %s on %s:%d",
+            "/healthz and /readyz" if self.probes_only else "/metrics, /healthz and /readyz",
+            self.host,
+            self.port,
+        )
         return self
 
     def stop(self) -> None:

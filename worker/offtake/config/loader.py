@@ -693,4 +693,10 @@ def _shutdown(f: Fields) -> ShutdownSpec:
 
 
 def _metrics(f: Fields) -> MetricsSpec:
-    return f.finish(MetricsSpec(port=f.integer("port")))
+    port, probe_port = f.integer("port"), f.integer("probePort")
+    if probe_port == port:
+        raise ConfigError(
+            f.at("probePort"),
+            f"must differ from metrics.port ({port}): the probes have a listener of their own",
+        )
+    return f.finish(MetricsSpec(port=port, probe_port=probe_port))

@@ -329,6 +329,8 @@ class ShutdownSpec:
 @dataclass(frozen=True)
 class MetricsSpec:
     port: int
+    #: The kubelet's probe listener (the operator starts it with ``--probe-port``).
+    probe_port: int = 9101
 
 
 @dataclass(frozen=True)
