@@ -23,7 +23,7 @@ import kopf
 from offtake.contract import ConfigError, PipelineSpec, parse_pipeline
 from offtake.contract import spark_kubernetes as spark_k8s
 
-from . import names, redrive, render, rewind, security, share_backlog, slo_rules
+from . import group_ids, names, redrive, render, rewind, security, share_backlog, slo_rules
 from .apply import Applied, NotOursError, Taken, apply_claimed, carries_uid, claim, remove_owned
 from .context import OperatorContext
 from .kafka_secret import KafkaSecret, KafkaSecretError, kafka_properties, read_kafka_secret
@@ -119,7 +119,9 @@ def validated(ctx: OperatorContext, body: Mapping[str, Any]) -> tuple[PipelineSp
     state = ctx.state(namespace, name)
     if state.validated is None or state.validated[0] != key:
         try:
-            state.validated = (key, validate(body))
+            checked = validate(body)
+            group_ids.check(namespace, checked[0], ctx.config.confine_group_ids)
+            state.validated = (key, checked)
         except ConfigError as exc:
             state.validated = (key, exc)
     result = state.validated[1]

@@ -102,6 +102,9 @@ class OperatorConfig:
     #: Who may reach the workers' metrics port (OFFTAKE_WORKER_METRICS_FROM, a JSON list of
     #: NetworkPolicy peers; the chart's networkPolicy.metricsFrom); empty admits any peer.
     worker_metrics_from: tuple[dict[str, Any], ...] = ()
+    #: Whether a pipeline's spec.source.groupId must start with "<namespace>."
+    #: (OFFTAKE_CONFINE_GROUP_IDS, true or false; see :mod:`.group_ids`).
+    confine_group_ids: bool = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -151,6 +154,7 @@ class OperatorConfig:
             worker_spark_resources=_resources(
                 env, "OFFTAKE_WORKER_SPARK_RESOURCES", DEFAULT_WORKER_SPARK_RESOURCES
             ),
+            confine_group_ids=_flag(env, "OFFTAKE_CONFINE_GROUP_IDS", cls.confine_group_ids),
             **_webhook(env),
             **_worker_network_policy(env),
         )
@@ -206,6 +210,15 @@ def _seconds(env: Mapping[str, str], key: str, default: float) -> float:
     if value <= 0:
         raise SettingsError(f"{key}: expected a positive number of seconds, got {raw!r}")
     return value
+
+
+def _flag(env: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = env.get(key, "").strip().lower()
+    if not raw:
+        return default
+    if raw not in ("true", "false"):
+        raise SettingsError(f"{key}: expected true or false, got {raw!r}")
+    return raw == "true"
 
 
 def _count(env: Mapping[str, str], key: str, default: int) -> int:

@@ -26,13 +26,14 @@ calls the webhook only for pods labelled ``offtake.dev/pipeline``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
-from offtake.contract import ConfigError
+from offtake.contract import ConfigError, PipelineSpec
 
-from . import inject, names
+from . import group_ids, inject, names
 from .context import context_of
 from .kafka_secret import KafkaSecretError, read_kafka_secret
 from .kubeapi import PIPELINES
@@ -102,23 +103,23 @@ async def inject_worker(
         return  # another operator's (or nobody's) namespace: not ours to change
     where = f"annotation {names.INJECT_ANNOTATION}={pipeline_name}"
     pipeline_body = await ctx.api.get(PIPELINES, namespace, pipeline_name)
-    if pipeline_body is None:
+    # Decided before the Secret is read: a refused review costs one API read, the pipeline's.
+    pipeline = _injectable(pipeline_body, namespace, ctx.config)
+    secret = None
+    if pipeline_body is not None and not isinstance(pipeline, str):
+        try:
+            secret = await read_kafka_secret(ctx.api, namespace, pipeline)
+        except KafkaSecretError as exc:
+            pipeline = f"its Kafka Secret: {exc}"
+    if pipeline_body is None or isinstance(pipeline, str):
+        # One answer whatever the namespace holds: without a client certificate demanded the
+        # review may be a forgery from any pod, and the pipeline's status conditions tell the
+        # why to those who may read the pipeline.
+        log.info("not injecting %s/%s into a pod: %s", namespace, pipeline_name, pipeline)
         raise kopf.AdmissionError(
-            f"{where}: no ConsumerPipeline {pipeline_name!r} in namespace {namespace!r} "
-            f"(create it with spec.mode: inject, or remove the annotation)",
-            code=400,
-        )
-    try:
-        pipeline = validate(pipeline_body)[0]  # the same verdict as the reconcile's
-        secret = await read_kafka_secret(ctx.api, namespace, pipeline)
-    except (ConfigError, KafkaSecretError) as exc:
-        raise kopf.AdmissionError(
-            f"{where}: pipeline {pipeline_name!r} is invalid: {exc}", code=400
-        ) from exc
-    if pipeline.mode != "inject":
-        raise kopf.AdmissionError(
-            f"{where}: pipeline {pipeline_name!r} has spec.mode: {pipeline.mode} (it runs its "
-            f"own workers); set spec.mode: inject to have its worker injected",
+            f"{where}: no ConsumerPipeline {pipeline_name!r} with spec.mode: inject and a valid "
+            f"spec in namespace {namespace!r} (kubectl get cpl {pipeline_name} -n {namespace} "
+            f"-o yaml: its status conditions say why; or remove the annotation)",
             code=400,
         )
     try:
@@ -137,6 +138,23 @@ async def inject_worker(
         patch[key] = _changed(pod.get(key) or {}, injected[key])
     if not dryrun:
         log.info("injected the worker of %s/%s into a pod", namespace, pipeline_name)
+
+
+def _injectable(
+    body: Mapping[str, Any] | None, namespace: str, config: OperatorConfig
+) -> PipelineSpec | str:
+    """The pipeline ``body`` if its worker can be injected, or why not (for the operator's
+    log): missing, invalid (the reconcile's verdict), or not ``mode: inject``."""
+    if body is None:
+        return "no such pipeline"
+    try:
+        pipeline = validate(body)[0]  # the same verdict as the reconcile's
+        group_ids.check(namespace, pipeline, config.confine_group_ids)
+    except ConfigError as exc:
+        return f"invalid: {exc}"
+    if pipeline.mode != "inject":
+        return f"spec.mode is {pipeline.mode}, not inject"
+    return pipeline
 
 
 def _changed(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

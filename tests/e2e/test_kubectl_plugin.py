@@ -235,7 +235,7 @@ def test_a_session_on_kafka(
             "kp",
             replicas=1,
             kafka={"bootstrapServers": kafka_broker.bootstrap},
-            source={"topics": [source], "groupId": f"e2e.{source}", "format": "json"},
+            source={"topics": [source], "groupId": f"{ns}.{source}", "format": "json"},
             processor={"function": "support.processors:poison_until_fixed"},
             sink={"kafka": {"topic": output}},
             errors={"policy": "dlq", "maxRetries": 0, "dlq": {"topic": dlq}},
@@ -409,7 +409,7 @@ def test_a_session_on_kafka(
             control_plane, ns, "rewind", "kp", "--to", "latest", "--id", "r1", "--timeout", "120"
         )
         assert code == 0 and out.endswith("done: rewind r1 done\n"), err + out
-        assert f"rewind r1: reset 2 partition(s) of group e2e.{source} to latest" in out
+        assert f"rewind r1: reset 2 partition(s) of group {ns}.{source} to latest" in out
         assert status(kubectl, ns, "kp")["rewind"]["lastId"] == "r1"
     assert not kubelet.errors, kubelet.errors
 
@@ -489,7 +489,7 @@ def test_dlq_decodes_avro_through_the_schema_registry(
         kafka={"bootstrapServers": kafka_broker.bootstrap},
         source={
             "topics": [source],
-            "groupId": f"g.{source}",
+            "groupId": f"{ns}.{source}",
             "format": "avro",
             "schemaRegistry": {"url": schema_registry.url},
         },
@@ -502,7 +502,7 @@ def test_dlq_decodes_avro_through_the_schema_registry(
         tmp_path / "worker.log",
         env={"OFFTAKE_TEST_REFUSED_IDS": "7"},
     ).start()
-    wait_caught_up(kafka_broker.bootstrap, f"g.{source}", source, 1)
+    wait_caught_up(kafka_broker.bootstrap, f"{ns}.{source}", source, 1)
     assert worker.terminate() == 0, worker.output()[-3000:]
     apply(kubectl, ns, doc)
 

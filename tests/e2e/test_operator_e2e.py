@@ -385,7 +385,7 @@ def test_a_spec_the_worker_rejects_degrades_and_keeps_the_deployment(
     kubectl: Kubectl, kube_namespace: str, operator: OperatorContext
 ) -> None:
     ns = kube_namespace
-    apply(kubectl, ns, pipeline("picky", source={"topics": ["orders"], "groupId": "shop.picky"}))
+    apply(kubectl, ns, pipeline("picky", source={"topics": ["orders"], "groupId": f"{ns}.picky"}))
     wait_for(lambda: status(kubectl, ns, "picky").get("phase") == "Pending", what="phase Pending")
     before = get(kubectl, "deployment", "picky", "-n", ns)
     # Valid for the schema (a non-empty string), not for the worker (blank).
@@ -413,7 +413,7 @@ def test_a_spec_the_worker_rejects_degrades_and_keeps_the_deployment(
         status(kubectl, ns, "picky")["observedGeneration"]
         == get(kubectl, "cpl", "picky", "-n", ns)["metadata"]["generation"]
     )
-    patch(kubectl, ns, "cpl/picky", {"spec": {"source": {"groupId": "shop.picky"}}})
+    patch(kubectl, ns, "cpl/picky", {"spec": {"source": {"groupId": f"{ns}.picky"}}})
     wait_for(lambda: status(kubectl, ns, "picky").get("phase") == "Pending", what="healed")
 
 
@@ -736,7 +736,7 @@ def test_full_loop_workers_from_the_pod_template_reach_zero_lag_and_rewind(
             "loop",
             replicas=2,
             kafka={"bootstrapServers": kafka_broker.bootstrap},
-            source={"topics": [source], "groupId": f"e2e.{source}", "format": "json"},
+            source={"topics": [source], "groupId": f"{ns}.{source}", "format": "json"},
             sink={"kafka": {"topic": output}},
             shutdown={"drainTimeoutSeconds": 5},
         ),
@@ -823,7 +823,7 @@ def test_sidecar_mode_worker_drains_through_the_processor_before_it_stops(
             "scored",
             replicas=1,
             kafka={"bootstrapServers": kafka_broker.bootstrap},
-            source={"topics": [source], "groupId": f"e2e.{source}", "format": "json"},
+            source={"topics": [source], "groupId": f"{ns}.{source}", "format": "json"},
             processor={"container": {"image": image, "port": port, "maxBatchRecords": 20}},
             sink={"kafka": {"topic": output}},
             shutdown={"drainTimeoutSeconds": 20},
@@ -1139,7 +1139,7 @@ def test_strimzi_secrets_take_a_pipeline_through_scram_over_tls_and_its_password
                 "caSecretRef": {"name": "my-cluster-cluster-ca-cert"},
                 "config": {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"},
             },
-            source={"topics": [source], "groupId": f"e2e.{source}", "format": "json"},
+            source={"topics": [source], "groupId": f"{ns}.{source}", "format": "json"},
             sink={"kafka": {"topic": output}},
             shutdown={"drainTimeoutSeconds": 5},
         ),

@@ -94,7 +94,7 @@ def autoscaled(name: str, bootstrap: str, topic: str) -> str:
             name,
             {
                 "kafka": {"bootstrapServers": bootstrap},
-                "source": {"topics": [topic], "groupId": f"g-{topic}"},
+                "source": {"topics": [topic]},  # the default groupId: <namespace>.<name>
                 "sink": {"log": {}},
                 "autoscaling": {
                     "enabled": True,
@@ -231,7 +231,7 @@ def test_servicemonitor_and_keda_scaledobject_when_their_crds_exist(
     trigger = so["spec"]["triggers"][0]
     assert trigger["type"] == "kafka"
     assert (
-        trigger["metadata"]["consumerGroup"] == f"g-{topic}"
+        trigger["metadata"]["consumerGroup"] == f"{ns}.kedaed"
         and trigger["metadata"]["topic"] == topic
     )
     assert not exists(kubectl, "hpa", "kedaed", "-n", ns), (

@@ -152,7 +152,7 @@ def test_redrive_replays_dead_letters_through_the_pipeline_once(
             "rd",
             replicas=1,
             kafka={"bootstrapServers": kafka_broker.bootstrap},
-            source={"topics": [source], "groupId": f"e2e.{source}", "format": "json"},
+            source={"topics": [source], "groupId": f"{ns}.{source}", "format": "json"},
             processor={"function": "support.processors:poison_until_fixed"},
             sink={"kafka": {"topic": output}},
             errors={"policy": "dlq", "maxRetries": 0, "dlq": {"topic": dlq}},

@@ -65,7 +65,7 @@ def pipeline(name: str, bootstrap: str, topic: str, table: Path) -> str:
             name,
             {
                 "kafka": {"bootstrapServers": bootstrap},
-                "source": {"topics": [topic], "groupId": f"g-{topic}"},
+                "source": {"topics": [topic]},  # the default groupId: <namespace>.<name>
                 "sink": {
                     "spark": {
                         "format": "parquet",
@@ -171,7 +171,7 @@ def test_operator_makes_the_spark_connect_server_and_the_worker_writes_through_i
         ).start()
         began = time.monotonic()
         try:
-            wait_caught_up(kafka_broker.bootstrap, f"g-{topic}", topic, 2, timeout=240)
+            wait_caught_up(kafka_broker.bootstrap, f"{ns}.{name}", topic, 2, timeout=240)
         finally:
             code = worker.terminate()
     assert code == 0, worker.output()[-4000:]

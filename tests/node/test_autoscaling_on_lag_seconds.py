@@ -273,7 +273,7 @@ def test_the_hpa_scales_workers_up_on_lag_seconds_and_back_down_once_drained(
         "metadata": {"name": name, "namespace": ns},
         "spec": {
             "kafka": {"bootstrapServers": pod_kafka.bootstrap},
-            "source": {"topics": [source], "groupId": f"g-{source}", "startFrom": "earliest"},
+            "source": {"topics": [source], "groupId": f"{ns}.{source}", "startFrom": "earliest"},
             "sink": {"kafka": {"topic": sink, "delivery": "exactly-once"}},
             # One record in flight and a commit every 50 ms: a worker does ~10-20 records/s,
             # so one worker lags behind the backlog and more workers drain it faster.
@@ -369,7 +369,7 @@ def test_queue_mode_scales_past_the_partitions_on_the_age_of_records_and_back(
     ns, name = kube_namespace, "jobs"
     _install_crd(kubectl)
     source, sink = f"jobs-{uuid.uuid4().hex[:6]}", f"jobs-out-{uuid.uuid4().hex[:6]}"
-    group = f"g-{source}"
+    group = f"{ns}.{source}"
     pod_kafka.create_topic(source, QUEUE_PARTITIONS)
     pod_kafka.create_topic(sink, QUEUE_PARTITIONS)
     # At most 100 records of a partition acquired at once (the broker's minimum): a poll

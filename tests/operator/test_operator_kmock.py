@@ -365,7 +365,7 @@ async def test_rewind_stops_workers_waits_for_an_empty_group_and_runs_once(
 ) -> None:
     await cluster.create(
         pipeline_body(
-            "orders", namespace=ns, replicas=2, source={"topics": ["orders"], "groupId": "g1"}
+            "orders", namespace=ns, replicas=2, source={"topics": ["orders"], "groupId": f"{ns}.g1"}
         )
     )
     await eventually(lambda: cluster.obj(DEPLOYMENTS, ns, "orders")["spec"]["replicas"] == 2)
@@ -376,7 +376,7 @@ async def test_rewind_stops_workers_waits_for_an_empty_group_and_runs_once(
         what="workers stopped",
     )
     await eventually(
-        lambda: "waiting for group g1" in cluster.status(ns, "orders").get("message", "")
+        lambda: f"waiting for group {ns}.g1" in cluster.status(ns, "orders").get("message", "")
     )
     assert cluster.status(ns, "orders")["rewind"]["activeId"] == "r1"
     assert KAFKA.resets == []  # never while the group has members
@@ -385,7 +385,7 @@ async def test_rewind_stops_workers_waits_for_an_empty_group_and_runs_once(
         lambda: cluster.status(ns, "orders").get("rewind", {}).get("lastId") == "r1",
         what="rewind done",
     )
-    assert [(g, r.id, r.to) for g, r in KAFKA.resets] == [("g1", "r1", "earliest")]
+    assert [(g, r.id, r.to) for g, r in KAFKA.resets] == [(f"{ns}.g1", "r1", "earliest")]
     await eventually(
         lambda: cluster.obj(DEPLOYMENTS, ns, "orders")["spec"]["replicas"] == 2, what="workers back"
     )
@@ -449,7 +449,7 @@ async def test_redrive_runs_a_job_once_and_records_what_it_replayed(
 ) -> None:
     spec = {
         "replicas": 2,
-        "source": {"topics": ["orders"], "groupId": "g1"},
+        "source": {"topics": ["orders"], "groupId": f"{ns}.g1"},
         "errors": {"policy": "dlq", "dlq": {"topic": "orders.dlq"}},
         "redrive": {"id": "r1", "until": UNTIL},
     }
@@ -488,7 +488,7 @@ async def test_redrive_runs_a_job_once_and_records_what_it_replayed(
         "--until",
         UNTIL,
         "--group",
-        "g1.redrive",
+        f"{ns}.g1.redrive",
     ]
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
@@ -679,3 +679,27 @@ async def test_a_kafka_secret_key_that_runs_a_command_degrades_the_pipeline_nami
     message = cluster.condition(ns, "orders", "Degraded")["message"]
     assert "'sasl.kerberos.kinit.cmd' is refused" in message and "pwned" not in message
     assert not cluster.exists(DEPLOYMENTS, ns, "orders")
+
+
+async def test_a_group_id_outside_the_namespace_fails_naming_the_field(
+    cluster: Cluster, ns: str
+) -> None:
+    """groupId names a group across the Kafka cluster: a pipeline that names another
+    namespace's group (here the default group of pipeline "orders" in namespace "shop") gets
+    no workers and an InvalidSpec condition naming spec.source.groupId; renamed into its own
+    namespace it runs."""
+    source = {"topics": ["orders"], "groupId": "shop.orders"}
+    await cluster.create(pipeline_body("thief", namespace=ns, source=source))
+    await eventually(lambda: cluster.status(ns, "thief").get("phase") == "Degraded")
+    degraded = cluster.condition(ns, "thief", "Degraded")
+    assert degraded["reason"] == "InvalidSpec"
+    assert degraded["message"].startswith(
+        f"spec.source.groupId: 'shop.orders' must start with '{ns}.'"
+    )
+    assert not cluster.exists(DEPLOYMENTS, ns, "thief")
+    assert not cluster.exists(CONFIGMAPS, ns, "thief-pipeline")
+    await cluster.patch_pipeline(ns, "thief", {"spec": {"source": {"groupId": f"{ns}.orders"}}})
+    await eventually(lambda: cluster.exists(DEPLOYMENTS, ns, "thief"), what="the Deployment")
+    await eventually(
+        lambda: cluster.condition(ns, "thief", "Degraded")["status"] == "False", what="healed"
+    )
