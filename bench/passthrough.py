@@ -101,6 +101,9 @@ LATENCY_RATE = 10_000
 BASELINE: Path | None = None
 # --profile DIR: where py-spy writes the Offtake runs' profiles (None: not profiled).
 PROFILE_DIR: Path | None = None
+# --cpus LIST: every contender's process held to these CPUs (taskset -c), so that a run shows
+# the rate where the CPU is the limit (issue 42: CPU per record is what holds on every machine).
+PINNED: str | None = None
 WARMUP_RECORDS = 100
 COST_ROUNDS = 5  # per_record_costs: best of
 
@@ -357,7 +360,14 @@ class Job:
 def command(
     name: str, job: Job, contenders: Contenders, work: Path
 ) -> tuple[list[str], dict[str, str]]:
-    """argv and environment of contender ``name`` for ``job``."""
+    """argv and environment of contender ``name`` for ``job``, held to ``--cpus`` if given."""
+    argv, env = _command(name, job, contenders, work)
+    return (argv if PINNED is None else ["taskset", "-c", PINNED, *argv]), env
+
+
+def _command(
+    name: str, job: Job, contenders: Contenders, work: Path
+) -> tuple[list[str], dict[str, str]]:
     env = dict(os.environ)
     if name == "c":
         assert contenders.forwarder is not None
@@ -946,7 +956,15 @@ def main(argv: list[str] | None = None) -> int:
         help="another checkout (e.g. the main branch's) whose worker runs as contender "
         "offtake-base beside this one's: before and after in the same run",
     )
+    parser.add_argument(
+        "--cpus",
+        help="hold every contender's process to these CPUs (taskset -c, e.g. 1): the rate "
+        "where the CPU is the limit; the broker stays free",
+    )
     args = parser.parse_args(argv)
+    if args.cpus is not None:
+        global PINNED
+        PINNED = args.cpus
     if args.baseline is not None:
         global BASELINE
         BASELINE = args.baseline.resolve()
@@ -1020,6 +1038,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": stamp.isoformat(timespec="seconds"),
         "kafka_version": KAFKA_VERSION,
         "cpus": os.cpu_count(),
+        "contenders_pinned_to": PINNED,
         "load_average_1m": {"start": round(load_at_start, 2), "end": round(os.getloadavg()[0], 2)},
         "seconds": round(time.monotonic() - started),
         "records": counts,
