@@ -180,3 +180,26 @@ def test_a_worker_dead_letters_the_refused_id_and_the_next_records_flow(
     assert "403" in headers[H_ERROR_MESSAGE] and "denied operation Read" in headers[H_ERROR_MESSAGE]
     # The outage's log line (engine.processing_stage): never written for a refused id.
     assert "records wait, nothing is dead-lettered" not in worker.output()
+
+
+def test_the_refused_ids_remembered_are_bounded(
+    schema_registry: ApicurioRegistry,
+    proxy: DenyingProxy,
+    topic_factory: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A producer naming a new refused id per record costs memory for at most REFUSED_KEPT
+    (8 here, so the test asks the registry a few dozen times, not thousands)."""
+    from offtake.formats import wire
+
+    monkeypatch.setattr(wire, "REFUSED_KEPT", 8)
+    topic = topic_factory()
+    _, ours = two_schemas(schema_registry.url, topic)
+    body = ours(order(1))[wire.HEADER_SIZE :]
+    decoder = schema_decoder("avro", SchemaRegistryClient({"url": proxy.url, "max.retries": 0}))
+    first = 10**6
+    proxy.denied.update(range(first, first + wire.REFUSED_KEPT + 5))
+    for schema_id in range(first, first + wire.REFUSED_KEPT + 5):
+        with pytest.raises(SchemaDecodeError):
+            decoder.value(wire.header(schema_id) + body, topic)
+    assert 0 < len(decoder._refused) <= 8  # type: ignore[attr-defined]

@@ -47,6 +47,8 @@ Reader = Callable[[bytes, str], Any]  # a whole wire-format value and its topic 
 #: How long a schema id the registry refused is refused without asking again: the records of
 #: one refused id fail at once instead of costing two registry requests each.
 REFUSED_FOR_S = 60.0
+#: At most this many refused ids are remembered (a producer may name a new id per record).
+REFUSED_KEPT = 1024
 
 
 def wire_schema_id(raw: bytes) -> int:
@@ -173,7 +175,12 @@ class SchemaDecoder(Decoder):
             schema_id,
             SCHEMA_REFUSED,
         )
-        self._refused[schema_id] = (time.monotonic() + REFUSED_FOR_S, error)
+        now = time.monotonic()
+        if len(self._refused) >= REFUSED_KEPT:
+            self._refused = {k: v for k, v in self._refused.items() if v[0] > now}
+            if len(self._refused) >= REFUSED_KEPT:
+                self._refused.clear()  # forgotten ones are asked about again, nothing more
+        self._refused[schema_id] = (now + REFUSED_FOR_S, error)
         return error
 
     def needs_serde(self, schema: Schema) -> bool:
