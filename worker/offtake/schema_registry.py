@@ -83,11 +83,36 @@ def load_message_class(path: str) -> Any:
 def is_outage(exc: BaseException) -> bool:
     """Whether a registry call failed for a reason that is not the record's: a transport
     error (refused, timed out, reset, a TLS handshake that failed), a 5xx / 429 answer, or a
-    401 / 403 (credentials refused: every record would fail alike until the Secret is fixed,
-    so the records wait instead of being dead-lettered)."""
+    401 / 403 (credentials refused). A caller that can ask the registry whether the refusal is
+    the one id's (formats.wire, :func:`answers_listing`) asks :func:`is_refusal` first."""
     if isinstance(exc, SchemaRegistryError):
         status = exc.http_status_code
-        return status is None or status < 0 or status >= 500 or status in (401, 403, 429)
+        return status is None or status < 0 or status >= 500 or is_refusal(exc)
     # httpx's transport errors, whatever the client's HTTP library version calls them.
     names = {c.__name__ for c in type(exc).__mro__}
     return bool(names & {"TransportError", "TimeoutException", "NetworkError", "OSError"})
+
+
+def is_refusal(exc: BaseException) -> bool:
+    """Whether the registry answered 401 or 403: this request refused, for a reason its answer
+    alone does not tell (credentials refused everywhere, or this one schema not readable)."""
+    return isinstance(exc, SchemaRegistryError) and exc.http_status_code in (401, 403)
+
+
+def answers_listing(client: SchemaRegistryClient) -> bool:
+    """Whether the registry answers this client's subject listing (``GET /subjects``, never
+    cached by the client): the request every principal allowed to read any schema may make.
+
+    The rule that tells a refused schema id from a refused client: after a 401/403 for one id,
+    the listing answered means the registry takes these credentials and refused only that
+    id (the record's fault: dead-lettered per the policy, reason ``schema-id-refused``);
+    the listing refused too (401/403), unreachable or 5xx means it refuses everything this
+    worker would ask: an outage (records wait). Raises what an outage raises (the caller
+    sorts it with :func:`is_outage`); returns False for a refusal."""
+    try:
+        client.get_subjects()
+    except Exception as exc:
+        if is_refusal(exc):
+            return False
+        raise
+    return True

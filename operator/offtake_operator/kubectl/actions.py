@@ -15,6 +15,7 @@ from typing import Any
 
 from .cluster import JSON, Cluster
 from .errors import TimedOutError
+from .terminal import one_line
 
 Write = Callable[[str], None]
 
@@ -89,7 +90,8 @@ def _progress(st: Mapping[str, Any], part: str | None) -> str:
     # The step of a rewind or redrive says more than the workers' count while it runs.
     step = (st.get(part) or {}).get("message") if part else None
     message = step or st.get("message")
-    return f"{line}: {message}" if message else line
+    # One line, whatever the operator's (or a tenant's) message holds.
+    return one_line(f"{line}: {message}" if message else line)
 
 
 def follow(

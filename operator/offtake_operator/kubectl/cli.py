@@ -26,6 +26,7 @@ from . import actions, dlq, logs, report, status_view
 from .cluster import Cluster, Target
 from .errors import KafkaUnreachableError, PluginError
 from .kafka_view import KAFKA_TIMEOUT, check_reachable, kafka_access, pipeline_spec
+from .terminal import Safe
 
 _DURATION = re.compile(r"([0-9]+)([smhd])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -109,6 +110,13 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--since", type=parse_since, help="only newer: 15m, 2h, 1d or an RFC 3339 time")
     d.add_argument("--grep", type=_regex, help="only those matching this regular expression")
     d.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    d.add_argument(
+        "--import",
+        dest="import_modules",
+        action="store_true",
+        help="decode Protobuf with the module spec.source.protobufMessage names (imports, "
+        "so runs, it here; default: raw fields)",
+    )
 
     lg = sub.add_parser("logs", help="every worker's JSON log, merged by time")
     lg.add_argument("name")
@@ -150,14 +158,17 @@ def _new_id(verb: str) -> str:
     return f"{verb}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:4]}"
 
 
-def _status(cluster: Cluster, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _status(cluster: Cluster, args: argparse.Namespace, out: Safe, err: Safe) -> int:
     if not args.watch:
         return _status_once(cluster, args, out, err)
     code = 0
     try:
         while True:
             # A terminal is cleared and redrawn; a pipe gets each refresh after a stamped rule.
-            out.write("\x1b[H\x1b[2J" if out.isatty() else f"--- {time.strftime('%H:%M:%S')}\n")
+            if out.isatty():
+                out.control("\x1b[H\x1b[2J")
+            else:
+                out.write(f"--- {time.strftime('%H:%M:%S')}\n")
             code = _status_once(cluster, args, out, err)
             out.flush()
             time.sleep(args.interval)
@@ -165,7 +176,7 @@ def _status(cluster: Cluster, args: argparse.Namespace, out: TextIO, err: TextIO
         return code  # Ctrl-C is how a watch ends
 
 
-def _status_once(cluster: Cluster, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _status_once(cluster: Cluster, args: argparse.Namespace, out: Safe, err: Safe) -> int:
     if args.name is None:
         rows = [status_view.summary_line(m) for m in cluster.pipelines()]
         if args.output == "text":
@@ -184,14 +195,14 @@ def _status_once(cluster: Cluster, args: argparse.Namespace, out: TextIO, err: T
     return 0
 
 
-def _dump(out: TextIO, value: Any, fmt: str) -> None:
+def _dump(out: Safe, value: Any, fmt: str) -> None:
     if fmt == "json":
         out.write(json.dumps(value, indent=2, default=str) + "\n")
     else:
         out.write(yaml.safe_dump(value, sort_keys=False))
 
 
-def _dlq(cluster: Cluster, args: argparse.Namespace, out: TextIO) -> int:
+def _dlq(cluster: Cluster, args: argparse.Namespace, out: Safe) -> int:
     manifest = cluster.pipeline(args.name)
     spec = pipeline_spec(manifest)
     topic = spec.errors.dlq.topic if spec.errors.dlq is not None else None
@@ -207,7 +218,7 @@ def _dlq(cluster: Cluster, args: argparse.Namespace, out: TextIO) -> int:
             f"{exc}; dead letters need Kafka (status, pause, resume, scale, rewind and redrive "
             "work through the API server)"
         ) from None
-    query = dlq.Query(args.limit, args.since, args.grep)
+    query = dlq.Query(args.limit, args.since, args.grep, args.import_modules)
     letters = dlq.read(access, topic, query, KAFKA_TIMEOUT * 2)
     if args.output == "json":
         out.write(json.dumps(letters, indent=2, default=str) + "\n")
@@ -216,7 +227,7 @@ def _dlq(cluster: Cluster, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _logs(cluster: Cluster, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _logs(cluster: Cluster, args: argparse.Namespace, out: Safe, err: Safe) -> int:
     cluster.pipeline(args.name)
     pods = cluster.pods(args.name)
     if not pods:
@@ -244,13 +255,13 @@ def _logs(cluster: Cluster, args: argparse.Namespace, out: TextIO, err: TextIO) 
     return 1 if missing and not texts else 0
 
 
-def _report(cluster: Cluster, args: argparse.Namespace, out: TextIO) -> int:
+def _report(cluster: Cluster, args: argparse.Namespace, out: Safe) -> int:
     path, listed = report.write(cluster, args.name, args.file)
     out.write(f"wrote {path} ({len(listed)} files: {', '.join(listed)})\n")
     return 0
 
 
-def _change(cluster: Cluster, args: argparse.Namespace, out: TextIO) -> int:
+def _change(cluster: Cluster, args: argparse.Namespace, out: Safe) -> int:
     name = args.name
     goal: actions.Goal
     if args.command == "pause":
@@ -274,7 +285,7 @@ def _change(cluster: Cluster, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _writer(out: TextIO) -> Callable[[str], None]:
+def _writer(out: Safe) -> Callable[[str], None]:
     def write(text: str) -> None:
         out.write(text)
         out.flush()
@@ -285,8 +296,8 @@ def _writer(out: TextIO) -> Callable[[str], None]:
 def main(
     argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
-    out = out or sys.stdout
-    err = err or sys.stderr
+    # Every byte to the terminal goes through Safe: no control character from data reaches it.
+    safe_out, safe_err = Safe(out or sys.stdout), Safe(err or sys.stderr)
     args = parser().parse_args(argv)
     target = Target(
         getattr(args, "kubeconfig", None),
@@ -296,17 +307,17 @@ def main(
     try:
         cluster = Cluster(target)
         if args.command == "status":
-            return _status(cluster, args, out, err)
+            return _status(cluster, args, safe_out, safe_err)
         if args.command == "dlq":
-            return _dlq(cluster, args, out)
+            return _dlq(cluster, args, safe_out)
         if args.command == "logs":
-            return _logs(cluster, args, out, err)
+            return _logs(cluster, args, safe_out, safe_err)
         if args.command == "report":
-            return _report(cluster, args, out)
-        return _change(cluster, args, out)
+            return _report(cluster, args, safe_out)
+        return _change(cluster, args, safe_out)
     except PluginError as exc:
-        err.write(f"kubectl offtake {args.command}: {exc}\n")
+        safe_err.write(f"kubectl offtake {args.command}: {exc}\n")
         return exc.exit_code
     except KeyboardInterrupt:
-        err.write("kubectl offtake: interrupted (any change already made stays)\n")
+        safe_err.write("kubectl offtake: interrupted (any change already made stays)\n")
         return 130

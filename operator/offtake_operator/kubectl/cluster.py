@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import kubernetes.client
 import kubernetes.config
 import urllib3
+import yaml
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
@@ -56,7 +57,7 @@ class Cluster:
                 client_configuration=configuration,
             )
             contexts, current = config.list_kube_config_contexts(config_file=files)
-        except (ConfigException, OSError) as exc:
+        except (ConfigException, OSError, yaml.YAMLError) as exc:  # YAMLError: not a kubeconfig
             raise NoClusterError(
                 f"no cluster configured ({exc}): set KUBECONFIG, or pass --kubeconfig/--context"
             ) from None

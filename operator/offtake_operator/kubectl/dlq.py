@@ -3,8 +3,10 @@
 Reads the DLQ topic with a consumer that is assigned (never subscribed) and never commits, so
 reading changes no group's position and no one's partitions. Values are decoded with the
 worker's own decoders for ``source.format`` (schema formats through the registry, by the
-topic the record came from); where it came from and why it failed are Offtake's headers,
-read with the worker's strict readers.
+topic the record came from), but Protobuf, whose message class is a module the tenant names:
+raw fields unless the admin passes ``--import`` (protobuf_raw); where it came from and why it
+failed are Offtake's headers, read with the worker's strict readers. What reaches the terminal
+is escaped (terminal).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from offtake.contract import (
 
 from .errors import PluginError
 from .kafka_view import KafkaAccess
+from .protobuf_raw import RawProtobufDecoder
+from .terminal import one_line
 
 JSON = dict[str, Any]
 #: Records read per partition at most when searching (--grep or --since): a bound on the time
@@ -49,6 +53,9 @@ class Query:
     limit: int
     since_ms: int | None
     grep: re.Pattern[str] | None
+    #: The admin's --import: decode Protobuf with the module source.protobufMessage names
+    #: (imported, so run, on this machine); without it, raw fields (protobuf_raw).
+    import_modules: bool = False
 
 
 def _seek_offsets(
@@ -111,7 +118,8 @@ def read(access: KafkaAccess, topic: str, query: Query, timeout: float) -> list[
             raise PluginError(f"reading {topic!r} timed out; partitions not read: {sorted(ends)}")
     finally:
         consumer.close()
-    letters = [describe(m, access.spec) for m in messages]
+    decoder = _decoder(access.spec, query.import_modules)
+    letters = [describe(m, access.spec, decoder) for m in messages]
     if query.grep is not None:
         grep = query.grep
         letters = [d for d in letters if grep.search(json.dumps(d, default=str))]
@@ -133,18 +141,16 @@ def _decoded(raw: bytes | None, topic: str, decoder: Decoder) -> Any:
     return value
 
 
-_DECODERS: dict[int, Decoder] = {}
+def _decoder(spec: PipelineSpec, import_modules: bool) -> Decoder:
+    """One per run (a schema format's decoder holds a registry client and its cache). The
+    worker's own decoder, but for Protobuf without ``import_modules``: the tenant names the
+    module, and importing it runs its code on the admin's machine."""
+    if spec.source.format == "protobuf" and not import_modules:
+        return RawProtobufDecoder()
+    return decoder_for(spec.source)
 
 
-def _decoder(spec: PipelineSpec) -> Decoder:
-    # One per spec per run: a schema format's decoder holds a registry client and its cache.
-    key = id(spec)
-    if key not in _DECODERS:
-        _DECODERS[key] = decoder_for(spec.source)
-    return _DECODERS[key]
-
-
-def describe(msg: Any, spec: PipelineSpec) -> JSON:
+def describe(msg: Any, spec: PipelineSpec, decoder: Decoder) -> JSON:
     headers = msg.headers() or []
     try:
         origin = read_origin(headers)
@@ -171,7 +177,7 @@ def describe(msg: Any, spec: PipelineSpec) -> JSON:
         },
         "attempts": attempts,
         "key": None if key is None else key.decode("utf-8", "replace"),
-        "value": _decoded(msg.value(), source_topic, _decoder(spec)),
+        "value": _decoded(msg.value(), source_topic, decoder),
     }
     if bad_header is not None:
         out["headerError"] = bad_header
@@ -184,20 +190,28 @@ def _iso(ms: int) -> str:
 
 
 def render(letters: Sequence[JSON], topic: str) -> str:
+    """The text a terminal shows: every value from the record or its headers on one line,
+    its control characters escaped (terminal.one_line)."""
     if not letters:
-        return f"no dead letters in {topic} match"
+        return f"no dead letters in {one_line(topic)} match"
     lines = []
     for d in letters:
         o = d["origin"]
         where = "origin unknown" if o is None else f"{o['topic']}[{o['partition']}]@{o['offset']}"
         e = d["error"]
         attempts = "-" if d["attempts"] is None else d["attempts"]
-        lines.append(f"{d['time'] or '-'}  {where}  attempts {attempts}  {e['class'] or '-'}")
-        lines.append(f"  error: {e['message'] or '-'}  (stage {e['stage'] or '-'})")
-        lines.append(f"  key:   {d['key']}")
-        lines.append(f"  value: {json.dumps(d['value'], default=str)[:500]}")
-        lines.append(f"  at:    {d['topic']}[{d['partition']}]@{d['offset']}")
+        lines.append(
+            f"{d['time'] or '-'}  {one_line(where)}  attempts {attempts}  "
+            f"{one_line(e['class'] or '-')}"
+        )
+        lines.append(
+            f"  error: {one_line(e['message'] or '-')}  (stage {one_line(e['stage'] or '-')})"
+        )
+        lines.append(f"  key:   {one_line(d['key'])}")
+        # json.dumps writes every control character as \uXXXX already; one_line keeps to the rule.
+        lines.append(f"  value: {one_line(json.dumps(d['value'], default=str)[:500])}")
+        lines.append(f"  at:    {one_line(d['topic'])}[{d['partition']}]@{d['offset']}")
         if "headerError" in d:
-            lines.append(f"  note:  {d['headerError']}")
-    lines.append(f"{len(letters)} dead letter(s) from {topic}, newest first")
+            lines.append(f"  note:  {one_line(d['headerError'])}")
+    lines.append(f"{len(letters)} dead letter(s) from {one_line(topic)}, newest first")
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .. import names
+from .terminal import one_line
 
 JSON = dict[str, Any]
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -63,16 +64,21 @@ def merge(logs: Mapping[str, Iterable[str]], level: str = "DEBUG") -> list[JSON]
 
 
 def render(entries: Sequence[Mapping[str, Any]]) -> str:
+    """The text a terminal shows: each field of a log line on one line, its control
+    characters escaped (terminal.one_line); a traceback's own lines stay lines."""
     lines = []
     for e in entries:
         extra = " ".join(
-            f"{k}={json.dumps(v) if not isinstance(v, str) else v}"
+            f"{one_line(k)}={one_line(json.dumps(v) if not isinstance(v, str) else v)}"
             for k, v in e.items()
             if k not in _HEAD and k not in ("exception", "stack")
         )
-        head = f"{e['timestamp']} {e['pod']} {e.get('level', '-'):<7} {e.get('logger', '')}"
-        lines.append(f"{head}: {e.get('message', '')}" + (f"  {extra}" if extra else ""))
+        head = (
+            f"{one_line(e['timestamp'])} {one_line(e['pod'])} "
+            f"{one_line(e.get('level', '-')):<7} {one_line(e.get('logger', ''))}"
+        )
+        lines.append(f"{head}: {one_line(e.get('message', ''))}" + (f"  {extra}" if extra else ""))
         for key in ("exception", "stack"):
             if key in e:
-                lines.extend(f"    {t}" for t in str(e[key]).splitlines())
+                lines.extend(f"    {one_line(t)}" for t in str(e[key]).splitlines())
     return "\n".join(lines)

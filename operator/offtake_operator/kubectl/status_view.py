@@ -29,6 +29,7 @@ from .kafka_view import (
     topic_size,
 )
 from .kafka_view import positions as group_positions
+from .terminal import one_line
 
 EVENTS_SHOWN = 8
 
@@ -273,7 +274,7 @@ def slo_burn(
 
 
 def _cell(value: Any) -> str:
-    return "-" if value is None else str(value)
+    return "-" if value is None else one_line(value)
 
 
 def _rate(value: float | None) -> str:
@@ -287,10 +288,12 @@ def _mode(group_type: str) -> str:
 
 
 def render(report: Mapping[str, Any], kafka_error: str | None) -> str:
+    """The text a terminal shows; every string from the cluster (a message, a reason, an
+    Event) on one line with its control characters escaped (terminal.one_line)."""
     r = report["replicas"]
     lines = [
-        f"ConsumerPipeline {report['namespace']}/{report['name']}: {report['phase']}"
-        f" ({report['reason']}) {report['message']}",
+        f"ConsumerPipeline {report['namespace']}/{report['name']}: {one_line(report['phase'])}"
+        f" ({one_line(report['reason'])}) {one_line(report['message'])}",
         f"workers: {r['ready']}/{_cell(r['desired'])} ready, {r['running']} running"
         + _mode(report.get("groupType", "consumer")),
     ]
@@ -314,23 +317,26 @@ def render(report: Mapping[str, Any], kafka_error: str | None) -> str:
         )
     lines.append("conditions:")
     for c in report["conditions"]:
-        lines.append(f"  {c['type']:<12} {c['status']:<6} {c['reason']}: {c['message']}")
+        lines.append(
+            f"  {one_line(c['type']):<12} {one_line(c['status']):<6} {one_line(c['reason'])}: "
+            f"{one_line(c['message'])}"
+        )
     if kafka_error is not None:
         shown = "the workers' own lag is shown" if report["partitions"] else "not shown"
         lines.append(
-            f"kafka: {kafka_error}; committed offsets, log ends and the DLQ size need Kafka, "
-            f"per-partition lag: {shown} (everything else comes from the API server)"
+            f"kafka: {one_line(kafka_error)}; committed offsets, log ends and the DLQ size need "
+            f"Kafka, per-partition lag: {shown} (everything else comes from the API server)"
         )
     metrics = report["metrics"]
     if metrics["unreadable"]:
         lines.append(
             "metrics: not read from "
-            + "; ".join(f"{pod}: {why}" for pod, why in metrics["unreadable"].items())
+            + "; ".join(f"{pod}: {one_line(why)}" for pod, why in metrics["unreadable"].items())
             + " (their partitions' TREND and the error burn are not shown)"
         )
     if report["partitions"] is not None:
         rows = report["partitions"]
-        tw = max([5, *(len(p["topic"]) for p in rows)])
+        tw = max([5, *(len(one_line(p["topic"])) for p in rows)])
         ow = max([5, *(len(_cell(p["owner"])) for p in rows)])
         lines.append(
             f"{'TOPIC':<{tw}} {'PART':>4} {'OWNER':<{ow}} {'COMMITTED':>10} {'LOG END':>10} "
@@ -338,7 +344,7 @@ def render(report: Mapping[str, Any], kafka_error: str | None) -> str:
         )
         for p in rows:
             lines.append(
-                f"{p['topic']:<{tw}} {p['partition']:>4} {_cell(p['owner']):<{ow}} "
+                f"{one_line(p['topic']):<{tw}} {p['partition']:>4} {_cell(p['owner']):<{ow}} "
                 f"{_cell(p['committed']):>10} {_cell(p['logEnd']):>10} {_cell(p['lag']):>8} "
                 f"{_cell(p['lagSeconds']):>7} {_rate(p['trend']):>9}"
             )
@@ -351,20 +357,23 @@ def render(report: Mapping[str, Any], kafka_error: str | None) -> str:
     lines.extend(_render_slo(report["slo"]))
     dlq = report["dlq"]
     if dlq is not None:
-        lines.append(f"dead letters: {_cell(dlq['records'])} in {dlq['topic']}")
+        lines.append(f"dead letters: {_cell(dlq['records'])} in {one_line(dlq['topic'])}")
     redrive = report["redrive"]
     if redrive:
         lines.append(
             "last redrive: "
             + ", ".join(
-                f"{k} {redrive[k]}"
+                f"{k} {one_line(redrive[k])}"
                 for k in ("lastId", "activeId", "replayed", "left", "skipped", "message")
                 if k in redrive
             )
         )
     lines.append("events:" if report["events"] else "events: none")
     for e in report["events"]:
-        lines.append(f"  {e['time']} {e['type']:<7} {e['reason']}: {e['message']}")
+        lines.append(
+            f"  {one_line(e['time'])} {one_line(e['type']):<7} {one_line(e['reason'])}: "
+            f"{one_line(e['message'])}"
+        )
     return "\n".join(lines)
 
 
@@ -418,7 +427,7 @@ def render_summaries(rows: Sequence[Mapping[str, Any]], namespace: str) -> str:
     lines = [f"{'NAME':<28} {'PHASE':<9} {'READY':<6} {'LAG':>8} {'LAG(S)':>7}  REASON  MESSAGE"]
     for r in rows:
         lines.append(
-            f"{r['name']:<28} {r['phase']:<9} {r['ready']:<6} {_cell(r['lag']):>8} "
-            f"{_cell(r['lagSeconds']):>7}  {r['reason']}  {r['message']}"
+            f"{r['name']:<28} {one_line(r['phase']):<9} {r['ready']:<6} {_cell(r['lag']):>8} "
+            f"{_cell(r['lagSeconds']):>7}  {one_line(r['reason'])}  {one_line(r['message'])}"
         )
     return "\n".join(lines)

@@ -22,6 +22,9 @@ NOT_WIRE_FORMAT = "not-wire-format"
 UNKNOWN_SCHEMA = "unknown-schema-id"
 SCHEMA_MISMATCH = "schema-mismatch"
 OUT_OF_BOUNDS = "out-of-bounds"
+#: The registry answered 401/403 for this schema id while it answers the subject listing:
+#: the id is not readable with the pipeline's credentials (another team's, say).
+SCHEMA_REFUSED = "schema-id-refused"
 
 
 class DecodeError(ValueError):

@@ -9,10 +9,17 @@ round trip and none of the serializer framework's per-call work.
 A schema that uses what only confluent-kafka's own deserializer implements (references to
 other schemas, a rule set, inline ``confluent:`` rules or tags) is read by that deserializer,
 for that schema id only, so nothing a registry can express is read differently.
+
+A 401/403 for a schema id is judged by asking the registry for its subject listing
+(schema_registry.answers_listing): answered, only that id is refused (the record's decode
+error, reason ``schema-id-refused``, remembered for REFUSED_FOR_S); refused as well, the
+registry refuses the pipeline's credentials and so every id: RegistryUnavailable (records
+wait, as for an unreachable registry or a 5xx).
 """
 
 from __future__ import annotations
 
+import time
 from abc import abstractmethod
 from collections.abc import Callable
 from typing import Any
@@ -25,17 +32,23 @@ from offtake.formats.errors import (
     NOT_WIRE_FORMAT,
     OUT_OF_BOUNDS,
     SCHEMA_MISMATCH,
+    SCHEMA_REFUSED,
     UNKNOWN_SCHEMA,
     DecodeError,
     OutOfBounds,
     RegistryUnavailable,
     SchemaDecodeError,
 )
-from offtake.schema_registry import is_outage
+from offtake.schema_registry import answers_listing, is_outage, is_refusal
 
 MAGIC_BYTE = 0
 HEADER_SIZE = 5
 Reader = Callable[[bytes, str], Any]  # a whole wire-format value and its topic -> the value
+#: How long a schema id the registry refused is refused without asking again: the records of
+#: one refused id fail at once instead of costing two registry requests each.
+REFUSED_FOR_S = 60.0
+#: At most this many refused ids are remembered (a producer may name a new id per record).
+REFUSED_KEPT = 1024
 
 
 def wire_schema_id(raw: bytes) -> int:
@@ -77,6 +90,8 @@ class SchemaDecoder(Decoder):
         # finds a known writer schema's reader with one slice and one lookup.
         self._readers: dict[bytes, Reader] = {}
         self._serde: Reader | None = None
+        # Schema id -> (when the refusal is forgotten, its error): see _refused_error.
+        self._refused: dict[int, tuple[float, SchemaDecodeError]] = {}
 
     def value(self, raw: bytes, topic: str) -> Any:
         schema_id = wire_schema_id(raw)
@@ -92,7 +107,10 @@ class SchemaDecoder(Decoder):
                 f"value of schema id {schema_id} is refused: {exc}", schema_id, OUT_OF_BOUNDS
             ) from None
         except Exception as exc:
-            if is_outage(exc):  # a lookup confluent-kafka's deserializer made itself
+            # A lookup confluent-kafka's deserializer made itself (a referenced schema).
+            if is_refusal(exc):
+                raise self._refused_error(schema_id, exc) from None
+            if is_outage(exc):
                 raise RegistryUnavailable(f"schema registry: {exc}") from exc
             raise SchemaDecodeError(
                 f"value does not decode as {self.format} with schema id {schema_id}: "
@@ -115,9 +133,14 @@ class SchemaDecoder(Decoder):
         return read, (Exception,)
 
     def _reader(self, schema_id: int) -> Reader:
+        known = self._refused.get(schema_id)
+        if known is not None and known[0] > time.monotonic():
+            raise SchemaDecodeError(str(known[1]), schema_id, SCHEMA_REFUSED)
         try:
             schema = self._fetch(schema_id)
         except Exception as exc:
+            if is_refusal(exc):
+                raise self._refused_error(schema_id, exc) from None
             if is_outage(exc):
                 raise RegistryUnavailable(f"schema registry: {exc}") from exc
             raise SchemaDecodeError(
@@ -132,6 +155,33 @@ class SchemaDecoder(Decoder):
 
     def _fetch(self, schema_id: int) -> Schema:
         return self._client.get_schema(schema_id)
+
+    def _refused_error(self, schema_id: int, exc: Exception) -> SchemaDecodeError:
+        """The registry answered 401/403 for ``schema_id``: the record's error if the registry
+        still answers the subject listing (schema_registry.answers_listing: only this id is
+        refused), else RegistryUnavailable is raised (it refuses every id: the credentials)."""
+        try:
+            only_this_id = answers_listing(self._client)
+        except Exception as probe:
+            raise RegistryUnavailable(f"schema registry: {exc}; then: {probe}") from exc
+        if not only_this_id:
+            raise RegistryUnavailable(
+                f"schema registry refuses this pipeline's credentials (schema id {schema_id} "
+                f"and the subject listing): {exc}"
+            ) from exc
+        error = SchemaDecodeError(
+            f"schema id {schema_id} is refused by the schema registry (it answers this "
+            f"pipeline's other requests): {exc}",
+            schema_id,
+            SCHEMA_REFUSED,
+        )
+        now = time.monotonic()
+        if len(self._refused) >= REFUSED_KEPT:
+            self._refused = {k: v for k, v in self._refused.items() if v[0] > now}
+            if len(self._refused) >= REFUSED_KEPT:
+                self._refused.clear()  # forgotten ones are asked about again, nothing more
+        self._refused[schema_id] = (now + REFUSED_FOR_S, error)
+        return error
 
     def needs_serde(self, schema: Schema) -> bool:
         return needs_serde(schema)
