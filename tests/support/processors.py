@@ -172,3 +172,25 @@ def refuse_ids(record: Record) -> Any:
     if isinstance(record.value, dict) and record.value.get("id") in refused:
         raise ValueError(f"order {record.value['id']} refused")
     return record.value
+
+
+# -- calls that wait, with lanes (processor.concurrency): what started, in order -------------------
+WAITING_CALLS: list[tuple[bytes | None, int, int]] = []  # (key, partition, offset) as started
+_IN_FLIGHT: set[bytes | None] = set()
+WAITING_OVERLAPS: list[bytes | None] = []  # keys that had a call start while one was in flight
+
+
+async def waits(record: Record) -> Any:
+    """Waits 2 ms, as a call to another service does; records each call's start in order."""
+    import asyncio
+
+    key = record.key
+    if key in _IN_FLIGHT:
+        WAITING_OVERLAPS.append(key)
+    _IN_FLIGHT.add(key)
+    WAITING_CALLS.append((key, record.partition, record.offset))
+    try:
+        await asyncio.sleep(0.002)
+    finally:
+        _IN_FLIGHT.discard(key)
+    return record.value

@@ -82,3 +82,46 @@ def test_forgetting_paused_partitions_updates_the_paused_gauge() -> None:
     assert p.metrics.paused_partitions._value.get() == 2
     p.forget({SRC, RETRY})
     assert not p.paused and p.metrics.paused_partitions._value.get() == 0
+
+
+# -- shares of the in-flight bound (processor.concurrency with lanes) -----------------------------
+A, B = TopicPartition("orders", 1), TopicPartition("orders", 2)
+
+
+def test_a_full_partition_stops_fetching_and_resumes_from_its_last_record() -> None:
+    source = FakeSource()
+    p = pauser(source)
+    consumed_to = {A: 1_200, B: 40}.get
+    p.share({A}, set(), consumed_to)
+    assert source.paused == {A} and p.full == {A}
+    p.share({A}, set(), consumed_to)  # still full: paused once, no seek
+    assert source.seeks == []
+    p.share(set(), {A, B}, consumed_to)  # below half: fetch on, from one past the last consumed
+    assert source.paused == set() and p.full == set()
+    assert source.seeks == [(A, 1_200)]  # B was never full: neither sought nor resumed
+
+
+def test_a_share_does_not_resume_what_backpressure_or_a_retry_delay_holds() -> None:
+    source = FakeSource()
+    p = pauser(source)
+    consumed_to = {A: 5, RETRY: 9}.get
+    p.share({A, RETRY}, set(), consumed_to)
+    p.apply({A, SRC}, True)  # backpressure pauses everything assigned
+    p.hold(RETRY, 9, until=100.0)
+    p.share(set(), {A, RETRY}, consumed_to)  # below its share, but still held by the others
+    assert source.paused == {A, SRC, RETRY}
+    p.apply({A, SRC, RETRY}, False)
+    assert source.paused == {RETRY}
+    p.release_due(100.0)
+    assert source.paused == set()
+
+
+def test_backpressure_released_leaves_a_full_partition_paused() -> None:
+    source = FakeSource()
+    p = pauser(source)
+    p.share({A}, set(), {A: 3}.get)
+    p.apply({A, B}, True)
+    p.apply({A, B}, False)
+    assert source.paused == {A}  # still full
+    p.forget({A})  # revoked: its share is forgotten with it
+    assert p.full == set()

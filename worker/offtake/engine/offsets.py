@@ -162,6 +162,15 @@ class OffsetTracker:
     def partitions(self) -> list[TopicPartition]:
         return list(self._parts)
 
+    def pending(self) -> dict[TopicPartition, int]:
+        """Records consumed and not yet settled, per partition."""
+        return {tp: part.pending for tp, part in self._parts.items()}
+
+    def consumed_to(self, tp: TopicPartition) -> int | None:
+        """One past the last offset consumed of ``tp`` (None: nothing consumed yet)."""
+        part = self._parts.get(tp)
+        return None if part is None else part.next_offset
+
     # -- records ----------------------------------------------------------------------------
     def register_batch(
         self, tp: TopicPartition, offsets: list[int], size: int, timestamp: int | None

@@ -91,6 +91,15 @@ class Worker:
         self.tracker = self.delivery.tracker
         self.backpressure = InFlightGate(self.spec.limits, grace=STALL_GRACE)
         self.pauser = PartitionPauser(self.source, self.metrics)
+        # Calls in flight with lanes (processor.concurrency > 1, order key or partition): each
+        # partition gets a share of the in-flight bound (PartitionPauser.share). A share group
+        # has no partitions of its own to pause; order none has no lanes to wait behind.
+        scheduler = self.stage.scheduler
+        self._shares = (
+            scheduler is not None
+            and scheduler.order != "none"
+            and not self.spec.source.is_share_group
+        )
         self.lag = LagGauges(self.source, self.tracker, self.metrics)
         self.delivery.bind(self)
         self._stop = threading.Event()
@@ -154,6 +163,8 @@ class Worker:
             self.tracker.inflight_messages, self.tracker.inflight_bytes, time.monotonic()
         )
         self._pause(paused)
+        if self._shares:
+            self._share()
         if self.pauser.held:
             self.pauser.release_due(time.time())
         self._dispatch(self._fetch(paused))
@@ -171,6 +182,19 @@ class Worker:
             f"{self.tracker.inflight_bytes} bytes"
         )
         self.pauser.apply(set(self.tracker.partitions()), paused, why)
+
+    def _share(self) -> None:
+        """Stop fetching a partition whose unsettled records reach its share of the in-flight
+        bound (the bound over the assigned partitions, at least a poll's worth); fetch it again
+        at half of that. So every partition's keys get calls, however librdkafka orders a
+        poll's records."""
+        pending = self.tracker.pending()
+        if not pending:
+            return
+        share = max(MAX_BATCH, self.spec.limits.max_in_flight_messages // len(pending))
+        full = {tp for tp, n in pending.items() if n >= share}
+        below = {tp for tp, n in pending.items() if n <= share // 2}
+        self.pauser.share(full, below, self.tracker.consumed_to)
 
     def _fetch(self, paused: bool) -> list[MessageLike]:
         """Take only what the processing thread can start on soon.
