@@ -115,7 +115,7 @@ def injected_pod(
                 f"spec.metrics.{field} of pipeline {name} to a free one"
             )
 
-    worker = render._worker_container(body, pipeline, config)
+    worker = render.worker_container(body, pipeline, config)
     worker["name"] = names.INJECTED_CONTAINER
     worker["restartPolicy"] = "Always"
     # The pod's securityContext is the user's: the restricted settings go on the container.
@@ -132,7 +132,7 @@ def injected_pod(
         {"name": NODE_IPS_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
     ]
 
-    volumes = render._volumes(name, pipeline, kafka_mounts)
+    volumes = render.pod_volumes(name, pipeline, kafka_mounts)
     for volume in volumes:
         volume["name"] = _prefixed(volume["name"])
     # The pod's service account token is the application's: an empty directory where the API

@@ -23,7 +23,7 @@ import kopf
 from offtake.contract import ConfigError, PipelineSpec, parse_pipeline
 from offtake.contract import spark_kubernetes as spark_k8s
 
-from . import group_ids, names, redrive, render, rewind, security, share_backlog, slo_rules
+from . import group_ids, names, redrive, render, rewind, security, share_backlog
 from .apply import Applied, NotOursError, Taken, apply_claimed, carries_uid, claim, remove_owned
 from .context import OperatorContext
 from .kafka_secret import KafkaSecret, KafkaSecretError, kafka_properties, read_kafka_secret
@@ -48,8 +48,8 @@ from .kubeapi import (
 )
 from .lag import KafkaAccessError
 from .operator_spec import OperatorSpec, parse_operator_spec
+from .render.worker_network_policy import policy_name, worker_network_policies
 from .status import NAME_TAKEN, Event, Observed, changed, compute_status, lag_changed
-from .worker_network_policy import policy_name, worker_network_policies
 
 log = logging.getLogger("offtake.operator")
 
@@ -374,7 +374,7 @@ async def _apply_slo_rule(
     _, namespace = render.meta(body)
     if extras.slo is not None and await ctx.serves(PROMETHEUSRULES):
         labels = {**ctx.config.service_monitor_labels, **extras.service_monitor_labels}
-        rule = slo_rules.render_prometheus_rule(body, extras.slo, labels)
+        rule = render.render_prometheus_rule(body, extras.slo, labels)
         await _ensure_child(ctx, PROMETHEUSRULES, rule)
         return str(rule["metadata"]["name"])
     previous = old_status.get("sloRule")

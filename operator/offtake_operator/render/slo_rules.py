@@ -22,9 +22,9 @@ from typing import Any
 
 from offtake.contract import LAG_MESSAGES_METRIC, LAG_SECONDS_METRIC
 
-from . import names
-from .operator_spec import Slo
-from .render import JSON, child_metadata, meta
+from .. import names
+from ..operator_spec import Slo
+from .metadata import JSON, child_metadata, meta
 
 #: (severity, burn-rate factor, long window, short window) of the error-budget alerts.
 BURN_RATES = (("critical", 14.4, "1h", "5m"), ("warning", 6.0, "6h", "30m"))
