@@ -46,11 +46,10 @@ def http_probe(path: str, port: str, **timing: int) -> JSON:
     return {"httpGet": {"path": path, "port": port}, **timing}
 
 
-def worker_container(
-    body: Mapping[str, Any], pipeline: PipelineSpec, config: OperatorConfig
-) -> JSON:
-    spec = body["spec"]
-    template_spec = (spec.get("template") or {}).get("spec") or {}
+def worker_env(body: Mapping[str, Any], pipeline: PipelineSpec) -> list[JSON]:
+    """The worker container's environment: the pod's own names, HOME, Spark Connect's URL and
+    token, the ``*SecretRef`` variables, then spec.template.spec.env."""
+    template_spec = (body["spec"].get("template") or {}).get("spec") or {}
     env: list[JSON] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
@@ -79,6 +78,11 @@ def worker_container(
         )
     env += secret_key_env(pipeline)
     env += copy.deepcopy(template_spec.get("env") or [])
+    return env
+
+
+def worker_mounts(pipeline: PipelineSpec) -> list[JSON]:
+    """The worker container's volume mounts (the volumes are :func:`pod_volumes`)."""
     mounts: list[JSON] = [
         # subPath: a single file, so the Secret mounts below do not nest inside a read-only volume.
         {
@@ -103,13 +107,20 @@ def worker_container(
                 "readOnly": True,
             }
         )
+    return mounts
+
+
+def worker_container(
+    body: Mapping[str, Any], pipeline: PipelineSpec, config: OperatorConfig
+) -> JSON:
+    spec = body["spec"]
     container: JSON = {
         "name": names.WORKER_CONTAINER,
         "image": spec.get("image")
         or (config.worker_spark_image if pipeline.sink.spark is not None else config.worker_image),
         "command": ["offtake"],
         "args": ["worker", "--pipeline", names.PIPELINE_PATH, *probe_args(pipeline)],
-        "env": env,
+        "env": worker_env(body, pipeline),
         "ports": [
             {
                 "name": names.METRICS_PORT_NAME,
@@ -129,7 +140,7 @@ def worker_container(
             periodSeconds=10,
             failureThreshold=6,
         ),
-        "volumeMounts": mounts,
+        "volumeMounts": worker_mounts(pipeline),
         "securityContext": security_contexts(body)[1],
     }
     if config.worker_image_pull_policy:

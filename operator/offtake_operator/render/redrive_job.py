@@ -36,32 +36,7 @@ def render_redrive_job(
     template = spec.get("template") or {}
     template_spec = template.get("spec") or {}
     worker = worker_container(body, pipeline, config)
-    container: JSON = {
-        "name": names.REDRIVE_CONTAINER,
-        "image": worker["image"],
-        "command": ["offtake"],
-        "args": [
-            "redrive",
-            "--pipeline",
-            names.PIPELINE_PATH,
-            "--id",
-            request.id,
-            "--from",
-            request.source,
-            "--until",
-            request.until_text,
-            "--group",
-            group,
-        ],
-        "env": worker["env"],
-        "volumeMounts": worker["volumeMounts"],
-        "securityContext": worker["securityContext"],
-        # The summary line (replayed, left, skipped) shows in `kubectl describe pod`.
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    }
-    for key in ("imagePullPolicy", "resources"):
-        if key in worker:
-            container[key] = worker[key]
+    container = _redrive_container(worker, request, group)
     pod_labels = {
         **((template.get("metadata") or {}).get("labels") or {}),
         "app.kubernetes.io/name": "offtake",
@@ -100,3 +75,34 @@ def render_redrive_job(
             },
         },
     }
+
+
+def _redrive_container(worker: JSON, request: RedriveRequest, group: str) -> JSON:
+    """``offtake redrive`` in the worker container's image, environment, mounts and context."""
+    container: JSON = {
+        "name": names.REDRIVE_CONTAINER,
+        "image": worker["image"],
+        "command": ["offtake"],
+        "args": [
+            "redrive",
+            "--pipeline",
+            names.PIPELINE_PATH,
+            "--id",
+            request.id,
+            "--from",
+            request.source,
+            "--until",
+            request.until_text,
+            "--group",
+            group,
+        ],
+        "env": worker["env"],
+        "volumeMounts": worker["volumeMounts"],
+        "securityContext": worker["securityContext"],
+        # The summary line (replayed, left, skipped) shows in `kubectl describe pod`.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    for key in ("imagePullPolicy", "resources"):
+        if key in worker:
+            container[key] = worker[key]
+    return container
