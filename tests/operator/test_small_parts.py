@@ -188,7 +188,7 @@ def test_cli_arguments() -> None:
 
 
 def test_scaled_events_say_which_autoscaler_and_the_lag_against_its_target() -> None:
-    from offtake_operator.reconcile import scaling_reason
+    from offtake_operator.render import scaling_reason
 
     seconds = parse_operator_spec({"autoscaling": {"enabled": True, "targetLagSeconds": 30}})
     status = {"lag": 1200, "lagSeconds": 45.5}

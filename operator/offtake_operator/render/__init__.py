@@ -3,13 +3,15 @@ child kind (as CloudNativePG's pkg/specs): metadata and labels (:mod:`.metadata`
 configuration document and its ConfigMap (:mod:`.worker_config`), the pod's parts
 (:mod:`.pod`, shared with the admission webhook's injected worker), the Deployment, the redrive
 Job, the metrics Service, the PodDisruptionBudget, the ServiceMonitor, Spark Connect, the HPA,
-KEDA, the SLO rules, the workers' NetworkPolicy and their probe listener.
+KEDA and the choice between them (:mod:`.autoscaler`), the SLO rules, the workers'
+NetworkPolicy and their probe listener.
 
 Nothing here talks to the API: the same input always renders the same dicts, which is what
 makes reconciling level-based (render, compare, patch the difference) and easy to test. This
 module only gathers the names the operator's passes use; each is defined in its kind's module.
 """
 
+from .autoscaler import scaling_reason, wanted_autoscaler
 from .deployment import desired_worker_replicas, render_deployment
 from .hpa import render_hpa
 from .keda import (
@@ -23,6 +25,8 @@ from .metadata import JSON, checksum, child_metadata, labels, meta, owner_refere
 from .pdb import render_pdb
 from .pod import (
     POD_SETTINGS,
+    check_pod_template,
+    check_security,
     copy_pod_settings,
     grace_period_seconds,
     http_probe,
@@ -33,6 +37,8 @@ from .pod import (
     secret_key_env,
     security_contexts,
     worker_container,
+    worker_env,
+    worker_mounts,
     worker_resources,
 )
 from .redrive_job import render_redrive_job
@@ -41,6 +47,7 @@ from .service import render_service
 from .service_monitor import render_service_monitor
 from .slo_rules import render_prometheus_rule
 from .spark_connect import (
+    owned_token,
     render_spark_connect,
     render_spark_connect_token,
     render_spark_network_policies,
@@ -60,6 +67,8 @@ __all__ = [
     "KEDA_AUTH_PARAMETERS",
     "POD_SETTINGS",
     "behavior",
+    "check_pod_template",
+    "check_security",
     "checksum",
     "child_metadata",
     "copy_pod_settings",
@@ -71,6 +80,7 @@ __all__ = [
     "labels",
     "lag_seconds_query",
     "meta",
+    "owned_token",
     "owner_reference",
     "pipeline_document",
     "pipeline_yaml",
@@ -93,12 +103,16 @@ __all__ = [
     "replica_bounds",
     "replica_cap",
     "scale_target",
+    "scaling_reason",
     "schema_registry_secrets",
     "secret_key_env",
     "security_contexts",
     "uses_scaled_object",
     "uses_spark_connect",
+    "wanted_autoscaler",
     "worker_container",
+    "worker_env",
+    "worker_mounts",
     "worker_network_policies",
     "worker_resources",
 ]

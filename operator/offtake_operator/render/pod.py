@@ -10,12 +10,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from offtake.contract import (
+    ConfigError,
     PipelineSpec,
     secret_envs,
 )
 from offtake.contract import spark_kubernetes as spark_k8s
 
-from .. import names
+from .. import names, security
 from ..security import CONTAINER_DEFAULTS, POD_DEFAULTS, merged
 from ..settings import OperatorConfig
 from .metadata import JSON
@@ -272,3 +273,34 @@ def copy_pod_settings(template_spec: Mapping[str, Any], pod_spec: JSON) -> None:
     for key in POD_SETTINGS:
         if template_spec.get(key):
             pod_spec[key] = copy.deepcopy(template_spec[key])
+
+
+def check_pod_template(spec: Mapping[str, Any]) -> None:
+    """spec.template is the operator's alone (the worker's loader never reads it): name the
+    field when it is not a mapping, instead of failing inside rendering (found by
+    tests/chaos/test_bad_manifests.py: "template: true" reached the catch-all below)."""
+    template = spec.get("template")
+    if template is None:
+        return
+    if not isinstance(template, Mapping):
+        raise ConfigError("spec.template", "expected a mapping (a pod template)")
+    for key in ("spec", "metadata"):
+        inner = template.get(key)
+        if inner is not None and not isinstance(inner, Mapping):
+            raise ConfigError(f"spec.template.{key}", "expected a mapping")
+    pod = template.get("spec") or {}
+    for key in ("securityContext", "containerSecurityContext"):
+        inner = pod.get(key)
+        if inner is not None and not isinstance(inner, Mapping):
+            raise ConfigError(f"spec.template.spec.{key}", "expected a mapping")
+
+
+def check_security(body: Mapping[str, Any], pipeline: PipelineSpec) -> None:
+    """Refuse overrides that Pod Security ``restricted`` would refuse (see
+    :mod:`offtake_operator.security`)."""
+    check_pod_template(body.get("spec") or {})
+    pod, worker, processor = security_contexts(body)
+    security.check_pod(pod, "spec.template.spec.securityContext")
+    security.check_container(worker, pod, "spec.template.spec.containerSecurityContext")
+    if pipeline.processor.container is not None:
+        security.check_container(processor, pod, "spec.processor.container.securityContext")

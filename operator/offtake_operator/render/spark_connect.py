@@ -84,3 +84,17 @@ def render_spark_network_policies(body: Mapping[str, Any]) -> list[JSON]:
         ),
         policy("executors", executors, [{"from": [{"podSelector": {"matchLabels": ours}}]}]),
     ]
+
+
+def owned_token(existing: Mapping[str, Any] | None, uid: str) -> str | None:
+    """The token in ``existing`` (the token Secret as read) when the pipeline of ``uid`` owns
+    it, so that a pass never changes it under the running server; None otherwise (a Secret
+    the pipeline does not own is left to apply, which refuses it, naming it)."""
+    refs = ((existing or {}).get("metadata") or {}).get("ownerReferences") or []
+    encoded = ((existing or {}).get("data") or {}).get(spark_k8s.TOKEN_KEY)
+    if encoded and any(r.get("uid") == uid and r.get("controller") for r in refs):
+        try:
+            return base64.b64decode(encoded, validate=True).decode()
+        except (ValueError, UnicodeDecodeError):
+            pass  # not a token of ours: a new one replaces it
+    return None
