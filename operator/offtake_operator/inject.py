@@ -82,6 +82,44 @@ def _prefixed(name: str) -> str:
     return names.INJECTED_VOLUME_PREFIX + name
 
 
+def _check_ports_free(spec: Mapping[str, Any], pipeline: PipelineSpec, name: str) -> None:
+    """Refuse a pod whose containers already use the worker's metrics or probe port."""
+    containers = (spec.get("containers") or []) + (spec.get("initContainers") or [])
+    taken = {int(p.get("containerPort", 0)) for c in containers for p in c.get("ports") or []}
+    for used, field in (
+        (pipeline.metrics.port, "port"),
+        (pipeline.metrics.probe_port, "probePort"),
+    ):
+        if used in taken:
+            raise InjectionError(
+                f"the pod already uses port {used}, the worker's metrics {field}: set "
+                f"spec.metrics.{field} of pipeline {name} to a free one"
+            )
+
+
+def _injected_worker(
+    body: Mapping[str, Any], pipeline: PipelineSpec, config: OperatorConfig
+) -> JSON:
+    """The Deployment's worker container as a native sidecar of the user's pod."""
+    worker = render.worker_container(body, pipeline, config)
+    worker["name"] = names.INJECTED_CONTAINER
+    worker["restartPolicy"] = "Always"
+    # The pod's securityContext is the user's: the restricted settings go on the container.
+    worker["securityContext"] = {
+        **worker["securityContext"],
+        "runAsUser": DEFAULT_UID,
+        "runAsGroup": DEFAULT_UID,
+    }
+    for mount in worker["volumeMounts"]:
+        mount["name"] = _prefixed(mount["name"])
+    worker["env"] += [
+        {"name": DRAIN_ENV, "value": "true"},
+        # Where the kubelet's preStop httpGet comes from: the worker admits /drain from there.
+        {"name": NODE_IPS_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+    ]
+    return worker
+
+
 def injected_pod(
     pod: Mapping[str, Any],
     body: Mapping[str, Any],
@@ -103,36 +141,10 @@ def injected_pod(
     app = containers[app_container_index(pod)]
 
     port = pipeline.metrics.port
-    taken = {
-        int(p.get("containerPort", 0))
-        for c in containers + (spec.get("initContainers") or [])
-        for p in c.get("ports") or []
-    }
-    for used, field in ((port, "port"), (pipeline.metrics.probe_port, "probePort")):
-        if used in taken:
-            raise InjectionError(
-                f"the pod already uses port {used}, the worker's metrics {field}: set "
-                f"spec.metrics.{field} of pipeline {name} to a free one"
-            )
+    _check_ports_free(spec, pipeline, name)
+    worker = _injected_worker(body, pipeline, config)
 
-    worker = render._worker_container(body, pipeline, config)
-    worker["name"] = names.INJECTED_CONTAINER
-    worker["restartPolicy"] = "Always"
-    # The pod's securityContext is the user's: the restricted settings go on the container.
-    worker["securityContext"] = {
-        **worker["securityContext"],
-        "runAsUser": DEFAULT_UID,
-        "runAsGroup": DEFAULT_UID,
-    }
-    for mount in worker["volumeMounts"]:
-        mount["name"] = _prefixed(mount["name"])
-    worker["env"] += [
-        {"name": DRAIN_ENV, "value": "true"},
-        # Where the kubelet's preStop httpGet comes from: the worker admits /drain from there.
-        {"name": NODE_IPS_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
-    ]
-
-    volumes = render._volumes(name, pipeline, kafka_mounts)
+    volumes = render.pod_volumes(name, pipeline, kafka_mounts)
     for volume in volumes:
         volume["name"] = _prefixed(volume["name"])
     # The pod's service account token is the application's: an empty directory where the API

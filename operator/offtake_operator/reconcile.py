@@ -9,7 +9,6 @@ missed events and operator restarts all end in the same place.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import secrets
@@ -23,9 +22,15 @@ import kopf
 from offtake.contract import ConfigError, PipelineSpec, parse_pipeline
 from offtake.contract import spark_kubernetes as spark_k8s
 
-from . import group_ids, names, redrive, render, rewind, security, share_backlog, slo_rules
-from .apply import Applied, NotOursError, Taken, apply_claimed, carries_uid, claim, remove_owned
+from . import group_ids, names, redrive, render, rewind, share_backlog
+from .apply import Applied, NotOursError, carries_uid, remove_owned
 from .context import OperatorContext
+from .ensure import (
+    ChildRejectedError,
+    NamespaceTerminatingError,
+    claim_all,
+    ensure_child,
+)
 from .kafka_secret import KafkaSecret, KafkaSecretError, kafka_properties, read_kafka_secret
 from .kubeapi import (
     CONFIGMAPS,
@@ -48,8 +53,8 @@ from .kubeapi import (
 )
 from .lag import KafkaAccessError
 from .operator_spec import OperatorSpec, parse_operator_spec
+from .render.worker_network_policy import policy_name, worker_network_policies
 from .status import NAME_TAKEN, Event, Observed, changed, compute_status, lag_changed
-from .worker_network_policy import policy_name, worker_network_policies
 
 log = logging.getLogger("offtake.operator")
 
@@ -78,32 +83,12 @@ def worker_manifest(body: Mapping[str, Any]) -> JSON:
     }
 
 
-def _check_pod_template_shape(spec: Mapping[str, Any]) -> None:
-    """spec.template is the operator's alone (the worker's loader never reads it): name the
-    field when it is not a mapping, instead of failing inside rendering (found by
-    tests/chaos/test_bad_manifests.py: "template: true" reached the catch-all below)."""
-    template = spec.get("template")
-    if template is None:
-        return
-    if not isinstance(template, Mapping):
-        raise ConfigError("spec.template", "expected a mapping (a pod template)")
-    for key in ("spec", "metadata"):
-        inner = template.get(key)
-        if inner is not None and not isinstance(inner, Mapping):
-            raise ConfigError(f"spec.template.{key}", "expected a mapping")
-    pod = template.get("spec") or {}
-    for key in ("securityContext", "containerSecurityContext"):
-        inner = pod.get(key)
-        if inner is not None and not isinstance(inner, Mapping):
-            raise ConfigError(f"spec.template.spec.{key}", "expected a mapping")
-
-
 def validate(body: Mapping[str, Any]) -> tuple[PipelineSpec, OperatorSpec]:
     """Parse with the worker's own loader (the same verdict the worker would reach)."""
     try:
         pipeline = parse_pipeline(worker_manifest(body))
         extras = parse_operator_spec(body.get("spec") or {})
-        check_security(body, pipeline)
+        render.check_security(body, pipeline)
         return pipeline, extras
     except ConfigError:
         raise
@@ -130,80 +115,6 @@ def validated(ctx: OperatorContext, body: Mapping[str, Any]) -> tuple[PipelineSp
     return cast(tuple[PipelineSpec, OperatorSpec], result)
 
 
-def check_security(body: Mapping[str, Any], pipeline: PipelineSpec) -> None:
-    """Refuse overrides that Pod Security ``restricted`` would refuse (see :mod:`.security`)."""
-    _check_pod_template_shape(body.get("spec") or {})
-    pod, worker, processor = render.security_contexts(body)
-    security.check_pod(pod, "spec.template.spec.securityContext")
-    security.check_container(worker, pod, "spec.template.spec.containerSecurityContext")
-    if pipeline.processor.container is not None:
-        security.check_container(processor, pod, "spec.processor.container.securityContext")
-
-
-def _describe_error(res: Resource, obj: Mapping[str, Any], exc: ApiError) -> str:
-    return f"{res.kind} {obj['metadata']['name']} was rejected: {exc.reason}: {exc.message}"
-
-
-async def _claim_all(
-    ctx: OperatorContext, children: list[tuple[Resource, JSON]], trusted: bool
-) -> list[JSON | None]:
-    """:func:`.apply.claim` for every child at once, before any is written: a name taken by
-    an object this pipeline did not make stops the whole set (workers must not start on a
-    ConfigMap someone else wrote), and the error names every such object, not the first.
-    ``trusted``: the children the watch has sent are taken from :attr:`OperatorContext.children`
-    (the others are read)."""
-    results = await asyncio.gather(
-        *(_claim(ctx, res, obj, trusted) for res, obj in children), return_exceptions=True
-    )
-    taken: list[Taken] = []
-    for result in results:
-        if isinstance(result, NotOursError):
-            taken += result.taken
-        elif isinstance(result, BaseException):
-            raise result
-    if taken:
-        raise NotOursError(taken)
-    return [r for r in results if not isinstance(r, BaseException)]
-
-
-async def _claim(ctx: OperatorContext, res: Resource, obj: JSON, trusted: bool) -> JSON | None:
-    m = obj["metadata"]
-    known = ctx.child(res, m["namespace"], m["name"]) if trusted else None
-    actual = await claim(ctx.api, res, obj, known)
-    if known is None:
-        if actual is None:
-            ctx.drop_child(res, m["namespace"], m["name"])
-        else:
-            ctx.note_child(res, actual)
-    return actual
-
-
-_UNCLAIMED: Any = object()
-
-
-async def _ensure_child(
-    ctx: OperatorContext,
-    res: Resource,
-    obj: Mapping[str, Any],
-    actual: JSON | None = _UNCLAIMED,
-) -> Applied:
-    """Apply one child; ``actual``: what :func:`_claim_all` found (else it is claimed here)."""
-    try:
-        if actual is _UNCLAIMED:
-            actual = await claim(ctx.api, res, obj)
-        applied = await apply_claimed(ctx.api, res, obj, actual)
-    except ApiError as exc:
-        if exc.retriable:
-            raise
-        if exc.status == 403 and "being terminated" in exc.message:
-            # The namespace is going away, and the pipeline with it: nothing to repair.
-            raise NamespaceTerminatingError(str(exc)) from exc
-        raise ChildRejectedError(_describe_error(res, obj, exc)) from exc
-    if applied.action != "unchanged":
-        ctx.note_child(res, applied.obj)
-    return applied
-
-
 async def _apply_children(
     ctx: OperatorContext,
     body: Mapping[str, Any],
@@ -214,7 +125,7 @@ async def _apply_children(
     trusted: bool,
 ) -> Applied:
     """Apply ConfigMap, Deployment, Service, PDB (and ServiceMonitor); return what happened to
-    the Deployment. ``trusted``: see :func:`_claim_all`."""
+    the Deployment. ``trusted``: see :func:`claim_all`."""
     mounts = None if secret is None else secret.mounts
     derived = None if secret is None else secret.plain
     configmap = render.render_configmap(body, derived)
@@ -231,13 +142,13 @@ async def _apply_children(
     if await ctx.serves(SERVICEMONITORS):
         sm_labels = {**ctx.config.service_monitor_labels, **extras.service_monitor_labels}
         children.append((SERVICEMONITORS, render.render_service_monitor(body, sm_labels)))
-    found = await _claim_all(ctx, [(CONFIGMAPS, configmap), *children], trusted)
+    found = await claim_all(ctx, [(CONFIGMAPS, configmap), *children], trusted)
     # The ConfigMap first: pods of a Deployment rolled to a new checksum must find the new
     # config when they start. The rest are independent of each other: in parallel.
-    await _ensure_child(ctx, CONFIGMAPS, configmap, found[0])
+    await ensure_child(ctx, CONFIGMAPS, configmap, found[0])
     results = await asyncio.gather(
         *(
-            _ensure_child(ctx, res, obj, actual)
+            ensure_child(ctx, res, obj, actual)
             for (res, obj), actual in zip(children, found[1:], strict=True)
         ),
         return_exceptions=True,
@@ -265,7 +176,7 @@ async def _spark_connect(
                 "server does not serve sparkconnects.sparkoperator.k8s.io/v1alpha1"
             )
         token = await _connect_token(ctx, namespace, name, uid)
-        await _ensure_child(ctx, SECRETS, render.render_spark_connect_token(body, token))
+        await ensure_child(ctx, SECRETS, render.render_spark_connect_token(body, token))
         return [
             (SPARKCONNECTS, render.render_spark_connect(body, pipeline)),
             *((NETWORKPOLICIES, p) for p in render.render_spark_network_policies(body)),
@@ -287,14 +198,7 @@ async def _connect_token(ctx: OperatorContext, namespace: str, name: str, uid: s
     server), or a new random one. A Secret of that name this pipeline does not own is left
     alone: ensure() then refuses it, naming it."""
     existing = await ctx.api.get(SECRETS, namespace, spark_k8s.token_secret_name(name))
-    refs = ((existing or {}).get("metadata") or {}).get("ownerReferences") or []
-    encoded = ((existing or {}).get("data") or {}).get(spark_k8s.TOKEN_KEY)
-    if encoded and any(r.get("uid") == uid and r.get("controller") for r in refs):
-        try:
-            return base64.b64decode(encoded, validate=True).decode()
-        except (ValueError, UnicodeDecodeError):
-            pass  # not a token of ours: a new one replaces it
-    return secrets.token_urlsafe(32)
+    return render.owned_token(existing, uid) or secrets.token_urlsafe(32)
 
 
 async def _apply_autoscaler(
@@ -313,22 +217,19 @@ async def _apply_autoscaler(
     """
     name, namespace = render.meta(body)
     uid = body["metadata"]["uid"]
-    partitions = render.replica_cap(pipeline, old_status.get("partitions"))
+    choice = render.wanted_autoscaler(
+        body,
+        pipeline,
+        extras.autoscaling,
+        old_status.get("partitions"),
+        keda_served=await ctx.serves(SCALEDOBJECTS),
+        kafka_mounts=None if secret is None else secret.mounts,
+    )
     wanted: tuple[Resource, JSON] | None = None
     auth: JSON | None = None
-    # Paused: no autoscaler, or it would keep writing spec.replicas behind the user's back.
-    if extras.autoscaling.enabled and not pipeline.paused:
-        if render.uses_scaled_object(extras.autoscaling, await ctx.serves(SCALEDOBJECTS)):
-            if secret is not None and not extras.autoscaling.asks_prometheus:
-                auth = render.render_trigger_authentication(body, secret.mounts)
-            wanted = (
-                SCALEDOBJECTS,
-                render.render_scaled_object(
-                    body, pipeline, extras.autoscaling, partitions, authenticated=auth is not None
-                ),
-            )
-        else:
-            wanted = (HPAS, render.render_hpa(body, extras.autoscaling, partitions))
+    if choice is not None:
+        autoscaler, auth = choice
+        wanted = (SCALEDOBJECTS if autoscaler["kind"] == SCALEDOBJECTS.kind else HPAS, autoscaler)
     previous = old_status.get("autoscaler")
     for res in (HPAS, SCALEDOBJECTS):
         if previous == res.kind and (wanted is None or wanted[0] is not res):
@@ -338,28 +239,9 @@ async def _apply_autoscaler(
     if wanted is None:
         return None
     if auth is not None:  # before the ScaledObject that refers to it
-        await _ensure_child(ctx, TRIGGERAUTHS, auth)
-    await _ensure_child(ctx, *wanted)
+        await ensure_child(ctx, TRIGGERAUTHS, auth)
+    await ensure_child(ctx, *wanted)
     return wanted[0].kind
-
-
-def scaling_reason(
-    autoscaler: str | None, extras: OperatorSpec, old_status: Mapping[str, Any]
-) -> str:
-    """Who changed spec.replicas and on what, for the Scaled event (kubectl describe cpl):
-    the autoscaler's kind and its target against the lag last measured."""
-    if autoscaler is None:
-        return ""
-    scaling = extras.autoscaling
-    if scaling.target_lag_seconds is not None:
-        seen = old_status.get("lagSeconds")
-        measure = f"lag {seen} s" if seen is not None else "lag in seconds"
-        target = f"target {scaling.target_lag_seconds} s"
-    else:
-        seen = old_status.get("lag")
-        measure = f"lag {seen} messages" if seen is not None else "lag in messages"
-        target = f"target {scaling.target_lag_per_replica} per worker"
-    return f" (autoscaler: {autoscaler}; {measure}, {target})"
 
 
 async def _apply_slo_rule(
@@ -374,8 +256,8 @@ async def _apply_slo_rule(
     _, namespace = render.meta(body)
     if extras.slo is not None and await ctx.serves(PROMETHEUSRULES):
         labels = {**ctx.config.service_monitor_labels, **extras.service_monitor_labels}
-        rule = slo_rules.render_prometheus_rule(body, extras.slo, labels)
-        await _ensure_child(ctx, PROMETHEUSRULES, rule)
+        rule = render.render_prometheus_rule(body, extras.slo, labels)
+        await ensure_child(ctx, PROMETHEUSRULES, rule)
         return str(rule["metadata"]["name"])
     previous = old_status.get("sloRule")
     if previous:
@@ -398,12 +280,43 @@ def _failed_reason(exc: Exception) -> str:
     return NAME_TAKEN if isinstance(exc, NotOursError) else "ChildRejected"
 
 
-class ChildRejectedError(Exception):
-    """The API server refused a rendered child (e.g. a malformed image reference)."""
+async def _invalid(
+    ctx: OperatorContext,
+    body: Mapping[str, Any],
+    old_status: Mapping[str, Any],
+    outcome: ReconcileResult,
+    why: str,
+) -> ReconcileResult:
+    """A pass that leaves the children alone (an invalid spec or Kafka Secret): only status,
+    from the Deployment as it is."""
+    name, _ = render.meta(body)
+    current = await _own_deployment(ctx, body)
+    running = int(((current or {}).get("spec") or {}).get("replicas") or 0)
+    generation = body["metadata"].get("generation")
+    seen = Observed(name, generation, running, deployment=current, invalid=why)
+    return await _finish(ctx, body, old_status, seen, outcome)
 
 
-class NamespaceTerminatingError(Exception):
-    """The pipeline's namespace is being deleted: no child can be (re)created there."""
+async def _apply_beside_workers(
+    ctx: OperatorContext,
+    body: Mapping[str, Any],
+    pipeline: PipelineSpec,
+    extras: OperatorSpec,
+    secret: KafkaSecret | None,
+    old_status: Mapping[str, Any],
+    outcome: ReconcileResult,
+) -> None:
+    """The children beside the workers' own: the autoscaler, the SLO rule, a redrive's Job."""
+    outcome.status["autoscaler"] = await _apply_autoscaler(
+        ctx, body, pipeline, extras, old_status, secret
+    )
+    outcome.status["sloRule"] = await _apply_slo_rule(ctx, body, extras, old_status)
+    if extras.redrive is not None and redrive.pending(extras.redrive, old_status):
+        # Independent of the workers (they keep running and consume what it replays);
+        # the Job's watch and the resync bring the next step.
+        replay = await redrive.advance(ctx, body, pipeline, extras.redrive, secret, old_status)
+        outcome.status["redrive"] = replay.status
+        outcome.events += replay.events
 
 
 async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> ReconcileResult:
@@ -419,19 +332,13 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
         pipeline, extras = validated(ctx, body)
     except ConfigError as exc:
         # Leave the children alone: the workers keep running the last good spec.
-        current = await _own_deployment(ctx, body)
-        running = int(((current or {}).get("spec") or {}).get("replicas") or 0)
-        seen = Observed(name, generation, running, deployment=current, invalid=str(exc))
-        return await _finish(ctx, body, old_status, seen, outcome)
+        return await _invalid(ctx, body, old_status, outcome, str(exc))
 
     try:
         secret = await read_kafka_secret(ctx.api, namespace, pipeline)
     except KafkaSecretError as exc:
         # Like an invalid spec: the workers keep what they have until the Secret is usable.
-        current = await _own_deployment(ctx, body)
-        running = int(((current or {}).get("spec") or {}).get("replicas") or 0)
-        seen = Observed(name, generation, running, deployment=current, invalid=str(exc))
-        return await _finish(ctx, body, old_status, seen, outcome)
+        return await _invalid(ctx, body, old_status, outcome, str(exc))
 
     # The watched children from the watch's copies, except every CHILDREN_REREAD_SECONDS.
     trusted = ctx.state(namespace, name).children_trusted(time.monotonic())
@@ -464,16 +371,7 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
                     ctx, body, pipeline, extras, secret, replicas, trusted
                 )
                 deployment = applied.obj
-        outcome.status["autoscaler"] = await _apply_autoscaler(
-            ctx, body, pipeline, extras, old_status, secret
-        )
-        outcome.status["sloRule"] = await _apply_slo_rule(ctx, body, extras, old_status)
-        if extras.redrive is not None and redrive.pending(extras.redrive, old_status):
-            # Independent of the workers (they keep running and consume what it replays);
-            # the Job's watch and the resync bring the next step.
-            replay = await redrive.advance(ctx, body, pipeline, extras.redrive, secret, old_status)
-            outcome.status["redrive"] = replay.status
-            outcome.events += replay.events
+        await _apply_beside_workers(ctx, body, pipeline, extras, secret, old_status, outcome)
     except NamespaceTerminatingError:
         return ReconcileResult(gone=True)
     except (ChildRejectedError, NotOursError) as exc:
@@ -482,7 +380,7 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
         deployment = await _own_deployment(ctx, body)
     old_replicas = ((before or {}).get("spec") or {}).get("replicas")
     if before is not None and old_replicas != replicas and failed is None:
-        why = scaling_reason(outcome.status.get("autoscaler"), extras, old_status)
+        why = render.scaling_reason(outcome.status.get("autoscaler"), extras, old_status)
         outcome.events.append(
             Event("Normal", "Scaled", f"workers: {old_replicas} -> {replicas}{why}")
         )
@@ -521,9 +419,9 @@ async def _reconcile_injected(
             (CONFIGMAPS, render.render_configmap(body, derived)),
             (SERVICES, render.render_service(body, pipeline)),
         ]
-        found = await _claim_all(ctx, children, trusted)
+        found = await claim_all(ctx, children, trusted)
         for (res, obj), actual in zip(children, found, strict=True):
-            await _ensure_child(ctx, res, obj, actual)
+            await ensure_child(ctx, res, obj, actual)
     except NamespaceTerminatingError:
         return ReconcileResult(gone=True)
     except (ChildRejectedError, NotOursError) as exc:

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from offtake.contract import PipelineSpec, RedriveRequest, redrive_group
+from offtake.contract import PipelineSpec, RedriveRequest, RedriveResult, redrive_group
 
 from . import names, render
 from .apply import NotOursError, Taken, carries_uid, ensure
@@ -107,14 +107,8 @@ async def advance(
         )
 
     job = await ctx.api.get(JOBS, namespace, job_name)
-    if job is not None and not carries_uid(job, str(body["metadata"]["uid"])):
-        # Someone else's Job under our name: neither deleted nor read as ours (its state and
-        # annotation mean nothing here). The reconcile reports it (NameTaken).
-        why = (
-            f"was not made by ConsumerPipeline {body['metadata']['name']} (no ownerReference "
-            f"to its uid {body['metadata']['uid']})"
-        )
-        raise NotOursError([Taken(JOBS.kind, f"{namespace}/{job_name}", why)])
+    if job is not None:
+        _check_ours(body, job)
     job_id = (
         ((job or {}).get("metadata") or {}).get("annotations", {}).get(names.REDRIVE_ID_ANNOTATION)
     )
@@ -150,6 +144,26 @@ async def advance(
         return warn_once(f"{described}: Job {job_name} failed: {why}")
     if state == "Running":
         return step(f"{described}: Job {job_name} running")
+    return _completed(base, request, described, progress)
+
+
+def _check_ours(body: Mapping[str, Any], job: Mapping[str, Any]) -> None:
+    """Someone else's Job under our name is neither deleted nor read as ours (its state and
+    annotation mean nothing here): NotOursError, which the reconcile reports (NameTaken)."""
+    if carries_uid(job, str(body["metadata"]["uid"])):
+        return
+    name, namespace = render.meta(body)
+    why = (
+        f"was not made by ConsumerPipeline {name} (no ownerReference "
+        f"to its uid {body['metadata']['uid']})"
+    )
+    raise NotOursError([Taken(JOBS.kind, f"{namespace}/{names.redrive_job_name(name)}", why)])
+
+
+def _completed(
+    base: Mapping[str, Any], request: RedriveRequest, described: str, progress: RedriveResult
+) -> Step:
+    """The last step: the Job succeeded; its totals into status and the Completed event."""
     totals = progress.totals
     message = (
         f"{described}: replayed {totals.replayed} dead letter(s), left {totals.left} newer "

@@ -152,6 +152,46 @@ def _condition(
     return cond
 
 
+def _degraded(seen: Observed, stuck: str | None) -> tuple[str, str]:
+    """The Degraded condition's (reason, message): "AsExpected" when it is not."""
+    if seen.failed:
+        return seen.failed_reason or "ChildRejected", seen.failed
+    if seen.invalid:
+        return "InvalidSpec", seen.invalid
+    if stuck:
+        return "RolloutStuck", stuck
+    return "AsExpected", "the pipeline runs as specified"
+
+
+def _progressing(
+    seen: Observed, injected: bool, counts: Counts, desired: int, workers: str
+) -> tuple[bool, str, str]:
+    """The Progressing condition's (status, reason, message)."""
+    if seen.rewinding:
+        return True, "Rewinding", seen.rewinding
+    if (seen.deployment is not None or injected) and (
+        not counts.rolled_out or counts.updated < desired or counts.replicas != desired
+    ):
+        return (
+            True,
+            "RollingOut",
+            f"{counts.updated}/{desired} workers updated, {counts.replicas} running",
+        )
+    return False, "Settled", workers
+
+
+def _phase(seen: Observed, degraded: bool, enough: bool) -> Phase:
+    if seen.failed:
+        return "Failed"
+    if degraded:
+        return "Degraded"
+    if seen.paused:
+        return "Paused"
+    if enough and not seen.rewinding:
+        return "Running"
+    return "Pending"
+
+
 def compute_status(
     old_status: Mapping[str, Any], seen: Observed, now: str | None = None
 ) -> tuple[JSON, list[Event]]:
@@ -163,13 +203,7 @@ def compute_status(
     desired = seen.desired_replicas if listed is None else counts.replicas
     old_conditions = old_status.get("conditions") or []
 
-    degraded_reason, degraded_message = "AsExpected", "the pipeline runs as specified"
-    if seen.failed:
-        degraded_reason, degraded_message = seen.failed_reason or "ChildRejected", seen.failed
-    elif seen.invalid:
-        degraded_reason, degraded_message = "InvalidSpec", seen.invalid
-    elif counts.stuck:
-        degraded_reason, degraded_message = "RolloutStuck", counts.stuck
+    degraded_reason, degraded_message = _degraded(seen, counts.stuck)
     degraded = degraded_reason != "AsExpected"
 
     enough = counts.ready >= desired and (desired > 0 or counts.replicas == 0)
@@ -192,18 +226,7 @@ def compute_status(
         reason = "WorkersReady" if enough else "WorkersNotReady"
         ready = _condition(old_conditions, "Ready", enough, reason, workers, seen.generation, now)
 
-    if seen.rewinding:
-        progressing = (True, "Rewinding", seen.rewinding)
-    elif (seen.deployment is not None or listed is not None) and (
-        not counts.rolled_out or counts.updated < desired or counts.replicas != desired
-    ):
-        progressing = (
-            True,
-            "RollingOut",
-            f"{counts.updated}/{desired} workers updated, {counts.replicas} running",
-        )
-    else:
-        progressing = (False, "Settled", workers)
+    progressing = _progressing(seen, listed is not None, counts, desired, workers)
     conditions = [
         ready,
         _condition(old_conditions, "Progressing", *progressing, seen.generation, now),
@@ -219,18 +242,7 @@ def compute_status(
         ),
     ]
 
-    phase: Phase
-    if seen.failed:
-        phase = "Failed"
-    elif degraded:
-        phase = "Degraded"
-    elif seen.paused:
-        phase = "Paused"
-    elif enough and not seen.rewinding:
-        phase = "Running"
-    else:
-        phase = "Pending"
-
+    phase = _phase(seen, degraded, enough)
     message = degraded_message if degraded else (seen.rewinding or workers)
     status: JSON = {
         "phase": phase,

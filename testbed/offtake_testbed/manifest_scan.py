@@ -37,8 +37,8 @@ from offtake.config.redrive import dlq_topic_of, parse_redrive
 from offtake_operator import inject, render
 from offtake_operator.operator_spec import parse_operator_spec
 from offtake_operator.reconcile import worker_manifest
+from offtake_operator.render.worker_network_policy import worker_network_policies
 from offtake_operator.settings import OperatorConfig
-from offtake_operator.worker_network_policy import worker_network_policies
 
 from . import kube, scanners
 

@@ -15,8 +15,8 @@ import yaml
 
 from offtake.config import parse_pipeline
 from offtake_operator.reconcile import worker_manifest
+from offtake_operator.render.worker_network_policy import worker_network_policies
 from offtake_operator.settings import OperatorConfig
-from offtake_operator.worker_network_policy import worker_network_policies
 from offtake_testbed.kube import KUBE_VERSION, ControlPlane
 from offtake_testbed.pytest_plugin_kube import Helm
 

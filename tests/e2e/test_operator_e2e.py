@@ -46,8 +46,8 @@ os.environ.setdefault("OFFTAKE_TICK_SECONDS", "1")
 
 from offtake_operator import names
 from offtake_operator.context import OperatorContext
+from offtake_operator.render.worker_network_policy import policy_name
 from offtake_operator.settings import OperatorConfig
-from offtake_operator.worker_network_policy import policy_name
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

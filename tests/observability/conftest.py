@@ -173,7 +173,7 @@ TEST_SLO = {"maxLagSeconds": 60, "maxErrorRatio": 0.01, "maxTimeSinceLastCommitS
 def rendered_slo_groups() -> dict[str, Any]:
     """spec.groups of the PrometheusRule the operator renders for the test pipeline."""
     from offtake_operator.operator_spec import parse_operator_spec
-    from offtake_operator.slo_rules import render_prometheus_rule
+    from offtake_operator.render.slo_rules import render_prometheus_rule
 
     body = {
         "metadata": {

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from offtake_operator.operator_spec import parse_operator_spec
-from offtake_operator.slo_rules import render_prometheus_rule
+from offtake_operator.render.slo_rules import render_prometheus_rule
 from offtake_testbed.kafka import KafkaBroker
 from offtake_testbed.prometheus import Prometheus, promtool
 

@@ -7,8 +7,8 @@ import asyncio
 from typing import Any
 
 from offtake_operator.context import CHILDREN_REREAD_SECONDS, OperatorContext, PipelineState
+from offtake_operator.ensure import claim_child
 from offtake_operator.kubeapi import DEPLOYMENTS, HPAS, PDBS, Resource
-from offtake_operator.reconcile import _claim
 from offtake_operator.settings import OperatorConfig
 
 
@@ -80,12 +80,12 @@ def test_a_trusted_pass_takes_a_known_child_and_reads_an_unknown_one() -> None:
     desired["metadata"]["ownerReferences"][0]["name"] = "orders"
     del desired["metadata"]["resourceVersion"]
     # Unknown: read, and kept for the next pass.
-    found = asyncio.run(_claim(ctx, DEPLOYMENTS, desired, True))
+    found = asyncio.run(claim_child(ctx, DEPLOYMENTS, desired, True))
     assert api.gets == 1 and found is not None and found["metadata"]["resourceVersion"] == "8"
     # Known: no read while trusted.
-    asyncio.run(_claim(ctx, DEPLOYMENTS, desired, True))
+    asyncio.run(claim_child(ctx, DEPLOYMENTS, desired, True))
     assert api.gets == 1
     # Not trusted (every CHILDREN_REREAD_SECONDS): read, and a child gone is forgotten.
     api.found = None
-    assert asyncio.run(_claim(ctx, DEPLOYMENTS, desired, False)) is None
+    assert asyncio.run(claim_child(ctx, DEPLOYMENTS, desired, False)) is None
     assert api.gets == 2 and ctx.child(DEPLOYMENTS, "shop", "orders") is None

@@ -185,18 +185,3 @@ def test_resource_paths() -> None:
 def test_cli_arguments() -> None:
     args = parse_args(["-n", "a", "-n", "b", "--peering", "offtake", "--priority", "7"])
     assert args.namespace == ["a", "b"] and args.peering == "offtake" and args.priority == 7
-
-
-def test_scaled_events_say_which_autoscaler_and_the_lag_against_its_target() -> None:
-    from offtake_operator.reconcile import scaling_reason
-
-    seconds = parse_operator_spec({"autoscaling": {"enabled": True, "targetLagSeconds": 30}})
-    status = {"lag": 1200, "lagSeconds": 45.5}
-    assert scaling_reason("HorizontalPodAutoscaler", seconds, status) == (
-        " (autoscaler: HorizontalPodAutoscaler; lag 45.5 s, target 30 s)"
-    )
-    messages = parse_operator_spec({"autoscaling": {"enabled": True}})
-    assert scaling_reason("ScaledObject", messages, status) == (
-        " (autoscaler: ScaledObject; lag 1200 messages, target 1000 per worker)"
-    )
-    assert scaling_reason(None, messages, status) == ""

@@ -287,17 +287,9 @@ def _mode(group_type: str) -> str:
     return ""
 
 
-def render(report: Mapping[str, Any], kafka_error: str | None) -> str:
-    """The text a terminal shows; every string from the cluster (a message, a reason, an
-    Event) on one line with its control characters escaped (terminal.one_line)."""
-    r = report["replicas"]
-    lines = [
-        f"ConsumerPipeline {report['namespace']}/{report['name']}: {one_line(report['phase'])}"
-        f" ({one_line(report['reason'])}) {one_line(report['message'])}",
-        f"workers: {r['ready']}/{_cell(r['desired'])} ready, {r['running']} running"
-        + _mode(report.get("groupType", "consumer")),
-    ]
-    lag = report["lag"]
+def _render_lag(lag: Mapping[str, Any]) -> list[str]:
+    """The lag line: records and seconds, or (queue mode) why not and the backlog's estimate."""
+    lines: list[str] = []
     if "why" in lag:
         lines.append(f"lag: {lag['from']}: {lag['why']}")
         lines.append(
@@ -315,6 +307,38 @@ def render(report: Mapping[str, Any], kafka_error: str | None) -> str:
         lines.append(
             f"lag: {_cell(lag['records'])} records, {_cell(lag['seconds'])} s (from {lag['from']})"
         )
+    return lines
+
+
+def _render_partitions(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The per-partition table (topics from the cluster escaped, one line each)."""
+    lines: list[str] = []
+    tw = max([5, *(len(one_line(p["topic"])) for p in rows)])
+    ow = max([5, *(len(_cell(p["owner"])) for p in rows)])
+    lines.append(
+        f"{'TOPIC':<{tw}} {'PART':>4} {'OWNER':<{ow}} {'COMMITTED':>10} {'LOG END':>10} "
+        f"{'LAG':>8} {'LAG(S)':>7} {'TREND(1m)':>9}"
+    )
+    for p in rows:
+        lines.append(
+            f"{one_line(p['topic']):<{tw}} {p['partition']:>4} {_cell(p['owner']):<{ow}} "
+            f"{_cell(p['committed']):>10} {_cell(p['logEnd']):>10} {_cell(p['lag']):>8} "
+            f"{_cell(p['lagSeconds']):>7} {_rate(p['trend']):>9}"
+        )
+    return lines
+
+
+def render(report: Mapping[str, Any], kafka_error: str | None) -> str:
+    """The text a terminal shows; every string from the cluster (a message, a reason, an
+    Event) on one line with its control characters escaped (terminal.one_line)."""
+    r = report["replicas"]
+    lines = [
+        f"ConsumerPipeline {report['namespace']}/{report['name']}: {one_line(report['phase'])}"
+        f" ({one_line(report['reason'])}) {one_line(report['message'])}",
+        f"workers: {r['ready']}/{_cell(r['desired'])} ready, {r['running']} running"
+        + _mode(report.get("groupType", "consumer")),
+    ]
+    lines.extend(_render_lag(report["lag"]))
     lines.append("conditions:")
     for c in report["conditions"]:
         lines.append(
@@ -335,19 +359,7 @@ def render(report: Mapping[str, Any], kafka_error: str | None) -> str:
             + " (their partitions' TREND and the error burn are not shown)"
         )
     if report["partitions"] is not None:
-        rows = report["partitions"]
-        tw = max([5, *(len(one_line(p["topic"])) for p in rows)])
-        ow = max([5, *(len(_cell(p["owner"])) for p in rows)])
-        lines.append(
-            f"{'TOPIC':<{tw}} {'PART':>4} {'OWNER':<{ow}} {'COMMITTED':>10} {'LOG END':>10} "
-            f"{'LAG':>8} {'LAG(S)':>7} {'TREND(1m)':>9}"
-        )
-        for p in rows:
-            lines.append(
-                f"{one_line(p['topic']):<{tw}} {p['partition']:>4} {_cell(p['owner']):<{ow}} "
-                f"{_cell(p['committed']):>10} {_cell(p['logEnd']):>10} {_cell(p['lag']):>8} "
-                f"{_cell(p['lagSeconds']):>7} {_rate(p['trend']):>9}"
-            )
+        lines.extend(_render_partitions(report["partitions"]))
     lines.append("pods:" if report["pods"] else "pods: none")
     for pod in report["pods"]:
         current = {None: "?", True: "current", False: "OLD CONFIG"}[pod["currentConfig"]]

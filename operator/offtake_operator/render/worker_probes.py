@@ -14,7 +14,7 @@ from typing import Any
 
 from offtake.contract import PipelineSpec
 
-from . import names
+from .. import names
 
 
 def probe_port(pipeline: PipelineSpec) -> dict[str, Any]:

@@ -23,9 +23,9 @@ from typing import Any
 
 from offtake.contract import PipelineSpec
 
-from . import names
-from .render import child_metadata
-from .settings import OperatorConfig
+from .. import names
+from ..settings import OperatorConfig
+from .metadata import child_metadata
 
 JSON = dict[str, Any]
 

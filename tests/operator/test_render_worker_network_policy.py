@@ -17,8 +17,8 @@ from operator_testkit import pipeline_body
 from offtake.config import ConfigError, parse_pipeline
 from offtake_operator import render
 from offtake_operator.reconcile import worker_manifest
+from offtake_operator.render.worker_network_policy import policy_name, worker_network_policies
 from offtake_operator.settings import OperatorConfig, SettingsError
-from offtake_operator.worker_network_policy import policy_name, worker_network_policies
 
 SCRAPERS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
 ON = OperatorConfig.from_env(

@@ -1,0 +1,88 @@
+"""One child claimed and applied within a reconcile pass, and the errors a pass tells apart:
+a child the API server refused (:class:`ChildRejectedError`, reported in status), a namespace
+being deleted (:class:`NamespaceTerminatingError`, the pass ends quietly), a name held by an
+object the pipeline did not make (:class:`.apply.NotOursError`, every such name at once)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from .apply import Applied, NotOursError, Taken, apply_claimed, claim
+from .context import OperatorContext
+from .kubeapi import JSON, ApiError, Resource
+
+
+class ChildRejectedError(Exception):
+    """The API server refused a rendered child (e.g. a malformed image reference)."""
+
+
+class NamespaceTerminatingError(Exception):
+    """The pipeline's namespace is being deleted: no child can be (re)created there."""
+
+
+def describe_error(res: Resource, obj: Mapping[str, Any], exc: ApiError) -> str:
+    return f"{res.kind} {obj['metadata']['name']} was rejected: {exc.reason}: {exc.message}"
+
+
+async def claim_all(
+    ctx: OperatorContext, children: list[tuple[Resource, JSON]], trusted: bool
+) -> list[JSON | None]:
+    """:func:`.apply.claim` for every child at once, before any is written: a name taken by
+    an object this pipeline did not make stops the whole set (workers must not start on a
+    ConfigMap someone else wrote), and the error names every such object, not the first.
+    ``trusted``: the children the watch has sent are taken from :attr:`OperatorContext.children`
+    (the others are read)."""
+    results = await asyncio.gather(
+        *(claim_child(ctx, res, obj, trusted) for res, obj in children), return_exceptions=True
+    )
+    taken: list[Taken] = []
+    for result in results:
+        if isinstance(result, NotOursError):
+            taken += result.taken
+        elif isinstance(result, BaseException):
+            raise result
+    if taken:
+        raise NotOursError(taken)
+    return [r for r in results if not isinstance(r, BaseException)]
+
+
+async def claim_child(ctx: OperatorContext, res: Resource, obj: JSON, trusted: bool) -> JSON | None:
+    """:func:`.apply.claim` of one child, from the watch's copy when ``trusted`` (the copy is
+    kept up to date with what the claim read otherwise)."""
+    m = obj["metadata"]
+    known = ctx.child(res, m["namespace"], m["name"]) if trusted else None
+    actual = await claim(ctx.api, res, obj, known)
+    if known is None:
+        if actual is None:
+            ctx.drop_child(res, m["namespace"], m["name"])
+        else:
+            ctx.note_child(res, actual)
+    return actual
+
+
+_UNCLAIMED: Any = object()
+
+
+async def ensure_child(
+    ctx: OperatorContext,
+    res: Resource,
+    obj: Mapping[str, Any],
+    actual: JSON | None = _UNCLAIMED,
+) -> Applied:
+    """Apply one child; ``actual``: what :func:`claim_all` found (else it is claimed here)."""
+    try:
+        if actual is _UNCLAIMED:
+            actual = await claim(ctx.api, res, obj)
+        applied = await apply_claimed(ctx.api, res, obj, actual)
+    except ApiError as exc:
+        if exc.retriable:
+            raise
+        if exc.status == 403 and "being terminated" in exc.message:
+            # The namespace is going away, and the pipeline with it: nothing to repair.
+            raise NamespaceTerminatingError(str(exc)) from exc
+        raise ChildRejectedError(describe_error(res, obj, exc)) from exc
+    if applied.action != "unchanged":
+        ctx.note_child(res, applied.obj)
+    return applied
