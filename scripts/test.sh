@@ -15,4 +15,5 @@ bash scripts/lint.sh
 printf '\n== tests\n'
 # `pytest`, not `python -m pytest`: the latter puts the repository root on sys.path, where
 # the folder operator/ would shadow the standard library's operator module.
-exec "$VIRTUAL_ENV/bin/pytest" -p no:cacheprovider "$@"
+# --durations=25: CI prints the 25 slowest tests, so the suite's time is watched where it goes.
+exec "$VIRTUAL_ENV/bin/pytest" -p no:cacheprovider --durations=25 "$@"
