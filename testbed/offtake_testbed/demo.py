@@ -25,6 +25,7 @@ import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
+from offtake.config import parse_pipeline
 from offtake_testbed.kafka import KafkaBroker, install_kafka, read_topic
 from offtake_testbed.process import free_port
 
@@ -134,7 +135,8 @@ def run(count: int) -> int:
                 f"running: offtake worker --pipeline {EXAMPLE.relative_to(REPO)} "
                 f"(metrics on :{port})"
             )
-            group = spec["source"]["groupId"]
+            # The loader's group id: the manifest's, or its default (<namespace>.<name>).
+            group = parse_pipeline(doc).source.group_id
             deadline = time.monotonic() + 300
             while (lag := group_lag(broker.bootstrap, group, source)) > 0:
                 if worker.poll() is not None or time.monotonic() > deadline:
