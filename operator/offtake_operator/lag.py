@@ -89,6 +89,22 @@ LIBRDKAFKA_LOG = logging.getLogger("offtake.operator.librdkafka")
 LIBRDKAFKA_LOG.setLevel(logging.CRITICAL)
 
 
+#: The largest response the operator's clients read from a tenant's broker (4 MiB: a lag
+#: round's metadata and offsets for thousands of partitions fit many times over). A broker
+#: announcing a bigger frame is disconnected before the operator allocates it; the tenant's
+#: own ``receive.message.max.bytes`` is for the tenant's workers.
+OPERATOR_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+#: Properties that make librdkafka connect somewhere other than the tenant's brokers, from
+#: the operator's pod and network position: refused (not dropped, which would fail the
+#: client later with a less clear message). ``sasl.oauthbearer.method=oidc`` fetches a token
+#: from ``sasl.oauthbearer.token.endpoint.url`` (an HTTP request to any URL the tenant names).
+OPERATOR_REFUSED_DESTINATIONS = {
+    "sasl.oauthbearer.token.endpoint.url": "makes the client send HTTP requests to that URL "
+    "from the operator's pod",
+    "sasl.oauthbearer.method": "oidc fetches tokens over HTTP from a URL the tenant names",
+}
+
+
 def admin_config(
     pipeline: PipelineSpec, secret: Mapping[str, str], timeout: float
 ) -> dict[str, Any]:
@@ -100,7 +116,19 @@ def admin_config(
     except ConfigError as exc:
         raise KafkaAccessError(str(exc)) from None
     conf = operator_client_properties(conf)
+    for key, reason in OPERATOR_REFUSED_DESTINATIONS.items():
+        if key in conf and (key != "sasl.oauthbearer.method" or str(conf[key]).lower() == "oidc"):
+            raise KafkaAccessError(
+                f'spec.kafka.config["{key}"]: refused for the operator\'s clients: {reason}; '
+                "lag and rewinds are unavailable for this pipeline (its workers may use it)"
+            )
+    # The operator's own bounds, whatever the tenant set: the largest response a broker may
+    # send (librdkafka allocates a frame's announced size before reading it), and the time
+    # a connection may take to be set up and a request to be answered.
+    conf["receive.message.max.bytes"] = OPERATOR_MAX_RESPONSE_BYTES
+    conf["fetch.max.bytes"] = OPERATOR_MAX_RESPONSE_BYTES - 512  # librdkafka: <= receive - 512
     conf["socket.timeout.ms"] = int(timeout * 1000)
+    conf["socket.connection.setup.timeout.ms"] = int(timeout * 1000)
     conf.setdefault("client.id", "offtake-operator")
     return conf
 

@@ -297,3 +297,33 @@ def test_producers_linger_two_milliseconds_unless_the_spec_says_otherwise() -> N
     assert producer_config(spec, {"linger.ms": "20"})["linger.ms"] == "20"
     tuned = parse_pipeline(with_map("spec.kafka.config", {"linger.ms": "50"}))
     assert producer_config(tuned)["linger.ms"] == "50"
+
+
+def test_the_operators_clients_bound_responses_and_time_whatever_the_tenant_sets() -> None:
+    from offtake_operator.lag import OPERATOR_MAX_RESPONSE_BYTES
+
+    tenant = {
+        "receive.message.max.bytes": "2147483647",
+        "socket.connection.setup.timeout.ms": "2147483647",
+        "socket.timeout.ms": "300000",
+    }
+    conf = admin_config(_bypassing_the_loader(tenant), {}, timeout=5)
+    assert conf["receive.message.max.bytes"] == OPERATOR_MAX_RESPONSE_BYTES
+    assert conf["fetch.max.bytes"] == OPERATOR_MAX_RESPONSE_BYTES - 512
+    assert conf["socket.timeout.ms"] == 5000
+    assert conf["socket.connection.setup.timeout.ms"] == 5000
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"sasl.oauthbearer.token.endpoint.url": "http://169.254.169.254/latest/meta-data/"},
+        {"sasl.oauthbearer.method": "OIDC", "sasl.oauthbearer.client.id": "c"},
+    ],
+)
+def test_the_operators_clients_refuse_a_token_endpoint_elsewhere(config: dict[str, str]) -> None:
+    (key,) = [k for k in config if k != "sasl.oauthbearer.client.id"]
+    with pytest.raises(KafkaAccessError, match=rf'spec\.kafka\.config\["{key}"\]: refused'):
+        admin_config(_bypassing_the_loader(config), {}, timeout=5)
+    # The tenant's workers keep OAUTHBEARER: they run as the tenant.
+    assert consumer_config(_bypassing_the_loader(config))[key] == config[key]

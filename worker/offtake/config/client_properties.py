@@ -271,7 +271,8 @@ OPERATOR_PROPERTIES = frozenset(
         "topic.metadata.refresh.interval.ms",
         "api.version.request",
         "broker.version.fallback",
-        "receive.message.max.bytes",
+        "receive.message.max.bytes",  # the operator sets its own cap (offtake_operator.lag)
+        "fetch.max.bytes",  # likewise: librdkafka wants it <= receive.message.max.bytes - 512
         "logger",  # set by Offtake itself (refused from tenants above)
     }
 )
