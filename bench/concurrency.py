@@ -11,7 +11,8 @@ the same service, each in its own process, consuming the input in its own group 
 each record to an output topic, at least once:
 
 - ``ceiling``: the bare asyncio client alone (aiohttp, no Kafka) at N calls in flight, measured
-  first; the ceiling of a contender at N is min(N / latency, what this client got);
+  first; the ceiling of a contender at N is min(N / latency, what this client got), and in key
+  order min(N, keys) / latency (one call per key in flight);
 - ``offtake-c1``: ``offtake worker`` with a plain ``def`` function (http.client), concurrency 1:
   today's one call at a time;
 - ``offtake-key`` / ``offtake-none``: ``async def`` (aiohttp, one session opened by its
@@ -215,9 +216,10 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
 
 
 # -- the figures ------------------------------------------------------------------------------
-def ceiling(n: int, latency_ms: float, bare: float | None) -> float:
-    """A contender's ceiling at N: N calls per latency, or less if the bare client got less."""
-    bound = n * 1000 / latency_ms
+def ceiling(n: int, latency_ms: float, bare: float | None, keys: int | None = None) -> float:
+    """A contender's ceiling at N: N calls per latency, or less if the bare client got less.
+    In key order (``keys`` given) at most one call per key is in flight, so min(N, keys)."""
+    bound = (n if keys is None else min(n, keys)) * 1000 / latency_ms
     return bound if bare is None else min(bound, bare)
 
 
@@ -287,7 +289,8 @@ def summarize(
         for name, got in by_name.items():
             family, n = got["family"], got["n"]
             rate = got.get("records_per_second")
-            top = ceiling(n, w.latency_ms, bare.get(f"{w.latency_ms:g}", {}).get(n))
+            lanes = w.keys if family in KEY_ORDERED else None
+            top = ceiling(n, w.latency_ms, bare.get(f"{w.latency_ms:g}", {}).get(n), lanes)
             anchor = PC_ANCHOR.get(family)
             pc = by_name.get(f"{anchor}-{n}", {}) if anchor else {}
             row[name] = {

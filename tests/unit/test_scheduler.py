@@ -171,3 +171,20 @@ def test_random_runs_keep_the_lane_rules(
     if order != "none":
         for offsets_started in started.values():
             assert offsets_started == sorted(offsets_started)
+
+
+def test_ten_keys_on_twelve_partitions_all_get_a_call() -> None:
+    # The bench's 10 keys x 12 partitions shape (issue 37): records behind a busy key must not
+    # keep the other keys' records from being handed out; every lane's head is ready at once.
+    s = Scheduler("key", 64)
+    keys = [b"k%d" % k for k in range(10)]
+    for offset in range(200):
+        for partition in range(12):
+            s.add(rec(offset, keys[(offset + partition) % 10], partition))
+    started = s.take(64)
+    assert len(started) == 64  # 12 partitions x 10 keys = 120 lanes, capped at the limit
+    assert len({(r.partition, r.key) for r, _, _ in started}) == 64  # one per lane
+    single = Scheduler("key", 64)
+    for offset in range(2000):
+        single.add(rec(offset, keys[offset % 10]))
+    assert {r.key for r, _, _ in single.take(64)} == set(keys)  # 10 in flight, one per key
