@@ -15,8 +15,8 @@ each record to an output topic, at least once:
   order min(N, keys) / latency (one call per key in flight);
 - ``offtake-c1``: ``offtake worker`` with a plain ``def`` function (http.client), concurrency 1:
   today's one call at a time;
-- ``offtake-key`` / ``offtake-none``: ``async def`` (aiohttp, one session opened by its
-  first call), ``processor.concurrency`` N, ``processor.order`` key / none;
+- ``offtake-key`` / ``offtake-none``: ``async def`` (aiohttp, its session opened by
+  ``processor.lifespan``), ``processor.concurrency`` N, ``processor.order`` key / none;
 - ``offtake-threads``: the ``def`` function on N threads, order none (not in the default set);
 - ``arroyo``: Sentry's Arroyo, RunTaskInThreads with N threads (http.client) -> Produce ->
   CommitOffsets (its own order: none per key, results forwarded in offset order);
@@ -561,8 +561,8 @@ def offtake_manifest(
         }
     else:
         processor = {
-            # No processor.lifespan yet (issue 37 item 6): the session opens on the first call.
             "function": "concurrency_calls:offtake_async",
+            "lifespan": "concurrency_calls:http_session",
             "concurrency": c.n,
             "order": c.order,
         }

@@ -125,6 +125,7 @@ def minimal() -> dict[str, Any]:
 
 SAMPLE_STRINGS = {
     "function": "pkg.mod:handle",
+    "lifespan": "pkg.mod:session",
     "transform": "pkg.jobs:clean",
     "timestamp": "2024-05-01T12:00:00Z",
     "until": "2024-05-01T12:00:00Z",
@@ -275,6 +276,7 @@ def fix_cross_field_rules(m: dict[str, Any]) -> None:
         or processor.get("parallelism", 1) != 1
         or "timeoutSeconds" in processor
         or "maxMemoryMiB" in processor
+        or "lifespan" in processor
     )
     if processor is not None and needs_function and "container" not in processor:
         processor.setdefault("function", "a:b")
@@ -560,6 +562,10 @@ def _breaking(rule: str) -> tuple[dict[str, Any], bool]:
         spec["kafka"]["config"] = {"sasl.password": "hunter2"}
     elif "self.probePort" in rule:
         spec["metrics"] = {"port": 9100, "probePort": 9100}
+    elif "!has(self.lifespan) || has(self.function)" in rule:
+        spec["processor"] = {"lifespan": "a:c"}
+    elif "!has(self.lifespan) ||" in rule:
+        spec["processor"] = {"function": "a:b", "lifespan": "a:c", "parallelism": 2}
     elif "self.batch" in rule:
         spec["processor"] = {"batch": True}
     elif "self.parallelism" in rule:

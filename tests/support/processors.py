@@ -194,3 +194,35 @@ async def waits(record: Record) -> Any:
     finally:
         _IN_FLIGHT.discard(key)
     return record.value
+
+
+# -- processor.lifespan: what the calls share, opened once ---------------------------------------
+LIFESPAN_EVENTS: list[str] = []  # "enter" / "exit", in order
+_SESSION: dict[str, Any] = {}
+
+
+@__import__("contextlib").asynccontextmanager
+async def async_session() -> Any:
+    """An async lifespan: a "session" the calls use, opened on the worker's event loop."""
+    import asyncio
+
+    LIFESPAN_EVENTS.append("enter")
+    _SESSION["loop"] = asyncio.get_running_loop()
+    _SESSION["calls"] = 0
+    try:
+        yield
+    finally:
+        LIFESPAN_EVENTS.append("exit")
+        _SESSION.clear()
+
+
+async def uses_session(record: Record) -> Any:
+    """Calls through the lifespan's session; fails the record if there is none, or if it runs
+    on another loop than the one the session was opened on."""
+    import asyncio
+
+    if _SESSION.get("loop") is not asyncio.get_running_loop():
+        raise RuntimeError("no session on this loop: the lifespan was not entered")
+    _SESSION["calls"] += 1
+    await asyncio.sleep(0)
+    return record.value

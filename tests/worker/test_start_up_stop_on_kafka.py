@@ -149,9 +149,9 @@ def test_sigterm_while_joining_the_group_exits_0_having_consumed_and_committed_n
         holder.close()
     log = worker.output()
     assert code == 0, log[-3000:]
-    assert "stopped before the first assignment: nothing consumed, nothing committed" in log, (
-        log[-3000:]
-    )
+    assert "stopped before the first assignment: nothing consumed, nothing committed" in log, log[
+        -3000:
+    ]
     assert "Traceback" not in log, log[-3000:]
     assert all(offset < 0 for offset in committed(kafka_broker.bootstrap, group, src, 2).values())
     assert end_offsets(kafka_broker.bootstrap, out, 1) == {0: 0}, "nothing was consumed"

@@ -23,6 +23,7 @@ from offtake.config.client_properties import (
     share_refusal,
 )
 from offtake.config.crd_check import crd_schema
+from offtake.config.in_process import check_lifespan, refuse_pool_clashes
 from offtake.config.redrive import dlq_topic_of, parse_redrive
 from offtake.config.spark_conf import check_submit_conf
 from offtake.config.spec import (
@@ -353,6 +354,8 @@ def _processor(f: Fields, *, inject: bool, written: bool) -> ProcessorSpec:
         c.done()
     if function is not None and container is not None:
         raise ConfigError(f.path, "set either function or container, not both")
+    lifespan = f.opt_str("lifespan")
+    check_lifespan(f, lifespan, function)
     batch = f.flag("batch")
     if batch and function is None:
         raise ConfigError(f.at("batch"), "applies to processor.function, which is not set")
@@ -373,29 +376,14 @@ def _processor(f: Fields, *, inject: bool, written: bool) -> ProcessorSpec:
         )
     concurrency = f.integer("concurrency")
     order = cast(Order, f.choice("order"))
-    if concurrency > 1:
-        # Each refusal names both fields: which one to drop is the user's call.
-        for key, clash, why in (
-            (
-                "parallelism",
-                parallelism > 1,
-                "set one of them above 1, not both (concurrency waits on services in one "
-                "process, parallelism runs CPU-bound code in several)",
-            ),
-            (
-                "timeoutSeconds",
-                timeout is not None,
-                "a call on a thread or the event loop cannot be killed; bound the wait in the "
-                "function (asyncio.timeout, the client's own timeout)",
-            ),
-            (
-                "maxMemoryMiB",
-                memory is not None,
-                "recycling needs pool processes, concurrency runs calls in the worker's process",
-            ),
-        ):
-            if clash:
-                raise ConfigError(f.at("concurrency"), f"and {f.at(key)}: {why}")
+    refuse_pool_clashes(
+        f,
+        concurrency=concurrency,
+        lifespan=lifespan,
+        parallelism=parallelism,
+        timeout=timeout,
+        memory=memory,
+    )
     f.done()
     return ProcessorSpec(
         function=function,
@@ -406,6 +394,7 @@ def _processor(f: Fields, *, inject: bool, written: bool) -> ProcessorSpec:
         max_memory_mib=memory,
         concurrency=concurrency,
         order=order,
+        lifespan=lifespan,
     )
 
 

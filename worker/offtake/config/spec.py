@@ -138,6 +138,9 @@ class ProcessorSpec:
     concurrency: int = 1
     # With concurrency > 1, what may overlap: records of one key, of one partition, or any.
     order: Order = "key"
+    # module:callable returning a context manager (sync or async) the function's calls share,
+    # entered once before the first call and exited at shutdown (processing/function.py).
+    lifespan: str | None = None
 
     @property
     def in_processes(self) -> bool:

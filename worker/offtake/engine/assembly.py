@@ -41,7 +41,12 @@ from offtake.kafka.transactional_producer import TransactionalProducer
 from offtake.metrics import Metrics
 from offtake.processing.base import Processor
 from offtake.processing.calls import make_calls
-from offtake.processing.function import PassThrough, function_processor, load_function
+from offtake.processing.function import (
+    LIFESPAN,
+    PassThrough,
+    function_processor,
+    load_function,
+)
 from offtake.sinks.base import Sink
 from offtake.sinks.kafka_transactional import TransactionalKafkaSink
 from offtake.sinks.log import LogSink
@@ -188,7 +193,8 @@ def make_processor(spec: PipelineSpec) -> Processor:
         )
     if p.function is not None:
         # def or async def, per record or per batch (processing/function.py).
-        return function_processor(load_function(p.function), p.batch)
+        lifespan = load_function(p.lifespan, LIFESPAN) if p.lifespan is not None else None
+        return function_processor(load_function(p.function), p.batch, lifespan=lifespan)
     if spec.processor.container is not None:
         from offtake.processing.sidecar import SidecarProcessor
 

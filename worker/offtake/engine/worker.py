@@ -139,6 +139,13 @@ class Worker:
         """Consume until stopped; return the process exit code."""
         retry_topics = sorted(self.route.topics) if self.route is not None else []
         self.metrics.init_topics([*self.spec.source.topics, *retry_topics])
+        try:
+            self.processor.open()  # processor.lifespan: before the first call
+        except Exception as exc:  # nothing consumed yet: say why, and close what was built
+            log.error("%s", exc)
+            self.sink.close()
+            self.processor.close()
+            return EXIT_FATAL
         self.stage.start()
         self.source.open(self)
         log.info(

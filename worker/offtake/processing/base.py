@@ -68,5 +68,8 @@ class Processor(ABC):
     @abstractmethod
     def process(self, records: Sequence[Record]) -> list[Outcome]: ...
 
+    def open(self) -> None:
+        """Before the first call: open what the calls share (processor.lifespan)."""
+
     def close(self) -> None:
         """Release resources (HTTP sessions, ...)."""

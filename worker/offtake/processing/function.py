@@ -9,6 +9,11 @@ An ``async def`` function (:class:`AsyncFunctionProcessor`) is awaited on the wo
 loop (:mod:`offtake.processing.event_loop`): one call at a time here, many at once with
 ``processor.concurrency`` (:mod:`offtake.processing.calls`). An awaitable returned by a plain
 function is awaited the same way: a coroutine is never a value.
+
+``processor.lifespan`` names what the function's calls share (an HTTP session, a connection
+pool): a callable returning a context manager, entered once before the first call
+(:meth:`_Awaits.open`; an async one on the worker's event loop, where the calls run) and exited
+once at shutdown, after the drain (:meth:`_Awaits.close`).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from types import CoroutineType
@@ -29,33 +35,32 @@ from offtake.records import Record
 # one). Concrete types, so the check costs an isinstance, not an ABC lookup, per record.
 AWAITABLES = (CoroutineType, asyncio.Future)
 _MAKING = threading.Lock()
+log = logging.getLogger("offtake.worker")
 
 ProcessFunction = Callable[[Record], Any]
 
 
 class FunctionLoadError(ValueError):
-    """processor.function does not name an importable callable."""
+    """processor.function (or processor.lifespan) does not name an importable callable, or the
+    lifespan could not be entered."""
 
 
-def load_function(path: str) -> Callable[..., Any]:
-    """Import ``module:attr`` (attr may be dotted) and check that it is callable."""
+def load_function(path: str, field: str = "spec.processor.function") -> Callable[..., Any]:
+    """Import ``module:attr`` (attr may be dotted) and check that it is callable; errors name
+    ``field``."""
     module_name, _, attr = path.partition(":")
     if not module_name or not attr:
-        raise FunctionLoadError(f"spec.processor.function: expected module:callable, got {path!r}")
+        raise FunctionLoadError(f"{field}: expected module:callable, got {path!r}")
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise FunctionLoadError(
-            f"spec.processor.function: cannot import module {module_name!r}: {exc}"
-        ) from None
+        raise FunctionLoadError(f"{field}: cannot import module {module_name!r}: {exc}") from None
     for part in attr.split("."):
         if not hasattr(target, part):
-            raise FunctionLoadError(
-                f"spec.processor.function: module {module_name!r} has no attribute {attr!r}"
-            )
+            raise FunctionLoadError(f"{field}: module {module_name!r} has no attribute {attr!r}")
         target = getattr(target, part)
     if not callable(target):
-        raise FunctionLoadError(f"spec.processor.function: {path!r} is not callable")
+        raise FunctionLoadError(f"{field}: {path!r} is not callable")
     return target  # type: ignore[no-any-return]
 
 
@@ -75,10 +80,36 @@ def is_async(function: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call)
 
 
+LIFESPAN = "spec.processor.lifespan"
+
+
 class _Awaits:
-    """The event loop a processor awaits on: made on first need, closed with the processor."""
+    """The event loop a processor awaits on: made on first need, closed with the processor;
+    and the lifespan (processor.lifespan) its calls share, entered by :meth:`open`."""
 
     loop: EventLoop | None = None
+    lifespan: Callable[[], Any] | None = None
+    _entered: Any = None  # the lifespan's context manager, once entered
+
+    def open(self) -> None:
+        """Enter the lifespan, once, before the first call: an async context manager on the
+        event loop (where async calls run), a plain one on this thread."""
+        if self.lifespan is None or self._entered is not None:
+            return
+        try:
+            manager = self.lifespan()
+            if hasattr(manager, "__aenter__"):
+                self._await(manager.__aenter__())
+            elif hasattr(manager, "__enter__"):
+                manager.__enter__()
+            else:
+                raise TypeError(
+                    f"it returned {type(manager).__name__}, not a context manager (decorate it "
+                    "with contextlib.contextmanager or contextlib.asynccontextmanager)"
+                )
+        except Exception as exc:  # user code: the worker cannot start without what it opens
+            raise FunctionLoadError(f"{LIFESPAN}: entering it failed: {exc}") from exc
+        self._entered = manager
 
     def _loop(self) -> EventLoop:
         if self.loop is None:
@@ -91,6 +122,16 @@ class _Awaits:
         return self._loop().wait(awaitable)
 
     def close(self) -> None:
+        """Exit the lifespan (after the drain: no call runs any more), then stop the loop."""
+        manager, self._entered = self._entered, None
+        if manager is not None:
+            try:
+                if hasattr(manager, "__aexit__"):
+                    self._await(manager.__aexit__(None, None, None))
+                else:
+                    manager.__exit__(None, None, None)
+            except Exception as exc:  # shutting down anyway: say what did not close
+                log.warning("%s: exiting it failed: %s", LIFESPAN, exc)
         if self.loop is not None:
             self.loop.close()
 
@@ -214,14 +255,22 @@ class AsyncFunctionProcessor(_Awaits, Processor):
 
 
 def function_processor(
-    function: Callable[..., Any], batch: bool, name: str = "processor.function"
+    function: Callable[..., Any],
+    batch: bool,
+    name: str = "processor.function",
+    lifespan: Callable[[], Any] | None = None,
 ) -> Processor:
-    """The processor calling ``function``: async or not, per record or per batch."""
+    """The processor calling ``function``: async or not, per record or per batch; with the
+    ``lifespan`` its calls share (entered by ``open()``)."""
+    processor: FunctionProcessor | BatchFunctionProcessor | AsyncFunctionProcessor
     if is_async(function):
-        return AsyncFunctionProcessor(function, batch, name)
-    if batch:
-        return BatchFunctionProcessor(function, name)
-    return FunctionProcessor(function)
+        processor = AsyncFunctionProcessor(function, batch, name)
+    elif batch:
+        processor = BatchFunctionProcessor(function, name)
+    else:
+        processor = FunctionProcessor(function)
+    processor.lifespan = lifespan
+    return processor
 
 
 class PassThrough(Processor):
