@@ -544,6 +544,8 @@ def test_chart_installs_upgrades_and_uninstalls_with_non_default_values(
     assert get(kubectl, "secret", "ot-operator-webhook-client", "-n", ns)["data"] == client
     notes = helm("get", "notes", "prod", "-n", ns).stdout
     assert "kind: ConsumerPipeline" in notes and "kubectl apply --server-side" in notes
+    # The installer is told that injection waits for the API server's client certificate.
+    assert "Secret ot-operator-webhook-client" in notes
     helm("uninstall", "prod", "-n", ns)
     wait_for(lambda: not exists(kubectl, "deployment", "ot-operator", "-n", ns), what="gone")
     assert not exists(kubectl, "poddisruptionbudget", "ot-operator", "-n", ns)
