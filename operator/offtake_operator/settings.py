@@ -94,7 +94,8 @@ class OperatorConfig:
     )
     #: A CA (PEM file, OFFTAKE_WEBHOOK_CLIENT_CA_FILE) the callers of the webhook must present
     #: a client certificate from: the API server's, when the cluster gives it one for webhooks
-    #: (AdmissionConfiguration kubeConfigFile). Empty: no client certificate is asked for.
+    #: (AdmissionConfiguration kubeConfigFile). The chart sets it by default
+    #: (injection.requireClientCert). Empty: no client certificate is asked for.
     webhook_client_ca_file: str = ""
     #: Render a NetworkPolicy for each pipeline's worker pods (OFFTAKE_WORKER_NETWORK_POLICY,
     #: true or false; the chart's networkPolicy.enabled): see :mod:`.worker_network_policy`.

@@ -98,11 +98,17 @@ def test_chart_network_policies_object_selector_and_client_ca(
         input=yaml.safe_dump_all(policies),
     )  # fmt: skip
 
+    # The admin's own client CA replaces the one the chart would generate.
+    assert "offtake-offtake-operator-webhook-client" not in {n for _, _, n in by}
+
     off = helm(
         "template", "offtake", str(CHART), "--set", "networkPolicy.enabled=false",
+        "--set", "injection.requireClientCert=false",
         "--kube-version", KUBE_VERSION,
     ).stdout  # fmt: skip
     assert "kind: NetworkPolicy" not in off
+    # The opt-out: no client certificate asked for, none generated.
+    assert "webhook-client" not in off
     env = {
         e["name"]: e.get("value")
         for d in yaml.safe_load_all(off)
@@ -110,3 +116,4 @@ def test_chart_network_policies_object_selector_and_client_ca(
         for e in d["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     assert env["OFFTAKE_WORKER_NETWORK_POLICY"] == "false"  # nor does the operator render one
+    assert "OFFTAKE_WEBHOOK_CLIENT_CA_FILE" not in env

@@ -510,6 +510,7 @@ def test_chart_installs_upgrades_and_uninstalls_with_non_default_values(
         "scheme": "HTTP",
     }
     tls = get(kubectl, "secret", "ot-operator-webhook-tls", "-n", ns)["data"]
+    client = get(kubectl, "secret", "ot-operator-webhook-client", "-n", ns)["data"]
     helm(
         "upgrade", "prod", str(CHART), "-n", ns, "--reuse-values",
         "--set", "operator.replicas=2", "--wait=false",
@@ -538,8 +539,13 @@ def test_chart_installs_upgrades_and_uninstalls_with_non_default_values(
     assert get(kubectl, "secret", "ot-operator-webhook-tls", "-n", ns)["data"] == tls
     mwc = get(kubectl, "mutatingwebhookconfiguration", "ot-inject")
     assert mwc["webhooks"][0]["clientConfig"]["caBundle"] == tls["ca.crt"]
+    # So does the client certificate the cluster admin exported into the API server's
+    # kubeconfig (injection.requireClientCert, the default).
+    assert get(kubectl, "secret", "ot-operator-webhook-client", "-n", ns)["data"] == client
     notes = helm("get", "notes", "prod", "-n", ns).stdout
     assert "kind: ConsumerPipeline" in notes and "kubectl apply --server-side" in notes
+    # The installer is told that injection waits for the API server's client certificate.
+    assert "Secret ot-operator-webhook-client" in notes
     helm("uninstall", "prod", "-n", ns)
     wait_for(lambda: not exists(kubectl, "deployment", "ot-operator", "-n", ns), what="gone")
     assert not exists(kubectl, "poddisruptionbudget", "ot-operator", "-n", ns)

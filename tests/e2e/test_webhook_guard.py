@@ -1,20 +1,25 @@
 """Only the API server may call the injection webhook, and only with what it would send.
 
-A control plane of its own whose kube-apiserver has a client certificate for webhooks (its
-AdmissionConfiguration's kubeconfig, as a cluster admin would set it up), and the operator's
-webhook (kopf's server over TLS on loopback, behind GuardedWebhookServer) requiring a client
-certificate from that CA. Through the API server, a labelled and annotated pod still gets its
-worker. Called directly: without a client certificate, or with one from another CA, the TLS
-handshake fails; with the right one, every request the webhook does not handle (another path,
-an UPDATE, not a Pod, not an AdmissionReview, not JSON, oversized) is refused with its reason
-before kopf sees it, and hundreds of such requests with fresh uids leave the operator serving.
+The chart's default (injection.requireClientCert): it generates a client CA and certificate
+into the Secret <operator>-webhook-client and the operator demands a client certificate from
+that CA. A control plane of its own whose kube-apiserver presents that certificate to webhooks
+(its AdmissionConfiguration's kubeconfig, the certificate and key exported from the rendered
+Secret, as docs/operator.md tells the cluster admin), and the operator's webhook (kopf's server
+over TLS on loopback, behind GuardedWebhookServer) given the CA file the chart mounts. Through
+the API server, a labelled and annotated pod still gets its worker. Called directly (a forged
+review): without a client certificate, or with one from another CA, the TLS handshake fails;
+with the right one, every request the webhook does not handle (another path, an UPDATE, not a
+Pod, not an AdmissionReview, not JSON, oversized) is refused with its reason before kopf sees
+it, and hundreds of such requests with fresh uids leave the operator serving.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import ssl
+import subprocess
 import urllib.error
 import urllib.request
 import uuid
@@ -29,6 +34,7 @@ from support.kube import consumer_pipeline, get, operator_running, wait_for
 
 from offtake_testbed._pki import CertificateAuthority, KeyPair
 from offtake_testbed.kube import ControlPlane, install_control_plane
+from offtake_testbed.kube.install import install_helm
 from offtake_testbed.pytest_plugin_kube import _kube_version
 
 os.environ.setdefault("OFFTAKE_TICK_SECONDS", "1")
@@ -39,6 +45,35 @@ from offtake_operator.webhook_guard import MAX_REVIEW_BYTES
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
+CHART = Path(__file__).resolve().parents[2] / "helm" / "offtake"
+
+
+def chart_client_certificate() -> tuple[str, KeyPair]:
+    """(the client CA, the client certificate and key) the chart generates by default: its
+    Secret <operator>-webhook-client as `helm template` renders it, and the CA file the chart
+    mounts into the operator is from that Secret (asserted)."""
+    rendered = subprocess.run(
+        [str(install_helm()), "template", "offtake", str(CHART), "-n", "offtake-system"],
+        capture_output=True, text=True, check=True, timeout=120,
+    ).stdout  # fmt: skip
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    name = "offtake-offtake-operator-webhook-client"
+    (secret,) = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == name]
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["OFFTAKE_WEBHOOK_CLIENT_CA_FILE"] == "/etc/offtake/webhook-client-ca/ca.crt"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["webhook-client-ca"]["secret"] == {
+        "secretName": "offtake-offtake-operator-webhook-client",
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],  # not the client key
+    }
+
+    def data(key: str) -> str:
+        return base64.b64decode(secret["data"][key]).decode()
+
+    return data("ca.crt"), KeyPair(cert_pem=data("tls.crt"), key_pem=data("tls.key"))
+
 
 class Setup:
     def __init__(self, cp: ControlPlane, ns: str, port: int, server_ca: str, client: KeyPair):
@@ -48,11 +83,10 @@ class Setup:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     folder = tmp_path_factory.mktemp("guard")
-    apiserver_ca = CertificateAuthority("apiserver-webhook-client-ca")
-    client = apiserver_ca.client("kube-apiserver-webhook-client")
+    client_ca, client = chart_client_certificate()
     (folder / "client.crt").write_text(client.cert_pem)
     (folder / "client.key").write_text(client.key_pem)
-    (folder / "client-ca.crt").write_text(apiserver_ca.cert_pem)
+    (folder / "client-ca.crt").write_text(client_ca)
     # The API server presents this certificate to every webhook ("*").
     (folder / "webhook-kubeconfig.yaml").write_text(
         yaml.safe_dump(
