@@ -31,12 +31,21 @@ def _worker_packages(sink: dict[str, object]) -> tuple[str, ...]:
 
 
 JDBC = {"url": "jdbc:postgresql://db:5432/lake", "table": "orders", "user": "u"}
-# (name, SPARK_HOME, packages): the worker's sessions per format that brings packages (local,
-# with the installed pyspark), and the test bed's Delta Connect server (Spark 4.2).
+# jts-core, whose parent POMs (org.locationtech.jts:jts, net.java:jvnet-parent) are POM-only:
+# the artifact issue 41 failed on, so the delta sets show that path was taken.
+JTS = ("org.locationtech.jts_jts-core-",)
+# (name, SPARK_HOME, packages, jar prefixes expected among the dependencies): the worker's
+# sessions per format that brings packages (local, with the installed pyspark), and the test
+# bed's Delta Connect server (Spark 4.2).
 PACKAGE_SETS = [
-    ("worker-delta", spark_home, _worker_packages({"format": "delta", "path": "/lake"})),
-    ("worker-jdbc-postgresql", spark_home, _worker_packages({"format": "jdbc", "jdbc": JDBC})),
-    ("connect-server-delta", delta_spark_home, (DELTA_PACKAGE,)),
+    ("worker-delta", spark_home, _worker_packages({"format": "delta", "path": "/lake"}), JTS),
+    (
+        "worker-jdbc-postgresql",
+        spark_home,
+        _worker_packages({"format": "jdbc", "jdbc": JDBC}),
+        (),
+    ),
+    ("connect-server-delta", delta_spark_home, (DELTA_PACKAGE,), JTS),
 ]
 
 
@@ -54,11 +63,11 @@ def _failures(log: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("home", "packages"),
-    [pytest.param(home, packages, id=name) for name, home, packages in PACKAGE_SETS],
+    ("home", "packages", "dependencies"),
+    [pytest.param(*rest, id=name) for name, *rest in PACKAGE_SETS],
 )
 def test_package_set_resolves_from_maven_central_into_an_empty_ivy_folder(
-    home: object, packages: tuple[str, ...], tmp_path: Path
+    home: object, packages: tuple[str, ...], dependencies: tuple[str, ...], tmp_path: Path
 ) -> None:
     assert packages, "a package set without packages checks nothing"
     spark = Path(home())  # type: ignore[operator]
@@ -91,3 +100,5 @@ def test_package_set_resolves_from_maven_central_into_an_empty_ivy_folder(
     for coordinate in packages:
         group, artifact, version = coordinate.split(":")
         assert f"{group}_{artifact}-{version}.jar" in jars, f"{coordinate}: no jar in {ivy}"
+    for prefix in dependencies:
+        assert any(j.startswith(prefix) for j in jars), f"{prefix}*.jar: not among {sorted(jars)}"
