@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from offtake.sinks.spark.cache import ivy_settings
 from offtake_testbed.process import free_port
 
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -67,6 +68,8 @@ class ConnectServer:
         for k, v in self.conf.items():
             cmd += ["--conf", f"{k}={v}"]
         if self.packages:
+            # Maven Central only, as the worker's sessions resolve (session.base_conf).
+            cmd += ["--conf", f"spark.jars.ivySettings={ivy_settings()}"]
             cmd += ["--packages", ",".join(self.packages)]
         cmd.append("spark-internal")
         env = {**os.environ, "SPARK_HOME": str(self.home)}

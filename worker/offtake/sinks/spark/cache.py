@@ -13,6 +13,12 @@ def cache_root() -> Path:
     return Path(os.environ.get("OFFTAKE_CACHE", Path.home() / ".cache" / "offtake"))
 
 
+def ivy_settings() -> Path:
+    """The Ivy settings every package set is resolved with (``spark.jars.ivySettings``): Maven
+    Central only, no fallback to repos.spark-packages.org (see the file's comment)."""
+    return Path(__file__).with_name("ivysettings.xml")
+
+
 def ivy_dir() -> Path:
     """Ivy's cache for resolved packages: ``$OFFTAKE_CACHE/ivy`` or ~/.cache/offtake/ivy."""
     path = cache_root() / "ivy"

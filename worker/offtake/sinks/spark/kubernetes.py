@@ -110,9 +110,11 @@ def _spark(pipeline: PipelineSpec) -> SparkSinkSpec:
 
 def server_conf(pipeline: PipelineSpec) -> dict[str, str]:
     """The server's Spark conf: the sink's (its format's extensions, ``submit.conf``) and its
-    packages; the worker's local Ivy folder stays out (the server pod has its own)."""
+    packages; the worker's local Ivy folder and settings file stay out (paths in the worker's
+    image, absent from the server pod, which resolves with its own Spark's settings)."""
     cfg = session_config(_spark(pipeline), pipeline.name, pipeline.namespace)
-    conf = {k: v for k, v in cfg.conf.items() if k != "spark.jars.ivy"}
+    local_paths = ("spark.jars.ivy", "spark.jars.ivySettings")
+    conf = {k: v for k, v in cfg.conf.items() if k not in local_paths}
     conf["spark.jars.ivy"] = "/tmp/.ivy2"  # a writable place in the server pod
     if cfg.packages:
         conf["spark.jars.packages"] = ",".join(cfg.packages)

@@ -9,9 +9,10 @@ Starting a JVM costs seconds, so a worker starts one session and keeps it for ev
   the Kubeflow Spark operator run (a SparkConnect, see kubernetes.py); its URL comes from
   ``$OFFTAKE_SPARK_CONNECT_URL`` (set by the operator) or the pipeline's name and namespace.
 
-Connectors come from Maven coordinates (``spark.jars.packages``), resolved by Ivy into a
-cache outside the repository. The formats imply their own packages (delta, the PostgreSQL
-JDBC driver) unless the spec pins a version of the same artifact.
+Connectors come from Maven coordinates (``spark.jars.packages``), resolved by Ivy from Maven
+Central only (``ivysettings.xml``) into a cache outside the repository. The formats imply their
+own packages (delta, the PostgreSQL JDBC driver) unless the spec pins a version of the same
+artifact.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from offtake.config.secret_env import SPARK_CONNECT_TOKEN_ENV, read_secret_env
 from offtake.config.spec import SparkSinkSpec
 from offtake.redact import redact
-from offtake.sinks.spark.cache import ivy_dir
+from offtake.sinks.spark.cache import ivy_dir, ivy_settings
 from offtake.sinks.spark.class_archive import java_options
 
 log = logging.getLogger(__name__)
@@ -173,6 +174,9 @@ def base_conf() -> dict[str, str]:
         # Polars then read the `timestamp` column as a UTC timestamp, as documented.
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.jars.ivy": str(ivy_dir()),
+        # Maven Central only: Spark's default resolvers fall back to repos.spark-packages.org,
+        # which many machines cannot reach (issue 41).
+        "spark.jars.ivySettings": str(ivy_settings()),
     }
 
 
