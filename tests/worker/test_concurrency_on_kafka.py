@@ -7,7 +7,10 @@ answers each after a set latency and counts the calls of one key that overlap.
 - SIGTERM mid-run with calls in flight that finish within the drain timeout: the restart
   delivers the rest, 0 duplicates, 0 lost, and no record is called twice;
 - SIGKILL mid-run: the restart loses nothing (duplicates allowed: what was delivered but not
-  committed is delivered again; counted and printed).
+  committed is delivered again; counted and printed);
+- exactly-once (sink.kafka.delivery exactly-once) with a SIGKILL mid-run: each record once in
+  read_committed, each key in offset order;
+- queue mode (source.groupType share), two workers: each record once.
 """
 
 from __future__ import annotations
@@ -21,19 +24,23 @@ from typing import Any
 
 import pytest
 from support.processors import LATENCY_SERVICE_ENV
+from support.reports import assert_each_once
 from support.workers import (
     WorkerProcess,
     committed,
+    committed_records,
     end_offsets,
+    exactly_once_manifest,
     ids_of,
     manifest,
     produce,
+    queue_manifest,
     read_all,
     wait_caught_up,
     write_manifest,
 )
 
-from offtake_testbed.kafka import KafkaBroker
+from offtake_testbed.kafka import KafkaBroker, read_topic
 from offtake_testbed.latency_service import LatencyService
 
 PARTITIONS = 6
@@ -49,6 +56,14 @@ def service() -> Iterator[LatencyService]:
         yield running_service
 
 
+#: processor: an ``async def`` calling the service once per record, N calls in flight, key order.
+PROCESSOR = {
+    "function": "support.processors:calls_service",
+    "concurrency": CONCURRENCY,
+    "order": "key",
+}
+
+
 def _pipeline(
     name: str, kafka_broker: KafkaBroker, src: str, out: str, tmp_path: Path
 ) -> tuple[Path, str]:
@@ -59,11 +74,7 @@ def _pipeline(
         kafka_broker.bootstrap,
         [src],
         sink={"kafka": {"topic": out}},
-        processor={
-            "function": "support.processors:calls_service",
-            "concurrency": CONCURRENCY,
-            "order": "key",
-        },
+        processor=PROCESSOR,
     )
     doc["spec"]["shutdown"] = {"drainTimeoutSeconds": DRAIN}
     # A drain lets every record handed out settle (those waiting behind a busy key too), so
@@ -72,8 +83,8 @@ def _pipeline(
     return write_manifest(tmp_path / f"{name}.yaml", doc), doc["spec"]["source"]["groupId"]
 
 
-def _worker(path: Path, log: Path, service: LatencyService) -> WorkerProcess:
-    return WorkerProcess(path, log, env={LATENCY_SERVICE_ENV: service.url}).start()
+def _worker(path: Path, log: Path, service: LatencyService, **env: str) -> WorkerProcess:
+    return WorkerProcess(path, log, env={LATENCY_SERVICE_ENV: service.url, **env}).start()
 
 
 def _produce_keyed(bootstrap: str, topic: str, keys: int, total: int) -> None:
@@ -89,6 +100,13 @@ def _offsets_per_key(messages: list[Any]) -> dict[str, list[tuple[int, int]]]:
         partition, offset = value["src"]
         by_key.setdefault(value["k"], []).append((partition, offset))
     return by_key
+
+
+def _assert_key_order(messages: list[Any]) -> None:
+    for key, sources in _offsets_per_key(messages).items():
+        assert len({partition for partition, _ in sources}) == 1, f"{key} on one partition"
+        offsets = [offset for _, offset in sources]
+        assert offsets == sorted(offsets), f"key {key} reached the sink out of offset order"
 
 
 def _duplicates(delivered: Counter[int]) -> int:
@@ -117,10 +135,7 @@ def test_order_per_key_holds_with_64_calls_in_flight_over_6_partitions(
     messages = read_all(kafka_broker.bootstrap, out)
     delivered = ids_of(messages)
     assert sorted(delivered) == list(range(total)) and max(delivered.values()) == 1
-    for key, sources in _offsets_per_key(messages).items():
-        assert len({partition for partition, _ in sources}) == 1, f"{key} on one partition"
-        offsets = [offset for _, offset in sources]
-        assert offsets == sorted(offsets), f"key {key} reached the sink out of offset order"
+    _assert_key_order(messages)
 
 
 def _stop_mid_run(
@@ -187,3 +202,81 @@ def test_sigkill_mid_run_loses_nothing_after_the_restart(
     assert duplicates <= by_first, "only what the killed worker had delivered comes again"
     print(f"\nfirst worker delivered {by_first} of {total}: {duplicates} duplicates,", end=" ")
     print(f"{served} calls")
+
+
+def test_exactly_once_with_concurrency_delivers_each_record_once_across_a_sigkill(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path, service: LatencyService
+) -> None:
+    keys, total = 200, 2_000  # 64 keys' calls in flight at once; about 6 s of calls in all
+    src, out = topic_factory(PARTITIONS), topic_factory(1)
+    doc = exactly_once_manifest(
+        "eos",
+        kafka_broker.bootstrap,
+        src,
+        out,
+        processor=PROCESSOR,
+        commit={"intervalSeconds": 0.5},
+    )
+    # A transaction ends once everything handed out settled: the bound makes several of them.
+    doc["spec"]["limits"] = {"maxInFlightMessages": IN_FLIGHT}
+    path, group = write_manifest(tmp_path / "eos.yaml", doc), doc["spec"]["source"]["groupId"]
+    _produce_keyed(kafka_broker.bootstrap, src, keys, total)
+    # One pod restarted: the same transactional.id, so the restart fences the killed worker
+    # and aborts the transaction it left open (its calls in flight with it).
+    pod = {"POD_NAME": "eos-concurrency-0"}
+    service.reset(latency_ms=SLOW_MS)
+
+    first = _worker(path, tmp_path / "w1.log", service, **pod)
+    first.wait_until(
+        lambda: committed_records(kafka_broker.bootstrap, group, src, PARTITIONS) > total // 4,
+        "a quarter committed",
+        every=0.2,
+    )
+    first.wait_until(lambda: service.stats().in_flight > 0, "a call in flight", timeout=60)
+    first.kill()
+    by_first = committed_records(kafka_broker.bootstrap, group, src, PARTITIONS)
+    assert by_first < total, "killed mid-run"
+    second = _worker(path, tmp_path / "w2.log", service, **pod)
+    wait_caught_up(kafka_broker.bootstrap, group, src, PARTITIONS, timeout=180)
+    assert second.terminate() == 0, second.output()[-3000:]
+
+    messages = read_topic(kafka_broker.bootstrap, out, timeout=90.0, isolation="read_committed")
+    in_log = len(read_topic(kafka_broker.bootstrap, out, timeout=90.0))
+    counts = ids_of(messages)
+    assert_each_once(
+        "exactly-once-concurrency-sigkill",
+        total,
+        counts,
+        calls=service.stats().served,
+        committed_by_first=by_first,
+        aborted_in_log=in_log - sum(counts.values()),
+    )
+    _assert_key_order(messages)
+
+
+def test_queue_mode_with_concurrency_delivers_each_record_once(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path, service: LatencyService
+) -> None:
+    keys, total = 40, 2_000
+    src, out = topic_factory(PARTITIONS), topic_factory(1)
+    doc = queue_manifest("queue", kafka_broker.bootstrap, src, out, processor=PROCESSOR)
+    path = write_manifest(tmp_path / "queue.yaml", doc)
+    _produce_keyed(kafka_broker.bootstrap, src, keys, total)
+
+    workers = [_worker(path, tmp_path / f"w{i}.log", service) for i in range(2)]
+    workers[0].wait_until(
+        lambda: len(set(ids_of(read_all(kafka_broker.bootstrap, out)))) >= total,
+        "every record delivered",
+        every=0.5,
+    )
+    codes = [w.terminate() for w in workers]
+    assert codes == [0, 0], [w.output()[-2000:] for w in workers]
+    stats = service.stats()
+    assert_each_once(
+        "queue-concurrency",
+        total,
+        ids_of(read_all(kafka_broker.bootstrap, out)),
+        calls=stats.served,
+        in_flight_max=stats.in_flight_max,
+    )
+    assert stats.in_flight_max > 1, stats
