@@ -203,7 +203,7 @@ LATENCY_SERVICE_ENV = "OFFTAKE_TEST_LATENCY_SERVICE"  # its URL, http://127.0.0.
 async def calls_service(record: Record) -> Any:
     """One call per record to the latency service at ``$OFFTAKE_TEST_LATENCY_SERVICE`` with the
     record's key (the service counts calls of one key that overlap); passes the record on with
-    where it came from, ``src: [partition, offset]``.
+    where it came from, ``src: [partition, offset]``, and which worker process called, ``pid``.
 
     The standard library's asyncio streams, a connection per call: the worker's dependencies
     only, and nothing shared between calls that could order them."""
@@ -223,4 +223,5 @@ async def calls_service(record: Record) -> Any:
         raise RuntimeError(f"latency service answered {answer[:80]!r}")
     value = dict(record.value)
     value["src"] = [record.partition, record.offset]
+    value["pid"] = os.getpid()
     return value

@@ -8,6 +8,9 @@ answers each after a set latency and counts the calls of one key that overlap.
   delivers the rest, 0 duplicates, 0 lost, and no record is called twice;
 - SIGKILL mid-run: the restart loses nothing (duplicates allowed: what was delivered but not
   committed is delivered again; counted and printed);
+- a rebalance while calls are in flight (a second worker joins): the revoked partitions' calls
+  finish and commit before the other worker has them: 0 overlaps across the two, each key in
+  offset order at the sink, every record once;
 - exactly-once (sink.kafka.delivery exactly-once) with a SIGKILL mid-run: each record once in
   read_committed, each key in offset order;
 - queue mode (source.groupType share), two workers: each record once.
@@ -202,6 +205,42 @@ def test_sigkill_mid_run_loses_nothing_after_the_restart(
     assert duplicates <= by_first, "only what the killed worker had delivered comes again"
     print(f"\nfirst worker delivered {by_first} of {total}: {duplicates} duplicates,", end=" ")
     print(f"{served} calls")
+
+
+def test_a_rebalance_with_calls_in_flight_overlaps_loses_and_duplicates_nothing(
+    kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path, service: LatencyService
+) -> None:
+    keys, total = 200, 3_000  # 64 keys' calls in flight at once; about 9 s of calls in all
+    src, out = topic_factory(PARTITIONS), topic_factory(1)
+    path, group = _pipeline("rebalance", kafka_broker, src, out, tmp_path)
+    _produce_keyed(kafka_broker.bootstrap, src, keys, total)
+    service.reset(latency_ms=SLOW_MS)
+
+    first = _worker(path, tmp_path / "w1.log", service)
+    first.wait_until(lambda: service.stats().served >= 300, "300 calls answered", timeout=180)
+    first.wait_until(lambda: service.stats().in_flight > 0, "a call in flight", timeout=60)
+    second = _worker(path, tmp_path / "w2.log", service)  # joins: the first gives partitions up
+    first.wait_until(lambda: "revoked" in first.output(), "the rebalance", timeout=120)
+    left = total - committed_records(kafka_broker.bootstrap, group, src, PARTITIONS)
+    assert left > 0, "the rebalance came before the end of the run"
+    wait_caught_up(kafka_broker.bootstrap, group, src, PARTITIONS, timeout=180)
+    codes = [first.terminate(), second.terminate()]
+    assert codes == [0, 0], [first.output()[-3000:], second.output()[-3000:]]
+
+    log = first.output()
+    assert "revoked" in log, log[-3000:]  # the rebalance took partitions from the first
+    # Its revoked partitions' calls finished within the drain and were committed.
+    assert "drain budget spent" not in log, log[-3000:]
+    stats = service.stats()
+    assert stats.overlaps == 0, f"one key's calls overlapped across the two workers: {stats}"
+    assert stats.served == total, f"every record called once: {stats}"
+    messages = read_all(kafka_broker.bootstrap, out)
+    assert_each_once(
+        "rebalance-concurrency", total, ids_of(messages), calls=stats.served, left_at_revoke=left
+    )
+    pids = Counter(json.loads(m.value())["pid"] for m in messages)
+    assert len(pids) == 2, f"both workers delivered records: {pids}"
+    _assert_key_order(messages)
 
 
 def test_exactly_once_with_concurrency_delivers_each_record_once_across_a_sigkill(
