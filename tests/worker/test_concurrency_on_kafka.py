@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import signal
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +44,7 @@ from support.workers import (
     write_manifest,
 )
 
+from offtake_operator.kubectl import status_view, worker_metrics
 from offtake_testbed.kafka import KafkaBroker, read_topic
 from offtake_testbed.latency_service import LatencyService
 
@@ -110,6 +112,19 @@ def _assert_key_order(messages: list[Any]) -> None:
         assert len({partition for partition, _ in sources}) == 1, f"{key} on one partition"
         offsets = [offset for _, offset in sources]
         assert offsets == sorted(offsets), f"key {key} reached the sink out of offset order"
+
+
+def _status_calls(worker: WorkerProcess) -> dict[str, Any]:
+    """What ``kubectl offtake status`` shows of a running worker's calls (its /metrics, read
+    here directly instead of through the API server's pod proxy)."""
+    url = f"http://127.0.0.1:{worker.metrics_port()}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    scraped = worker_metrics.Scrape()
+    worker_metrics._add(scraped, "w", text)
+    calls = status_view.calls(PROCESSOR, scraped)
+    assert calls is not None
+    return calls
 
 
 def _duplicates(delivered: Counter[int]) -> int:
@@ -219,6 +234,10 @@ def test_a_rebalance_with_calls_in_flight_overlaps_loses_and_duplicates_nothing(
     first = _worker(path, tmp_path / "w1.log", service)
     first.wait_until(lambda: service.stats().served >= 300, "300 calls answered", timeout=180)
     first.wait_until(lambda: service.stats().in_flight > 0, "a call in flight", timeout=60)
+    # kubectl offtake status shows them, from the worker's own gauges.
+    first.wait_until(lambda: _status_calls(first)["inFlight"] > 0, "calls in its status")
+    shown = _status_calls(first)
+    assert 0 < shown["inFlight"] <= CONCURRENCY and shown["oldestSeconds"] is not None, shown
     second = _worker(path, tmp_path / "w2.log", service)  # joins: the first gives partitions up
     first.wait_until(lambda: "revoked" in first.output(), "the rebalance", timeout=120)
     left = total - committed_records(kafka_broker.bootstrap, group, src, PARTITIONS)
