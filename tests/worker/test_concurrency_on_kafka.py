@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.processors import LATENCY_SERVICE_ENV
 from support.reports import assert_each_once
+from support.service_calls import LATENCY_SERVICE_ENV
 from support.workers import (
     WorkerProcess,
     committed,
@@ -63,7 +63,7 @@ def service() -> Iterator[LatencyService]:
 
 #: processor: an ``async def`` calling the service once per record, N calls in flight, key order.
 PROCESSOR = {
-    "function": "support.processors:calls_service",
+    "function": "support.service_calls:calls_service",
     "concurrency": CONCURRENCY,
     "order": "key",
 }
