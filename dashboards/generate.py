@@ -221,6 +221,36 @@ ROWS: list[tuple[str, list[Panel]]] = [
         ],
     ),
     (
+        # processor.concurrency above 1 (docs/worker.md "Waiting on other services"); at
+        # concurrency 1 the three read 0.
+        "Calls (processor.concurrency)",
+        [
+            graph(
+                "Calls in flight",
+                "short",
+                "Calls of the processor running now, per worker: at most processor.concurrency.",
+                per_worker("offtake_processor_calls_in_flight"),
+            ),
+            graph(
+                "Records waiting behind a busy key",
+                "short",
+                "Records handed out that wait for their key (or partition, processor.order) to "
+                "be free, per worker: a hot key shows here.",
+                per_worker("offtake_processor_records_waiting"),
+            ),
+            graph(
+                "Oldest call",
+                "s",
+                "Age of the oldest call still running, per worker (0 when none runs): a service "
+                "that stopped answering shows here before the lag does.",
+                q(
+                    f"max by (instance) (offtake_processor_oldest_call_seconds{{{SEL}}})",
+                    "{{instance}}",
+                ),
+            ),
+        ],
+    ),
+    (
         "Commits and group",
         [
             graph(

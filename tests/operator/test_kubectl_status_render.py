@@ -120,3 +120,41 @@ def test_queue_mode_shows_the_backlog_as_an_estimate_with_what_it_leaves_out() -
     assert "backlog (an estimate): 480 records past the acquisition frontier in 2 partition" in text
     assert "leaves out released records" in text
     assert status_view.queue_mode_lag(worker_metrics.Scrape())["backlog"]["records"] is None
+
+
+def test_with_concurrency_status_shows_calls_in_flight_records_waiting_and_the_oldest_call() -> (
+    None
+):
+    """processor.concurrency above 1: the workers' calls gauges, summed (the oldest call: the
+    worst worker's), each worker's own on a line; nothing at concurrency 1."""
+    a, b = Metrics("c"), Metrics("c")
+    a.calls_in_flight.set(64)
+    a.records_waiting.set(310)
+    a.oldest_call_seconds.set(2.04)
+    b.calls_in_flight.set(12)
+    b.oldest_call_seconds.set(0.25)
+    scraped = scrape_of({"w-a": a, "w-b": b})
+    calls = status_view.calls({"concurrency": 64, "order": "key"}, scraped)
+    assert calls is not None
+    assert {k: calls[k] for k in ("inFlight", "waiting", "oldestSeconds")} == {
+        "inFlight": 76,
+        "waiting": 310,
+        "oldestSeconds": 2.0,
+    }
+    assert calls["pods"]["w-b"] == {"inFlight": 12, "waiting": 0, "oldestSeconds": 0.2}
+    shown = status_view._render_calls(calls)
+    assert shown[0] == (
+        "calls (processor.concurrency 64, order key): 76 in flight, 310 records waiting behind "
+        "a busy key, oldest call 2.0 s (from the workers' /metrics)"
+    )
+    assert shown[1].split() == ["w-a", "64", "in", "flight", "310", "waiting", "oldest", "2.0", "s"]
+    # Unread metrics: the numbers are unknown, not 0.
+    unread = status_view.calls({"concurrency": 8, "order": "partition"}, worker_metrics.Scrape())
+    assert unread is not None and unread["inFlight"] is None and unread["pods"] == {}
+    assert (
+        "- in flight, - records waiting behind a busy partition"
+        in (status_view._render_calls(unread)[0])
+    )
+    for one_at_a_time in (None, {}, {"concurrency": 1, "order": "key"}):
+        assert status_view.calls(one_at_a_time, scraped) is None
+    assert status_view._render_calls(None) == []

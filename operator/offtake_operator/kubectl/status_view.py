@@ -4,7 +4,9 @@ The phase, conditions, lag totals and redrive totals are the operator's (``statu
 offtake_operator.status); per-partition positions, owners and the DLQ's size come from Kafka
 when it is reachable from here, and the report says so when it is not. The lag's trend and
 the error counts behind the SLO burn come from the workers' own /metrics (worker_metrics);
-without Kafka, their per-partition lag stands in for the broker's.
+without Kafka, their per-partition lag stands in for the broker's. So do, when
+``processor.concurrency`` is above 1, the calls in flight, the records waiting behind a busy key
+and the oldest call's age.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ def collect(cluster: Cluster, name: str) -> tuple[JSON, str | None]:
             "read": scraped.read,
             "unreadable": scraped.unreadable,
         },
+        "calls": calls(spec.get("processor"), scraped),
         "dlq": None,
         "redrive": st.get("redrive"),
         "rewind": st.get("rewind"),
@@ -202,6 +205,56 @@ def queue_backlog(scraped: worker_metrics.Scrape) -> JSON:
         "estimate": True,
         "leavesOut": BACKLOG_LEAVES_OUT,
     }
+
+
+def calls(processor: Mapping[str, Any] | None, scraped: worker_metrics.Scrape) -> JSON | None:
+    """With ``processor.concurrency`` above 1: the workers' calls in flight and records waiting
+    (summed), the oldest call's age (the worst worker's), and each worker's three; None at
+    concurrency 1, where one call at a time says nothing more than the lag."""
+    processor = processor or {}
+    concurrency = int(processor.get("concurrency") or 1)
+    if concurrency <= 1:
+        return None
+    rows = scraped.calls
+
+    def total(name: str) -> int | None:
+        return int(sum(r.get(name, 0.0) for r in rows.values())) if rows else None
+
+    oldest = [
+        r[worker_metrics.OLDEST_CALL] for r in rows.values() if worker_metrics.OLDEST_CALL in r
+    ]
+    return {
+        "concurrency": concurrency,
+        "order": processor.get("order", "key"),
+        "inFlight": total(worker_metrics.CALLS_IN_FLIGHT),
+        "waiting": total(worker_metrics.RECORDS_WAITING),
+        "oldestSeconds": round(max(oldest), 1) if oldest else None,
+        "pods": {
+            pod: {
+                "inFlight": int(r.get(worker_metrics.CALLS_IN_FLIGHT, 0.0)),
+                "waiting": int(r.get(worker_metrics.RECORDS_WAITING, 0.0)),
+                "oldestSeconds": round(r.get(worker_metrics.OLDEST_CALL, 0.0), 1),
+            }
+            for pod, r in sorted(rows.items())
+        },
+    }
+
+
+def _render_calls(c: Mapping[str, Any] | None) -> list[str]:
+    if c is None:
+        return []
+    lines = [
+        f"calls (processor.concurrency {c['concurrency']}, order {one_line(c['order'])}): "
+        f"{_cell(c['inFlight'])} in flight, {_cell(c['waiting'])} records waiting behind a "
+        f"busy {'partition' if c['order'] == 'partition' else 'key'}, oldest call "
+        f"{_cell(c['oldestSeconds'])} s (from the workers' /metrics)"
+    ]
+    for pod, r in c["pods"].items():
+        lines.append(
+            f"  {one_line(pod):<40} {r['inFlight']:>6} in flight {r['waiting']:>7} waiting "
+            f"oldest {r['oldestSeconds']} s"
+        )
+    return lines
 
 
 def _trend(scraped: worker_metrics.Scrape, topic: str, partition: int) -> float | None:
@@ -339,6 +392,7 @@ def render(report: Mapping[str, Any], kafka_error: str | None) -> str:
         + _mode(report.get("groupType", "consumer")),
     ]
     lines.extend(_render_lag(report["lag"]))
+    lines.extend(_render_calls(report.get("calls")))
     lines.append("conditions:")
     for c in report["conditions"]:
         lines.append(

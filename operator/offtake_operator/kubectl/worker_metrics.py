@@ -26,6 +26,12 @@ TREND = "offtake_consumer_lag_trend_messages_per_second"
 PROCESSED = "offtake_messages_processed_total"
 #: Queue mode: each worker's estimate of the records past the share group's acquisition frontier.
 BACKLOG = "offtake_share_backlog_messages"
+#: processor.concurrency above 1: each worker's calls running now, records waiting behind a busy
+#: key (or partition), and the age of its oldest call still running.
+CALLS_IN_FLIGHT = "offtake_processor_calls_in_flight"
+RECORDS_WAITING = "offtake_processor_records_waiting"
+OLDEST_CALL = "offtake_processor_oldest_call_seconds"
+CALLS = (CALLS_IN_FLIGHT, RECORDS_WAITING, OLDEST_CALL)
 #: The outcomes spec.slo.maxErrorRatio counts against its budget (as slo_rules.py does).
 ERROR_OUTCOMES = frozenset({"dlq", "skipped", "failed"})
 
@@ -39,6 +45,8 @@ class Scrape:
     #: Queue mode, per partition: the least backlog any worker reports (the one furthest
     #: ahead knows the group's frontier best).
     backlog: dict[tuple[str, int], float] = field(default_factory=dict)
+    #: Per pod, its CALLS gauges (name -> value).
+    calls: dict[str, dict[str, float]] = field(default_factory=dict)
     read: list[str] = field(default_factory=list)
     unreadable: dict[str, str] = field(default_factory=dict)
 
@@ -104,6 +112,8 @@ def _add(out: Scrape, pod: str, text: str) -> None:
             elif sample.name == BACKLOG:
                 key = (labels["topic"], int(labels["partition"]))
                 out.backlog[key] = min(sample.value, out.backlog.get(key, sample.value))
+            elif sample.name in CALLS:
+                out.calls.setdefault(pod, {})[sample.name] = sample.value
             elif sample.name == PROCESSED:
                 outcome = labels["outcome"]
                 out.outcomes[outcome] = out.outcomes.get(outcome, 0.0) + sample.value
