@@ -18,11 +18,12 @@ settlement to the acknowledgement:
   released after the drain, so a graceful stop duplicates nothing), and a poll whose
   acquisition lock is about to run out (released just before; see :meth:`Queue.step`).
 
-Retries use the broker's delivery count as the attempt number (the processing stage starts
-a record's attempts there, :func:`offtake.kafka.share_source.delivery_count`), so a record
-that crashed one worker is retried on another and still reaches ``errors.policy`` after
-``errors.maxRetries``. Exactly-once is refused at validation: Kafka has no transactional
-acknowledgement for share groups.
+Retries use the broker's delivery count as the attempt number (:func:`first_attempt`, which
+the processing stage asks through :attr:`Queue.first_attempt`): a record's earlier deliveries'
+attempts were made elsewhere, or by a worker that crashed on it, so a record that crashed one
+worker is retried on another and still reaches ``errors.policy`` after ``errors.maxRetries``
+(past the last attempt it goes to the error policy unrun). Exactly-once is refused at
+validation: Kafka has no transactional acknowledgement for share groups.
 
 No rebalance callbacks: :meth:`revoking` and :meth:`lost` are never called.
 """
@@ -31,11 +32,13 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 
 from offtake.engine.delivery.base import DeliveryPolicy, Released
 from offtake.engine.offsets import OffsetTracker
 from offtake.engine.settlements import Settled, SettledMany, Settlement
-from offtake.kafka.share_source import Ack, ShareSource, ShareStats
+from offtake.kafka.protocols import MessageLike
+from offtake.kafka.share_source import Ack, ShareSource, ShareStats, delivery_count
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
 
@@ -53,6 +56,11 @@ ACKS: dict[Settlement, Ack] = {
 }
 
 
+def first_attempt(msg: MessageLike) -> int:
+    """A share group's record starts its attempts at the broker's delivery count."""
+    return delivery_count(msg) or 1
+
+
 class Queue(DeliveryPolicy):
     """Per-record acknowledgement to a share group (see the module docstring)."""
 
@@ -61,6 +69,10 @@ class Queue(DeliveryPolicy):
         self.source = source
         self.metrics = metrics
         self._exported = ShareStats()
+
+    @property
+    def first_attempt(self) -> Callable[[MessageLike], int]:
+        return first_attempt
 
     def settle(self, settled: Settled | SettledMany) -> int:
         n = super().settle(settled)
