@@ -8,8 +8,7 @@ place, :func:`offtake.engine.assembly.make_delivery`, and handed in through ``Wo
 - :class:`~offtake.engine.delivery.at_least_once.AtLeastOnce`: consumer offset commits
   (:mod:`offtake.engine.commits`), batched while running, synchronous before letting go.
 - :class:`~offtake.engine.delivery.transactional.Transactional`: exactly-once, the offsets
-  committed inside the Kafka sink's transaction; a transaction that cannot commit (lost
-  partitions among the causes) is aborted, its records consumed again, and the worker goes on.
+  committed inside the Kafka sink's transaction.
 - :class:`~offtake.engine.delivery.queue.Queue`: queue mode (a share group), each record
   acknowledged on its own; no offsets, no rebalance callbacks.
 
@@ -20,16 +19,17 @@ the poll loop's thread, one at a time; a policy needs no lock for its own state)
   of one partition's records, delivered, dropped, dead-lettered, retried, skipped or failed:
   :mod:`offtake.engine.settlements`) goes to :meth:`DeliveryPolicy.settle`. The default marks
   it in the :class:`~offtake.engine.offsets.OffsetTracker`; a policy that acknowledges per
-  record (share groups: accept for ``delivered``/``dropped``/``dlq``/``retried``/``skipped``,
-  reject or release for ``failed``) records the acknowledgement here too. The loop itself
+  record (queue mode: which acknowledgement for which settlement is :data:`.queue.ACKS`)
+  records the acknowledgement here too. The loop itself
   counts the records for the ``processed`` metric and stops the worker on ``failed``.
 - **The tracker.** :attr:`DeliveryPolicy.tracker` is the bookkeeping of records in flight,
   shared with the loop: the loop registers each poll's records (``register_batch``), reads the
   in-flight totals for the in-flight bound, and records assignments (``assign``,
   ``committed``, ``seed``) and releases from the source's listener. Records stay in flight
   until the policy reports them committed (``tracker.committed(tp, offset)``, which releases
-  everything below ``offset``): the in-flight bound, and so the duplicates after a crash, is
-  counted up to the policy's acknowledgement, not up to settlement.
+  everything below ``offset``; queue mode: ``tracker.acknowledged(tp)``): the in-flight
+  bound, and so the duplicates after a crash, is counted up to the policy's acknowledgement,
+  not up to settlement.
 - **Attempt numbers**: :attr:`DeliveryPolicy.first_attempt`, which the processing stage asks
   for a record's first attempt number (None: 1 for every record; queue mode: the broker's
   delivery count).

@@ -31,7 +31,6 @@ No rebalance callbacks: :meth:`revoking` and :meth:`lost` are never called.
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Callable
 
 from offtake.engine.delivery.base import DeliveryPolicy, Released
@@ -75,6 +74,10 @@ class Queue(DeliveryPolicy):
         return first_attempt
 
     def settle(self, settled: Settled | SettledMany) -> int:
+        if self.tracker.epoch(settled.tp) != settled.epoch:
+            # Its poll was given back (see step): the record may be acquired again, by this
+            # worker too, and is not this settlement's to acknowledge.
+            return 0
         n = super().settle(settled)
         kind = ACKS[settled.how]
         if isinstance(settled, SettledMany):
@@ -90,18 +93,19 @@ class Queue(DeliveryPolicy):
         is in flight any more) and the source may poll again."""
         if self.source.acquired == 0 and self.tracker.inflight_messages:
             for tp in self.tracker.partitions():
-                self.tracker.committed(tp, sys.maxsize)
+                self.tracker.acknowledged(tp)
 
     def step(self, now: float) -> None:
         expiring = self.source.release_expiring()
         if expiring:
             # The poll's lock runs out before its records finish: they went back to the group
-            # (another worker takes them at once). Drop their work here, and start the
-            # partitions' bookkeeping afresh so that a late settlement of theirs is stale.
+            # (another worker takes them at once). Drop their work here, and renew the
+            # partitions' epochs: a late settlement of theirs is stale (not acknowledged: the
+            # record may be acquired again, here or elsewhere), and the stage drops their work.
             partitions = {tp for tp, _ in expiring}
             self.loop.abandon(partitions)
             for tp in partitions:
-                self.tracker.assign(tp)
+                self.tracker.renew(tp)
             self.loop.assignment_changed()
         self._let_go_if_done()
         self.source.flush()

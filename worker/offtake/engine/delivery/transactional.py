@@ -240,10 +240,7 @@ class Transactional(DeliveryPolicy):
         )
         for tp in self.tracker.partitions():
             restart = self.tracker.oldest_uncommitted(tp)
-            committed = self.tracker.last_committed(tp)
-            self.tracker.assign(tp)
-            if committed is not None:
-                self.tracker.committed(tp, committed)
+            self.tracker.renew(tp)
             if restart is not None:
                 self.source.seek(tp, restart)
         self.loop.assignment_changed()
