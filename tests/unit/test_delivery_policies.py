@@ -1,4 +1,5 @@
-"""Delivery policies (engine/delivery/) against a fake loop and source: what each hook does."""
+"""Delivery policies (engine/delivery/) against a fake loop and source: what each mode's own
+hooks do (the rules all modes share: tests/contract/test_delivery_contract.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,13 @@ import time
 from typing import Any
 
 import pytest
+from support.delivery_fakes import (
+    FakeConsumerSide,
+    FakeLoop,
+    FakeSource,
+    FakeStage,
+    FakeTransactionalSink,
+)
 
 from offtake.engine.commits import Committer
 from offtake.engine.delivery.at_least_once import COMMIT_RETRY_FLOOR, AtLeastOnce
@@ -15,46 +23,9 @@ from offtake.engine.offsets import OffsetTracker
 from offtake.engine.settlements import Settled, SettledMany
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
-from offtake.sinks.base import SinkError
-from offtake.sinks.kafka_transactional import TransactionFailed
 
 TP = TopicPartition("in", 0)
 OTHER = TopicPartition("in", 1)
-
-
-class FakeSource:
-    """Acknowledges every commit at once, as a synchronous commit's callback does."""
-
-    def __init__(self) -> None:
-        self.commits: list[tuple[dict[TopicPartition, int], bool]] = []
-        self.policy: AtLeastOnce | None = None
-
-    def commit(self, positions: dict[TopicPartition, int], asynchronous: bool) -> None:
-        self.commits.append((dict(positions), asynchronous))
-        assert self.policy is not None
-        self.policy.on_commit(positions, None)
-
-
-class FakeLoop:
-    def __init__(self, drained: bool = True) -> None:
-        self.drained = drained
-        self.drains: list[tuple[set[TopicPartition] | None, float]] = []
-        self.abandoned: list[set[TopicPartition]] = []
-        self.failures: list[tuple[int, str]] = []
-        self.changes = 0
-
-    def drain(self, partitions: set[TopicPartition] | None, deadline: float) -> bool:
-        self.drains.append((partitions, deadline))
-        return self.drained
-
-    def abandon(self, partitions: set[TopicPartition]) -> None:
-        self.abandoned.append(partitions)
-
-    def fail(self, code: int, reason: str) -> None:
-        self.failures.append((code, reason))
-
-    def assignment_changed(self) -> None:
-        self.changes += 1
 
 
 def at_least_once(loop: FakeLoop) -> tuple[AtLeastOnce, FakeSource, int]:
@@ -68,16 +39,6 @@ def at_least_once(loop: FakeLoop) -> tuple[AtLeastOnce, FakeSource, int]:
     tracker.assign(OTHER)
     tracker.register_batch(TP, [10, 11, 12], 30, None)
     return policy, source, epoch
-
-
-def test_settlements_mark_the_tracker_and_stale_or_failed_ones_count_nothing() -> None:
-    policy, _, epoch = at_least_once(FakeLoop())
-    assert policy.settle(SettledMany(TP, [10, 11], epoch, "delivered")) == 2
-    assert policy.settle(SettledMany(TP, [12], epoch + 99, "delivered")) == 0  # stale
-    assert policy.tracker.position(TP) == 12
-    assert policy.settle(Settled(TP, 12, epoch, "failed", "boom")) == 0
-    assert policy.tracker.pending_in(None) == 0
-    assert policy.tracker.position(TP) == 12  # a failed record caps the position for good
 
 
 def test_at_the_bound_it_commits_synchronously_but_not_in_a_tight_loop() -> None:
@@ -121,55 +82,6 @@ def test_the_commit_before_letting_go_may_retry_past_a_spent_drain_budget() -> N
     assert policy._commit_by(spent) >= time.monotonic() + COMMIT_RETRY_FLOOR - 0.1
     policy.final_commit(spent)  # shutdown: its deadline holds for the revoke close() brings
     assert policy._commit_by(time.monotonic() + 100.0) == policy._final_commit_by
-
-
-class FakeTransactionalSink:
-    commit_timeout = 1.0
-    call_timeout = 1.0
-
-    def __init__(
-        self, refuse: str | None = None, fenced: bool = False, renewable: bool = True
-    ) -> None:
-        self.refuse = refuse
-        self.fenced = fenced
-        self.renewable = renewable
-        self.in_transaction = True
-        self.committed: list[dict[TopicPartition, int]] = []
-        self.aborts = 0
-        self.renewals = 0
-
-    def renew(self) -> None:
-        """A new producer epoch: what a fenced producer needs (see kafka_transactional)."""
-        if not self.renewable:
-            raise SinkError("the coordinator is unreachable (fake)")
-        self.renewals += 1
-        self.in_transaction = True
-
-    def commit_transaction(self, offsets: dict[TopicPartition, int], metadata: Any) -> None:
-        if self.refuse is not None:
-            self.abort_transaction()
-            raise TransactionFailed(self.refuse)
-        self.committed.append(dict(offsets))
-
-    def abort_transaction(self) -> None:
-        self.aborts += 1
-        self.in_transaction = not self.fenced
-
-
-class FakeStage:
-    def call(self, fn: Any, timeout: float) -> Any:
-        return fn()  # the processing thread, here the caller's
-
-
-class FakeConsumerSide:
-    def __init__(self) -> None:
-        self.seeks: list[tuple[TopicPartition, int]] = []
-
-    def group_metadata(self) -> object:
-        return object()
-
-    def seek(self, tp: TopicPartition, offset: int) -> None:
-        self.seeks.append((tp, offset))
 
 
 def transactional(

@@ -62,6 +62,28 @@ def test_stale_settlements_after_reassignment_are_ignored() -> None:
     assert t.position(TP) == 8
 
 
+def test_a_renewed_partition_keeps_its_commit_and_makes_old_work_stale() -> None:
+    t, old = tracker_with(range(5))
+    t.settle(TP, 0, old)
+    t.committed(TP, 1)
+    new = t.renew(TP)  # an exactly-once rewind, a share group's poll given back
+    assert new != old and t.epoch(TP) == new
+    assert t.inflight_messages == 0 and t.inflight_bytes == 0
+    assert t.last_committed(TP) == 1
+    assert t.settle(TP, 1, old) is False
+
+
+def test_acknowledged_records_leave_in_flight_without_a_commit_position() -> None:
+    t, e = tracker_with(range(3))
+    for o in range(3):
+        t.settle(TP, o, e)
+    t.acknowledged(TP)  # queue mode: each was acknowledged to the share group
+    assert (t.inflight_messages, t.inflight_bytes) == (0, 0)
+    assert t.last_committed(TP) is None and t.epoch(TP) == e
+    t.register_batch(TP, [9], 10, None)  # the next poll, same epoch
+    assert t.settle(TP, 9, e) is True and t.pending_in(None) == 0
+
+
 def test_oldest_uncommitted_timestamp_drives_lag_seconds() -> None:
     t, e = tracker_with(range(3))
     assert t.oldest_uncommitted_timestamp(TP) == 1_000

@@ -154,3 +154,19 @@ def test_lag_is_exported_in_seconds_only() -> None:
     assert policy.metrics.lag_seconds.labels("jobs", "0")._value.get() >= 0.0
     assert ("jobs", "0") in policy.metrics.lag_seconds._metrics
     assert policy.metrics.lag_messages._metrics == {}
+
+
+def test_a_late_settlement_does_not_acknowledge_the_record_acquired_again() -> None:
+    """A poll given back before its lock ran out is acquired again (here, by this worker);
+    the first processing's late settlement is stale and leaves the new acquisition alone."""
+    policy, source, broker, _, clock, _ = queue(2)
+    old = policy.tracker.epoch(TP)
+    assert old is not None
+    clock.now += source.lock_seconds - 1
+    policy.step(0.0)  # given back
+    again = source.consume(500, 1.0)
+    assert [m.offset() for m in again] == [0, 1]
+    assert policy.settle(SettledMany(TP, [0, 1], old, "delivered")) == 0
+    policy.step(0.0)
+    assert {o: s for o, (s, _) in states(broker).items()} == {0: "acquired", 1: "acquired"}
+    assert source.acquired == 2  # still held for the new epoch's settlements

@@ -104,7 +104,6 @@ def build_worker(
         spec.errors.max_retries,
         strict_ordering=spec.errors.ordering == "strict",
         health=health,
-        counts_deliveries=spec.source.is_share_group,
         calls=calls,
         concurrency=concurrency,
         order=spec.processor.order,
@@ -112,24 +111,37 @@ def build_worker(
         chunk=CHUNK if spec.processor.batch or spec.processor.container is not None else 1,
     )
 
-    if spec.source.is_share_group:  # queue mode: records acknowledged one by one
-        share = ShareSource(
-            clients,
-            share_consumer_config(spec),
-            list(spec.source.topics),
-            group_settings(spec.source.start_from, spec.errors.max_retries),
-            make_probe=lambda: clients.consumer(probe_consumer_config(spec)),
-        )
-        queue = Queue(OffsetTracker(), share, metrics)
-        parts = WorkerParts(
-            spec, share, stage, settlements, processor, sink, metrics, health, queue, route
-        )
-        return Worker(parts)
+    source = make_source(spec, clients, instance_id, route)
+    delivery = make_delivery(spec, source, stage, sink, metrics)
+    # The stage numbers a record's attempts as the delivery mode says (queue mode: from the
+    # broker's delivery count); set here, the policy being built with the stage.
+    stage.first_attempt = delivery.first_attempt
+    parts = WorkerParts(
+        spec, source, stage, settlements, processor, sink, metrics, health, delivery, route
+    )
+    return Worker(parts)
+
+
+def make_source(
+    spec: PipelineSpec,
+    clients: ClientFactory,
+    instance_id: str | None,
+    route: RetryRoute | None,
+) -> KafkaSource | ShareSource:
+    """The consumer: a share group's (``source.groupType: share``) or a consumer group's."""
 
     def probe_consumer() -> ConsumerLike:
         return clients.consumer(probe_consumer_config(spec))
 
-    source = KafkaSource(
+    if spec.source.is_share_group:
+        return ShareSource(
+            clients,
+            share_consumer_config(spec),
+            list(spec.source.topics),
+            group_settings(spec.source.start_from, spec.errors.max_retries),
+            make_probe=probe_consumer,
+        )
+    return KafkaSource(
         clients,
         consumer_config(spec, instance_id),
         [*spec.source.topics, *spec.errors.retry_topic_names(spec.source.topics)],
@@ -139,29 +151,33 @@ def build_worker(
         # records were sent by this pipeline and must not be skipped (startFrom: latest).
         earliest_topics=route.topics if route is not None else frozenset(),
     )
-    delivery = make_delivery(spec, source, stage, sink, metrics)
-    parts = WorkerParts(
-        spec, source, stage, settlements, processor, sink, metrics, health, delivery, route
-    )
-    return Worker(parts)
 
 
 def make_delivery(
-    spec: PipelineSpec, source: KafkaSource, stage: ProcessingStage, sink: Sink, metrics: Metrics
+    spec: PipelineSpec,
+    source: KafkaSource | ShareSource,
+    stage: ProcessingStage,
+    sink: Sink,
+    metrics: Metrics,
 ) -> DeliveryPolicy:
-    """The delivery policy: exactly-once with a transactional sink, else at-least-once."""
+    """The delivery mode, chosen here and nowhere else (:mod:`offtake.engine.delivery.base`):
+
+    - a share group's source: queue mode, each record acknowledged (:class:`Queue`);
+    - a transactional Kafka sink: exactly-once, offsets in the sink's transaction
+      (:class:`Transactional`);
+    - otherwise at-least-once, consumer offset commits (:class:`AtLeastOnce`).
+    """
     tracker = OffsetTracker()
-    args = (
-        source,
-        tracker,
-        metrics,
-        spec.commit.interval_seconds,
-        spec.limits.max_in_flight_messages,
-    )
+    if isinstance(source, ShareSource):
+        return Queue(tracker, source, metrics)
+    interval = spec.commit.interval_seconds
+    max_in_flight = spec.limits.max_in_flight_messages
     if isinstance(sink, TransactionalKafkaSink):
-        committer = TransactionCommitter(*args, stage, sink)
+        committer = TransactionCommitter(
+            source, tracker, metrics, interval, max_in_flight, stage, sink
+        )
         return Transactional(committer, source, spec.shutdown.drain_timeout_seconds)
-    return AtLeastOnce(Committer(*args))
+    return AtLeastOnce(Committer(source, tracker, metrics, interval, max_in_flight))
 
 
 def instance(instance_id: str | None) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 
 from offtake.engine.offsets import OffsetTracker
 from offtake.kafka.source import CommitRefused, KafkaSource
@@ -27,11 +28,74 @@ RETRY_FIRST_PAUSE = 0.05
 RETRY_MAX_PAUSE = 0.5
 
 
+class CommitSchedule:
+    """When a running worker commits: every ``interval`` seconds, or earlier once a quarter of
+    the in-flight bound is settled (never more often than ``MIN_COMMIT_SPACING``).
+
+    Shared by both offset-committing modes: :class:`Committer` (at-least-once) and the
+    transaction's :class:`~offtake.engine.delivery.transactional.TransactionCommitter`.
+    """
+
+    def __init__(self, tracker: OffsetTracker, interval: float, max_in_flight: int) -> None:
+        self.tracker = tracker
+        self.interval = interval
+        self.early_at = max(1, int(max_in_flight * EARLY_COMMIT_FRACTION))
+        self._last = time.monotonic()
+
+    def due(self, now: float) -> bool:
+        if now - self._last >= self.interval:
+            return True
+        return (
+            now - self._last >= MIN_COMMIT_SPACING
+            and self.tracker.settled_uncommitted() >= self.early_at
+        )
+
+    def started(self, now: float) -> None:
+        """A commit went out at ``now``: the interval starts again."""
+        self._last = now
+
+
+class CommitBook:
+    """What became of the commits sent: the commit counters and latency, and the tracker
+    told of each acknowledged position (which releases the records below it)."""
+
+    def __init__(self, tracker: OffsetTracker, metrics: Metrics) -> None:
+        self.tracker = tracker
+        self.metrics = metrics
+        self._issued: dict[TopicPartition, float] = {}  # since when a partition's commit is out
+
+    def issued(self, partitions: Iterable[TopicPartition]) -> None:
+        now = time.monotonic()
+        for tp in partitions:
+            self._issued.setdefault(tp, now)
+
+    def refused(self) -> None:
+        self.metrics.commits.labels("failure").inc()
+
+    def on_commit(self, offsets: dict[TopicPartition, int] | None, error: str | None) -> None:
+        """A commit's result, as the source's commit callback reports it."""
+        if error is not None or offsets is None:
+            self.refused()
+            log.warning("commit failed: %s", error)
+            return
+        self.acknowledged(offsets)
+
+    def acknowledged(self, offsets: dict[TopicPartition, int]) -> None:
+        self.metrics.commits.labels("success").inc()
+        now = time.monotonic()
+        for tp, offset in offsets.items():
+            self.tracker.committed(tp, offset)
+            started = self._issued.pop(tp, None)
+            if started is not None:
+                self.metrics.commit_seconds.observe(now - started)
+
+
 class Committer:
     """Commits the consumer's offsets (at-least-once).
 
-    Exactly-once commits them inside the sink's transaction instead: the subclass
-    :class:`offtake.engine.delivery.transactional.TransactionCommitter`.
+    Exactly-once commits them inside the sink's transaction instead
+    (:class:`offtake.engine.delivery.transactional.TransactionCommitter`), on the same
+    :class:`CommitSchedule` and :class:`CommitBook`.
     """
 
     def __init__(
@@ -44,24 +108,13 @@ class Committer:
     ) -> None:
         self.source = source
         self.tracker = tracker
-        self.metrics = metrics
-        self.interval = interval
-        self.early_at = max(1, int(max_in_flight * EARLY_COMMIT_FRACTION))
-        self._last = time.monotonic()
-        self._issued: dict[TopicPartition, float] = {}
-
-    def due(self, now: float) -> bool:
-        if now - self._last >= self.interval:
-            return True
-        return (
-            now - self._last >= MIN_COMMIT_SPACING
-            and self.tracker.settled_uncommitted() >= self.early_at
-        )
+        self.schedule = CommitSchedule(tracker, interval, max_in_flight)
+        self.book = CommitBook(tracker, metrics)
 
     def maybe_commit(self) -> None:
         now = time.monotonic()
-        if self.due(now):
-            self._last = now
+        if self.schedule.due(now):
+            self.schedule.started(now)
             self.commit(asynchronous=True)
 
     def commit(self, asynchronous: bool, only: set[TopicPartition] | None = None) -> bool:
@@ -113,13 +166,11 @@ class Committer:
         }
         if not positions:
             return None
-        now = time.monotonic()
-        for tp in positions:
-            self._issued.setdefault(tp, now)
+        self.book.issued(positions)
         try:
             self.source.commit(positions, asynchronous=asynchronous)
         except CommitRefused as exc:
-            self.metrics.commits.labels("failure").inc()
+            self.book.refused()
             return exc
         if asynchronous:
             return None
@@ -134,14 +185,4 @@ class Committer:
 
     def on_commit(self, offsets: dict[TopicPartition, int] | None, error: str | None) -> None:
         """A commit's result: librdkafka's callback, or a synchronous commit's return."""
-        if error is not None or offsets is None:
-            self.metrics.commits.labels("failure").inc()
-            log.warning("commit failed: %s", error)
-            return
-        self.metrics.commits.labels("success").inc()
-        now = time.monotonic()
-        for tp, offset in offsets.items():
-            self.tracker.committed(tp, offset)
-            started = self._issued.pop(tp, None)
-            if started is not None:
-                self.metrics.commit_seconds.observe(now - started)
+        self.book.on_commit(offsets, error)

@@ -147,6 +147,30 @@ class OffsetTracker:
         self._parts[tp] = _Partition(epoch=self._epochs)
         return self._epochs
 
+    def renew(self, tp: TopicPartition) -> int:
+        """Start ``tp``'s bookkeeping again under a new epoch, keeping its last acknowledged
+        commit; returns the epoch. Nothing of it stays in flight, and work of the old epoch is
+        stale: its settlements are refused here, and the processing stage drops it once told
+        (:meth:`Loop.assignment_changed`). For a partition still ours whose records will come
+        again: an exactly-once rewind after an abort, a share group's poll given back."""
+        part = self._parts.get(tp)
+        committed = part.committed if part is not None else None
+        epoch = self.assign(tp)
+        self._parts[tp].committed = committed
+        return epoch
+
+    def acknowledged(self, tp: TopicPartition) -> None:
+        """Queue mode: every record of ``tp`` consumed so far was acknowledged to the share
+        group on its own, so they leave in flight; a share group has no position to commit."""
+        part = self._parts.get(tp)
+        if part is None:
+            return
+        for chunk in part.chunks:
+            self.inflight_messages -= len(chunk.offsets)
+            self.inflight_bytes -= chunk.size
+        part.chunks.clear()
+        part.pending = 0
+
     def release(self, tp: TopicPartition) -> None:
         """Forget a partition (revoked after its final commit, or lost)."""
         part = self._parts.pop(tp, None)

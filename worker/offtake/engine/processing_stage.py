@@ -67,7 +67,6 @@ from offtake.formats.base import Decoded, Decoder
 from offtake.formats.errors import RegistryUnavailable
 from offtake.health import Health
 from offtake.kafka.protocols import MessageLike
-from offtake.kafka.share_source import delivery_count
 from offtake.metrics import Metrics
 from offtake.processing.base import Backpressure as SlowDown
 from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
@@ -131,15 +130,15 @@ class ProcessingStage:
         max_retries: int,
         strict_ordering: bool = False,
         health: Health | None = None,
-        counts_deliveries: bool = False,
         calls: Calls | None = None,
         concurrency: int = 1,
         order: Order = "key",
         chunk: int = 1,
     ) -> None:
         self.processor = processor
-        # Queue mode: a record's attempts start from the broker's delivery count (see _handle).
-        self.counts_deliveries = counts_deliveries
+        # A record's first attempt number, as the delivery policy says
+        # (DeliveryPolicy.first_attempt; set by build_worker); None: every record starts at 1.
+        self.first_attempt: Callable[[MessageLike], int] | None = None
         # Told when the processor is unavailable and when it answers again (readiness).
         self.health = health
         self.sink = sink
@@ -426,7 +425,7 @@ class ProcessingStage:
             return  # given up while the registry was unreachable (drain budget spent)
         parking = self.parking
         todo: list[Attempt]
-        if not self.counts_deliveries and parking.hold_of(work.tp, epoch) is None:
+        if self.first_attempt is None and parking.hold_of(work.tp, epoch) is None:
             # The common case, one comprehension: nothing held on the partition, attempts
             # start at 1; only records that failed to decode go to the policy one by one.
             todo = [(record, epoch, 1) for record, error in decoded_all if error is None]
@@ -444,11 +443,11 @@ class ProcessingStage:
         epoch = work.epoch
         todo: list[Attempt] = []
         parking = self.parking
+        first = self.first_attempt
         for (record, decode_error), msg in zip(decoded_all, work.messages, strict=True):
-            # A share group's record counts its attempts from the broker's delivery count
-            # (queue mode): its earlier deliveries' attempts were made elsewhere, or by a
-            # worker that crashed on it. Past the last attempt it goes to the policy unrun.
-            attempt = (delivery_count(msg) or 1) if self.counts_deliveries else 1
+            # Past the last attempt (its earlier ones made elsewhere: DeliveryPolicy
+            # .first_attempt) a record goes to the policy unrun.
+            attempt = first(msg) if first is not None else 1
             hold = parking.hold_of(record.tp, epoch)
             if hold is not None:  # behind a parked record of its partition
                 failed = None if decode_error is None else Outcome([], decode_error, False)

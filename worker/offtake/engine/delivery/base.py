@@ -2,13 +2,15 @@
 
 The poll loop (:class:`offtake.engine.worker.Worker`) consumes, hands records to the
 processing thread, drains and shuts down; it never asks which delivery mode runs. Everything
-that differs between modes is a :class:`DeliveryPolicy`, chosen once by
-:func:`offtake.engine.assembly.build_worker` and handed in through ``WorkerParts``:
+that differs between modes is a :class:`DeliveryPolicy`. There are three, chosen in one
+place, :func:`offtake.engine.assembly.make_delivery`, and handed in through ``WorkerParts``:
 
 - :class:`~offtake.engine.delivery.at_least_once.AtLeastOnce`: consumer offset commits
   (:mod:`offtake.engine.commits`), batched while running, synchronous before letting go.
 - :class:`~offtake.engine.delivery.transactional.Transactional`: exactly-once, the offsets
   committed inside the Kafka sink's transaction.
+- :class:`~offtake.engine.delivery.queue.Queue`: queue mode (a share group), each record
+  acknowledged on its own; no offsets, no rebalance callbacks.
 
 What a policy owns, and the hooks through which the loop hands it each moment (all called on
 the poll loop's thread, one at a time; a policy needs no lock for its own state):
@@ -17,16 +19,20 @@ the poll loop's thread, one at a time; a policy needs no lock for its own state)
   of one partition's records, delivered, dropped, dead-lettered, retried, skipped or failed:
   :mod:`offtake.engine.settlements`) goes to :meth:`DeliveryPolicy.settle`. The default marks
   it in the :class:`~offtake.engine.offsets.OffsetTracker`; a policy that acknowledges per
-  record (share groups: accept for ``delivered``/``dropped``/``dlq``/``retried``/``skipped``,
-  reject or release for ``failed``) records the acknowledgement here too. The loop itself
+  record (queue mode: which acknowledgement for which settlement is :data:`.queue.ACKS`)
+  records the acknowledgement here too. The loop itself
   counts the records for the ``processed`` metric and stops the worker on ``failed``.
 - **The tracker.** :attr:`DeliveryPolicy.tracker` is the bookkeeping of records in flight,
   shared with the loop: the loop registers each poll's records (``register_batch``), reads the
   in-flight totals for the in-flight bound, and records assignments (``assign``,
   ``committed``, ``seed``) and releases from the source's listener. Records stay in flight
   until the policy reports them committed (``tracker.committed(tp, offset)``, which releases
-  everything below ``offset``): the in-flight bound, and so the duplicates after a crash, is
-  counted up to the policy's acknowledgement, not up to settlement.
+  everything below ``offset``; queue mode: ``tracker.acknowledged(tp)``): the in-flight
+  bound, and so the duplicates after a crash, is counted up to the policy's acknowledgement,
+  not up to settlement.
+- **Attempt numbers**: :attr:`DeliveryPolicy.first_attempt`, which the processing stage asks
+  for a record's first attempt number (None: 1 for every record; queue mode: the broker's
+  delivery count).
 - **When it commits**: :meth:`step`, once per loop iteration, after the settlements.
 - **The in-flight bound**: :meth:`at_bound`, when no more records may be fetched until some
   are released. True if it did something that frees room (a synchronous commit); False and
@@ -51,11 +57,13 @@ the worker's constructor): drain, abandon, stop the worker, republish the assign
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from offtake.engine.offsets import OffsetTracker
 from offtake.engine.settlements import Settled, SettledMany
+from offtake.kafka.protocols import MessageLike
 from offtake.records import TopicPartition
 
 
@@ -105,6 +113,12 @@ class DeliveryPolicy(ABC):
     def bind(self, loop: Loop) -> None:
         """Called once by the worker's constructor, before anything else."""
         self._loop = loop
+
+    @property
+    def first_attempt(self) -> Callable[[MessageLike], int] | None:
+        """A record's first attempt number, for the processing stage (see the module
+        docstring); None: every record starts at 1, the stage's fast path."""
+        return None
 
     def settle(self, settled: Settled | SettledMany) -> int:
         """Apply one settlement; returns how many records it settled (0: a stale assignment's,

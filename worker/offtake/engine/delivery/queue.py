@@ -18,11 +18,12 @@ settlement to the acknowledgement:
   released after the drain, so a graceful stop duplicates nothing), and a poll whose
   acquisition lock is about to run out (released just before; see :meth:`Queue.step`).
 
-Retries use the broker's delivery count as the attempt number (the processing stage starts
-a record's attempts there, :func:`offtake.kafka.share_source.delivery_count`), so a record
-that crashed one worker is retried on another and still reaches ``errors.policy`` after
-``errors.maxRetries``. Exactly-once is refused at validation: Kafka has no transactional
-acknowledgement for share groups.
+Retries use the broker's delivery count as the attempt number (:func:`first_attempt`, which
+the processing stage asks through :attr:`Queue.first_attempt`): a record's earlier deliveries'
+attempts were made elsewhere, or by a worker that crashed on it, so a record that crashed one
+worker is retried on another and still reaches ``errors.policy`` after ``errors.maxRetries``
+(past the last attempt it goes to the error policy unrun). Exactly-once is refused at
+validation: Kafka has no transactional acknowledgement for share groups.
 
 No rebalance callbacks: :meth:`revoking` and :meth:`lost` are never called.
 """
@@ -30,12 +31,13 @@ No rebalance callbacks: :meth:`revoking` and :meth:`lost` are never called.
 from __future__ import annotations
 
 import logging
-import sys
+from collections.abc import Callable
 
 from offtake.engine.delivery.base import DeliveryPolicy, Released
 from offtake.engine.offsets import OffsetTracker
 from offtake.engine.settlements import Settled, SettledMany, Settlement
-from offtake.kafka.share_source import Ack, ShareSource, ShareStats
+from offtake.kafka.protocols import MessageLike
+from offtake.kafka.share_source import Ack, ShareSource, ShareStats, delivery_count
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
 
@@ -53,6 +55,11 @@ ACKS: dict[Settlement, Ack] = {
 }
 
 
+def first_attempt(msg: MessageLike) -> int:
+    """A share group's record starts its attempts at the broker's delivery count."""
+    return delivery_count(msg) or 1
+
+
 class Queue(DeliveryPolicy):
     """Per-record acknowledgement to a share group (see the module docstring)."""
 
@@ -62,7 +69,15 @@ class Queue(DeliveryPolicy):
         self.metrics = metrics
         self._exported = ShareStats()
 
+    @property
+    def first_attempt(self) -> Callable[[MessageLike], int]:
+        return first_attempt
+
     def settle(self, settled: Settled | SettledMany) -> int:
+        if self.tracker.epoch(settled.tp) != settled.epoch:
+            # Its poll was given back (see step): the record may be acquired again, by this
+            # worker too, and is not this settlement's to acknowledge.
+            return 0
         n = super().settle(settled)
         kind = ACKS[settled.how]
         if isinstance(settled, SettledMany):
@@ -78,18 +93,19 @@ class Queue(DeliveryPolicy):
         is in flight any more) and the source may poll again."""
         if self.source.acquired == 0 and self.tracker.inflight_messages:
             for tp in self.tracker.partitions():
-                self.tracker.committed(tp, sys.maxsize)
+                self.tracker.acknowledged(tp)
 
     def step(self, now: float) -> None:
         expiring = self.source.release_expiring()
         if expiring:
             # The poll's lock runs out before its records finish: they went back to the group
-            # (another worker takes them at once). Drop their work here, and start the
-            # partitions' bookkeeping afresh so that a late settlement of theirs is stale.
+            # (another worker takes them at once). Drop their work here, and renew the
+            # partitions' epochs: a late settlement of theirs is stale (not acknowledged: the
+            # record may be acquired again, here or elsewhere), and the stage drops their work.
             partitions = {tp for tp, _ in expiring}
             self.loop.abandon(partitions)
             for tp in partitions:
-                self.tracker.assign(tp)
+                self.tracker.renew(tp)
             self.loop.assignment_changed()
         self._let_go_if_done()
         self.source.flush()

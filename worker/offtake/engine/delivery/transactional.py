@@ -30,7 +30,7 @@ import functools
 import logging
 import time
 
-from offtake.engine.commits import Committer
+from offtake.engine.commits import CommitBook, CommitSchedule
 from offtake.engine.delivery.base import DeliveryPolicy, Released
 from offtake.engine.exit_codes import EXIT_FATAL
 from offtake.engine.offsets import OffsetTracker
@@ -53,10 +53,10 @@ RECOVERY_BACKOFF = 0.5
 RECOVERY_BACKOFF_CAP = 5.0
 
 
-class TransactionCommitter(Committer):
+class TransactionCommitter:
     """Commits the sink's open transaction with the tracker's positions, on the processing
-    thread (:meth:`ProcessingStage.call`); the commit interval and the acknowledgement
-    bookkeeping are the at-least-once :class:`Committer`'s."""
+    thread (:meth:`ProcessingStage.call`); when it is due and what an acknowledgement does
+    are the at-least-once committer's (:class:`CommitSchedule`, :class:`CommitBook`)."""
 
     def __init__(
         self,
@@ -68,7 +68,10 @@ class TransactionCommitter(Committer):
         stage: ProcessingStage,
         sink: TransactionalKafkaSink,
     ) -> None:
-        super().__init__(source, tracker, metrics, interval, max_in_flight)
+        self.source = source  # for the group metadata the transaction commits with (KIP-447)
+        self.tracker = tracker
+        self.schedule = CommitSchedule(tracker, interval, max_in_flight)
+        self.book = CommitBook(tracker, metrics)
         self.stage = stage
         self.sink = sink
         self.broken: str | None = None  # why the last transaction was aborted
@@ -76,31 +79,26 @@ class TransactionCommitter(Committer):
         # consumed again (the unanswered call may still commit), and only a renewal can clear it.
         self.unanswered = False
 
-    def commit(self, asynchronous: bool, only: set[TopicPartition] | None = None) -> bool:
-        """Commit the open transaction with every partition's position; the caller drained.
-
-        ``asynchronous`` and ``only`` are ignored: a transaction is committed whole, and the
-        loop waits for it.
-        """
+    def commit(self) -> bool:
+        """Commit the open transaction with every partition's position (a transaction is
+        committed whole, and the loop waits for it); the caller drained."""
         if self.broken is not None:
             return False
-        self._last = time.monotonic()  # the commit interval starts again, as in maybe_commit
+        self.schedule.started(time.monotonic())  # the commit interval starts again
         positions = self.tracker.commit_positions()
         if not positions:
             return True  # nothing settled since the last commit, so nothing was produced
-        now = time.monotonic()
-        for tp in positions:
-            self._issued.setdefault(tp, now)
+        self.book.issued(positions)
         metadata = self.source.group_metadata()
         commit = functools.partial(self.sink.commit_transaction, positions, metadata)
         try:
             self.stage.call(commit, self.sink.call_timeout)
         except Exception as exc:  # TransactionFailed, or the processing thread did not answer
-            self.metrics.commits.labels("failure").inc()
+            self.book.refused()
             self._unanswered(exc)
             self.broken = str(exc) or "the processing thread did not answer in time"
             return False
-        self.on_commit(positions, None)
+        self.book.acknowledged(positions)
         return True
 
     def recoverable(self) -> bool:
@@ -156,7 +154,7 @@ class Transactional(DeliveryPolicy):
         self.aborted_in_a_row = 0  # transactions aborted since the last one that committed
 
     def step(self, now: float) -> None:
-        if self.committer.due(now):
+        if self.committer.schedule.due(now):
             self._commit_transaction()
 
     def revoking(self, partitions: set[TopicPartition], deadline: float) -> Released:
@@ -174,7 +172,7 @@ class Transactional(DeliveryPolicy):
         self._recover()
 
     def on_commit(self, offsets: dict[TopicPartition, int] | None, error: str | None) -> None:
-        self.committer.on_commit(offsets, error)
+        self.committer.book.on_commit(offsets, error)
 
     def end(self, drained: bool) -> None:
         # The transaction ends while the processing thread, its producer's owner, runs.
@@ -182,7 +180,7 @@ class Transactional(DeliveryPolicy):
         # partitions' next owner, so a graceful stop still exits 0.
         if not drained:
             self.committer.abort("drain budget spent at shutdown")
-        elif not self.committer.commit(asynchronous=False):
+        elif not self.committer.commit():
             log.warning(
                 "exactly-once: the last transaction aborted (%s); its records go to "
                 "the partitions' next owner",
@@ -202,7 +200,7 @@ class Transactional(DeliveryPolicy):
         deadline = time.monotonic() + self.drain_timeout
         if not self.loop.drain(None, deadline):
             self._abort("records were still unfinished when the drain budget ran out")
-        elif self.committer.commit(asynchronous=False):
+        elif self.committer.commit():
             self.aborted_in_a_row = 0
             return True
         self._recover()
@@ -242,10 +240,7 @@ class Transactional(DeliveryPolicy):
         )
         for tp in self.tracker.partitions():
             restart = self.tracker.oldest_uncommitted(tp)
-            committed = self.tracker.last_committed(tp)
-            self.tracker.assign(tp)
-            if committed is not None:
-                self.tracker.committed(tp, committed)
+            self.tracker.renew(tp)
             if restart is not None:
                 self.source.seek(tp, restart)
         self.loop.assignment_changed()
