@@ -390,9 +390,7 @@ def _command(
         manifest.write_text(json.dumps(doc, indent=2))
         # offtake-base: the worker of the --baseline checkout instead of this one's.
         base = BASELINE
-        ours = (
-            str(base / "worker") if name in BASELINES and base else env.get("PYTHONPATH", "")
-        )
+        ours = str(base / "worker") if name in BASELINES and base else env.get("PYTHONPATH", "")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (ours, str(BENCH)) if p)
         argv = [sys.executable, "-m", "offtake.cli", "worker", "--pipeline", str(manifest)]
         return [*argv, "--metrics-port", "0", "--log-level", "WARNING"], env

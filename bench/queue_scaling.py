@@ -7,8 +7,8 @@
 One real Kafka broker, an input topic of ONE partition per run, then, each on a fresh output
 topic:
 
-- ``offtake``: one worker on a consumer group. A second worker would idle: one partition is
-  one consumer's;
+- ``offtake`` (``cpu`` only, see :func:`contenders`): one worker on a consumer group. A
+  second worker would idle: one partition is one consumer's;
 - ``offtake-queue xN``: N workers of one share group (``source.groupType: share``), every
   one taking records of the same partition.
 
@@ -126,9 +126,21 @@ def middle_rate(times_ms: Sequence[int], share: float = MIDDLE) -> float | None:
     return (len(ordered) - 1 - 2 * cut) / span if span > 0 else None
 
 
-def linearity(runs: list[dict[str, Any]]) -> None:
-    """Set each run's ``x_consumer_group`` (against the consumer-group worker) and, for the
-    queue-mode runs, ``x_linear``: its rate over N x one queue-mode worker's."""
+def contenders(plan: Plan, counts: Sequence[int]) -> list[tuple[str, int]]:
+    """The runs, in order. ``cpu`` starts with one consumer-group worker, the anchor. ``wait``
+    has none: a consumer-group worker calling one record at a time does 1000 / latency_ms
+    records a second at most (20 at 50 ms; :func:`linearity`'s ``x_ideal`` is against N times
+    that), and its output comes a poll's records at a time (the engine hands a partition's
+    records over as one unit), so over a run of a few hundred records the output's timestamps
+    hold one burst and no rate to read."""
+    queue = [("offtake-queue", n) for n in counts]
+    return queue if plan.function == "wait" else [("offtake", 1), *queue]
+
+
+def linearity(runs: list[dict[str, Any]], latency_ms: float | None = None) -> None:
+    """Set each run's ``x_consumer_group`` (against the consumer-group worker, if one ran) and,
+    for the queue-mode runs, ``x_linear``: its rate over N x one queue-mode worker's; with
+    ``latency_ms`` (a waiting function) also ``x_ideal``, over N x 1000 / latency_ms."""
     anchor = next((r for r in runs if r["contender"] == "offtake"), None)
     one = next((r for r in runs if r["contender"] == "offtake-queue" and r["workers"] == 1), None)
     base = anchor["records_per_second"] if anchor else None
@@ -137,8 +149,11 @@ def linearity(runs: list[dict[str, Any]]) -> None:
         rate = r["records_per_second"]
         r["x_consumer_group"] = round(rate / base, 2) if rate and base else None
         if r["contender"] == "offtake-queue":
-            ideal = single * r["workers"] if single else None
-            r["x_linear"] = round(rate / ideal, 2) if rate and ideal else None
+            linear = single * r["workers"] if single else None
+            r["x_linear"] = round(rate / linear, 2) if rate and linear else None
+            if latency_ms:
+                ideal = r["workers"] * 1000 / latency_ms
+                r["x_ideal"] = round(rate / ideal, 2) if rate else None
 
 
 def fill_in_batches(bootstrap: str, topic: str, records: int, batch: int) -> None:
@@ -282,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             url = service.url if plan.function == "wait" else None
             watcher = Watcher(broker.bootstrap)
             try:
-                for name, n in [("offtake", 1), *(("offtake-queue", n) for n in counts)]:
+                for name, n in contenders(plan, counts):
                     got = run(broker, watcher, plan, name, n, url, work)
                     results.append(got)
                     log(
@@ -293,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
                 watcher.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    linearity(results)
+    linearity(results, plan.latency_ms if plan.function == "wait" else None)
     workload = (
         f"wait: one call per record to the latency service answering after "
         f"{plan.latency_ms:g} ms (concurrency_calls:offtake_sync), input topic of 1 partition"
@@ -321,14 +336,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"{'contender':<15} {'workers':>7} {'records/s':>10} {'x 1 consumer':>12} "
-        f"{'x linear':>9} {'dups':>6}"
+        f"{'x linear':>9} {'x ideal':>8} {'dups':>6}"
     )
     for r in results:
         x = "-" if r["x_consumer_group"] is None else f"{r['x_consumer_group']:.2f}"
         lin = "-" if r.get("x_linear") is None else f"{r['x_linear']:.2f}"
+        ideal = "-" if r.get("x_ideal") is None else f"{r['x_ideal']:.2f}"
         print(
             f"{r['contender']:<15} {r['workers']:>7} {r['records_per_second'] or 0:>10,.1f} "
-            f"{x:>12} {lin:>9} {r['duplicates']:>6}  {r['status']}"
+            f"{x:>12} {lin:>9} {ideal:>8} {r['duplicates']:>6}  {r['status']}"
         )
     print(f"\nfigures: {out_path}  ({report['seconds']}s)")
     return 0

@@ -81,6 +81,22 @@ def _run(name: str, workers: int, rate: float | None) -> dict[str, Any]:
     return {"contender": name, "workers": workers, "records_per_second": rate}
 
 
+def test_a_waiting_run_has_no_consumer_group_anchor_and_a_cpu_run_starts_with_one() -> None:
+    assert bench.contenders(bench.Plan("wait"), [1, 2]) == [
+        ("offtake-queue", 1),
+        ("offtake-queue", 2),
+    ]
+    assert bench.contenders(bench.Plan("cpu"), [1]) == [("offtake", 1), ("offtake-queue", 1)]
+
+
+def test_a_waiting_run_is_also_read_against_n_calls_per_latency() -> None:
+    runs = [_run("offtake-queue", 1, 18.0), _run("offtake-queue", 8, 128.0)]
+    bench.linearity(runs, latency_ms=50)
+    assert [r["x_ideal"] for r in runs] == [0.9, 0.8]  # against 20/s and 160/s
+    assert [r["x_linear"] for r in runs] == [1.0, 0.89]
+    assert [r["x_consumer_group"] for r in runs] == [None, None]
+
+
 def test_linear_is_against_n_times_one_queue_worker() -> None:
     runs = [
         _run("offtake", 1, 20.0),
