@@ -189,6 +189,9 @@ class ShareSource:
         self.backlog: dict[TopicPartition, int] = {}
         self.lock_seconds = DEFAULT_LOCK_SECONDS
         self.stats = ShareStats()
+        #: Goes up whenever acquired_ages, frontier or backlog changed (a poll with records, a
+        #: refresh of the log ends): the gauges made from them need setting only then.
+        self.revision = 0
 
     # -- life cycle ------------------------------------------------------------------------
     def open(self, listener: SourceListener) -> None:
@@ -313,6 +316,7 @@ class ShareSource:
             self.frontier[tp] = max(last, self.frontier.get(tp, -1))
             i = j
         self.acquired_ages = ages
+        self.revision += 1
         new = [tp for tp in ages if tp not in self._seen]
         if new and self._listener is not None:
             self._seen.update(new)
@@ -352,6 +356,7 @@ class ShareSource:
                 continue
             if marks is not None and marks[1] >= 0:
                 self.backlog[tp] = max(0, int(marks[1]) - offset - 1)
+                self.revision += 1
 
     # -- what a share group has no use for (the poll loop's calls for consumer groups) -------
     def pause(self, partitions: Collection[TopicPartition]) -> None:
