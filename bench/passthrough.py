@@ -84,20 +84,26 @@ VALUE_BYTES = 80
 CONTENDERS = (
     "c",
     "loop",
+    "loop-queue",
     "quix",
     "arroyo",
     "offtake",
     "offtake-eos",
     "offtake-queue",
     "offtake-base",
+    "offtake-queue-base",
 )
 # "offtake": exactly-once (offtake-eos) and queue mode on a share group (offtake-queue) read
-# against at-least-once on a consumer group in the same run.
-ANCHORS = ("loop", "quix", "arroyo", "offtake")
+# against at-least-once on a consumer group in the same run; "loop-queue": the hand-written
+# loop on a share group (bench_contenders.py), queue mode's own anchor.
+ANCHORS = ("loop", "quix", "arroyo", "offtake", "loop-queue")
+QUEUE_CONTENDERS = ("offtake-queue", "offtake-queue-base", "loop-queue")
 # Pinned, so that a figure names what it measured; the versions of the issue's first table.
 VENV_PACKAGES = {"quix": "quixstreams==3.28.1", "arroyo": "sentry-arroyo==2.48.0"}
 LATENCY_RATE = 10_000
-# --baseline DIR: another checkout whose worker runs as "offtake-base" (before/after in one run).
+# --baseline DIR: another checkout whose worker runs as "offtake-base" (before/after in one run),
+# and in queue mode as "offtake-queue-base".
+BASELINES = ("offtake-base", "offtake-queue-base")
 BASELINE: Path | None = None
 # --profile DIR: where py-spy writes the Offtake runs' profiles (None: not profiled).
 PROFILE_DIR: Path | None = None
@@ -320,7 +326,7 @@ def prepare(wanted: Sequence[str]) -> Contenders:
     out.versions["librdkafka (loop, offtake)"] = confluent_kafka.libversion()[0]
     for name in wanted:
         try:
-            if name == "offtake-base" and BASELINE is None:
+            if name in BASELINES and BASELINE is None:
                 raise Unavailable("give --baseline DIR (another checkout) to run it")
             if name == "c":
                 out.forwarder, version = forwarder_binary()
@@ -372,18 +378,19 @@ def _command(
     if name == "c":
         assert contenders.forwarder is not None
         return [str(contenders.forwarder), job.bootstrap, job.input, job.output, job.group], env
-    if name in ("offtake", "offtake-eos", "offtake-queue", "offtake-base"):
+    if name in ("offtake", "offtake-eos", "offtake-queue", *BASELINES):
         manifest = work / f"{job.group}.yaml"
         # JSON is YAML: no YAML library needed to write the manifest.
         doc = offtake_manifest(
-            job, work, exactly_once=name == "offtake-eos", queue=name == "offtake-queue"
+            job,
+            work,
+            exactly_once=name == "offtake-eos",
+            queue=name in ("offtake-queue", "offtake-queue-base"),
         )
         manifest.write_text(json.dumps(doc, indent=2))
         # offtake-base: the worker of the --baseline checkout instead of this one's.
         base = BASELINE
-        ours = (
-            str(base / "worker") if name == "offtake-base" and base else env.get("PYTHONPATH", "")
-        )
+        ours = str(base / "worker") if name in BASELINES and base else env.get("PYTHONPATH", "")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (ours, str(BENCH)) if p)
         argv = [sys.executable, "-m", "offtake.cli", "worker", "--pipeline", str(manifest)]
         return [*argv, "--metrics-port", "0", "--log-level", "WARNING"], env
@@ -449,7 +456,7 @@ def supports(name: str, workload: Workload) -> str | None:
         return "the C forwarder is the pass-through ceiling only"
     if name == "arroyo" and workload.kind in SCHEMA_KINDS:
         return "schema'd workloads: the loop, Quix Streams and Offtake"
-    if name in ("loop", "quix") and workload.parallelism > 1:
+    if name in ("loop", "loop-queue", "quix") and workload.parallelism > 1:
         return "runs its function in one process only"
     return None
 
@@ -707,7 +714,7 @@ def throughput_run(
         output=asdict(check),
         complete=check.complete,
         # A share group commits no offsets: its progress is its output (None: not applicable).
-        committed_to_end=None if name == "offtake-queue" else committed >= records,
+        committed_to_end=None if name in QUEUE_CONTENDERS else committed >= records,
         exit_code=code,
     )
     if result["status"] == "ok" and not check.complete:
@@ -981,7 +988,7 @@ def main(argv: list[str] | None = None) -> int:
         # Long enough for the worker to start and reach the bound on a busy machine (10 s was not).
         args.stall_seconds if args.stall_seconds is not None else (25 if args.quick else 40)
     )
-    default = [c for c in CONTENDERS if c != "offtake-base" or BASELINE is not None]
+    default = [c for c in CONTENDERS if c not in BASELINES or BASELINE is not None]
     names = [c for c in CONTENDERS if c in args.only.split(",")] if args.only else default
     unknown = set((args.only or "").split(",")) - set(CONTENDERS) - {""}
     if unknown:
@@ -1304,7 +1311,8 @@ def render(report: dict[str, Any]) -> str:
         f"{report['load_average_1m']['end']} on {report['cpus']} CPUs (shared: read ratios)",
         "",
         f"{'workload':<8} {'contender':<11} {'records/s':>10} {'x loop':>7} {'x quix':>7} "
-        f"{'x arroyo':>8} {'x offtake':>9} {'cpu us':>7} {'cpu x loop':>10} {'dups':>6}  note",
+        f"{'x arroyo':>8} {'x offtake':>9} {'x loop-queue':>12} {'cpu us':>7} "
+        f"{'cpu x loop':>10} {'dups':>6}  note",
     ]
     for workload, row in report["summary"].items():
         n = report["records"][workload]
@@ -1315,7 +1323,13 @@ def render(report: dict[str, Any]) -> str:
                 f"{rate:>10,}" if rate else f"{'-':>10}",
                 *(
                     f"{e[f'x_{a}']:>{w}.2f}" if e[f"x_{a}"] else f"{'-':>{w}}"
-                    for a, w in (("loop", 7), ("quix", 7), ("arroyo", 8), ("offtake", 9))
+                    for a, w in (
+                        ("loop", 7),
+                        ("quix", 7),
+                        ("arroyo", 8),
+                        ("offtake", 9),
+                        ("loop-queue", 12),
+                    )
                 ),
                 f"{e['cpu_us_per_record']:>7.1f}" if e.get("cpu_us_per_record") else f"{'-':>7}",
                 f"{e['cpu_x_loop']:>10.2f}" if e.get("cpu_x_loop") else f"{'-':>10}",

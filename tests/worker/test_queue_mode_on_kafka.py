@@ -116,8 +116,8 @@ def test_sigkill_loses_nothing_and_duplicates_only_what_it_had_acquired(
         "queue-kill", kafka_broker.bootstrap, topic_factory, tmp_path
     )
     # What it holds: acquired and not acknowledged (a poll is what the broker hands out: up
-    # to share.partition.max.record.locks, 2,000, a partition; librdkafka 2.16 ignores
-    # max.poll.records for share consumers).
+    # to share.partition.max.record.locks, 2,000, a partition, in whole producer batches;
+    # max.poll.records, 10,000 in the worker, is only the fetch's soft limit).
     took = acquired(first)
     held = took - series(first, "offtake_share_acknowledged_total")
     first.kill()

@@ -49,6 +49,15 @@ RELEASE_MARGIN_SECONDS = 5.0
 BACKLOG_INTERVAL_SECONDS = 5.0
 #: What one refresh of the log ends may take in all, so acknowledging never waits long on it.
 BACKLOG_BUDGET_SECONDS = 1.0
+#: The share consumer's max.poll.records unless spec.kafka.config sets it: the records the
+#: broker may acquire for one ShareFetch (librdkafka sends it as the request's max records).
+#: At librdkafka's 500 the broker answers with one partition's batches a fetch (about 2,000
+#: records, whole batches, capped per partition by the group's
+#: share.partition.max.record.locks), and a worker that must acknowledge a poll before the
+#: next waits for a fetch round trip every 2,000 records. 10,000 lets one fetch carry several
+#: partitions: a consume-only share-consumer loop made 19 polls of 200,000 records instead of
+#: 42, at 1.4x to 1.75x the rate (docs/bench.md, "issue 39 item 2").
+POLL_RECORDS = 10_000
 _UNSUPPORTED_VERSION = 35  # the ShareGroupHeartbeat of a broker without share groups
 _INVALID_RECORD_STATE = 121  # the broker's answer to an acknowledgement after the lock expired
 _FATAL = -150
@@ -162,8 +171,10 @@ class ShareSource:
         self._clock = clock
         self._consumer: ShareConsumerLike | None = None
         self._fatal: str | None = None
-        # The last poll's records not yet acknowledged, by position, with when they were acquired.
-        self._open: dict[tuple[str, int, int], tuple[MessageLike, float]] = {}
+        # The last poll's records not yet acknowledged, by position; all were acquired at
+        # _polled_at (one poll at a time), so their locks run out together.
+        self._open: dict[tuple[str, int, int], MessageLike] = {}
+        self._polled_at = 0.0
         self._unsent = False  # acknowledgements recorded locally, not yet sent
         self._listener: SourceListener | None = None
         self._seen: set[TopicPartition] = set()  # partitions the listener heard of
@@ -178,6 +189,9 @@ class ShareSource:
         self.backlog: dict[TopicPartition, int] = {}
         self.lock_seconds = DEFAULT_LOCK_SECONDS
         self.stats = ShareStats()
+        #: Goes up whenever acquired_ages, frontier or backlog changed (a poll with records, a
+        #: refresh of the log ends): the gauges made from them need setting only then.
+        self.revision = 0
 
     # -- life cycle ------------------------------------------------------------------------
     def open(self, listener: SourceListener) -> None:
@@ -204,6 +218,7 @@ class ShareSource:
             self.lock_seconds = lock_ms / 1000
         conf = dict(self._config)
         conf["share.acknowledgement.mode"] = "explicit"
+        conf.setdefault("max.poll.records", POLL_RECORDS)
         conf.setdefault("error_cb", self._on_client_error)
         self._consumer = self._clients.share_consumer(conf)
         self._consumer.set_acknowledgement_commit_callback(self._on_acknowledged)
@@ -252,9 +267,13 @@ class ShareSource:
             log.warning("share consumer: %s", exc)
             return []
         self._unsent = False  # the poll sent the acknowledgements recorded before it
-        now = self._clock()
+        self._polled_at = self._clock()
         wall_ms = time.time() * 1000
         out: list[MessageLike] = []
+        opened = self._open
+        redelivered = 0
+        # One pass, no object per record: this loop and the acknowledgements are the poll
+        # thread's work per record in queue mode (issue 39: the poll thread was the limit).
         for msg in got:
             err = msg.error()
             if err is not None:
@@ -263,26 +282,41 @@ class ShareSource:
                 else:
                     log.warning("share consumer error: %s", err.str())
                 continue
-            self._open[_where(msg)] = (msg, now)
+            opened[(msg.topic() or "", msg.partition() or 0, msg.offset() or 0)] = msg
             if (delivery_count(msg) or 1) > 1:
-                self.stats.redelivered += 1
+                redelivered += 1
             out.append(msg)
+        self.stats.redelivered += redelivered
         out.sort(key=_where)  # the engine's unit is a partition's records in offset order
         self.stats.acquired += len(out)
         self._track(out, wall_ms)
         return out
 
     def _track(self, records: list[MessageLike], wall_ms: float) -> None:
-        """Tell the listener of new partitions; note how old each partition's records were."""
+        """Tell the listener of new partitions; note how old each partition's records were.
+
+        ``records`` are in partition and offset order: each partition's run is looked at once
+        (its frontier is the run's last offset), only the timestamps record by record."""
         ages = dict.fromkeys(self.acquired_ages, 0.0)
-        for msg in records:
-            tp = TopicPartition(msg.topic() or "", msg.partition() or 0)
-            kind, ts = msg.timestamp()
-            age = max(0.0, (wall_ms - ts) / 1000) if kind and ts >= 0 else 0.0
+        i, n = 0, len(records)
+        while i < n:
+            topic, partition = records[i].topic() or "", records[i].partition() or 0
+            oldest = None  # the smallest timestamp of the run
+            j = i
+            while j < n and records[j].partition() == partition and records[j].topic() == topic:
+                kind, ts = records[j].timestamp()
+                if kind and ts >= 0 and (oldest is None or ts < oldest):
+                    oldest = ts
+                j += 1
+            tp = TopicPartition(topic, partition)
+            age = max(0.0, (wall_ms - oldest) / 1000) if oldest is not None else 0.0
             ages[tp] = max(age, ages.get(tp, 0.0))
-            self._acquired_by_topic[tp.topic] = self._acquired_by_topic.get(tp.topic, 0) + 1
-            self.frontier[tp] = max(msg.offset() or 0, self.frontier.get(tp, -1))
+            self._acquired_by_topic[topic] = self._acquired_by_topic.get(topic, 0) + j - i
+            last = records[j - 1].offset() or 0
+            self.frontier[tp] = max(last, self.frontier.get(tp, -1))
+            i = j
         self.acquired_ages = ages
+        self.revision += 1
         new = [tp for tp in ages if tp not in self._seen]
         if new and self._listener is not None:
             self._seen.update(new)
@@ -322,6 +356,7 @@ class ShareSource:
                 continue
             if marks is not None and marks[1] >= 0:
                 self.backlog[tp] = max(0, int(marks[1]) - offset - 1)
+                self.revision += 1
 
     # -- what a share group has no use for (the poll loop's calls for consumer groups) -------
     def pause(self, partitions: Collection[TopicPartition]) -> None:
@@ -365,7 +400,7 @@ class ShareSource:
         held = self._open.pop((tp.topic, tp.partition, offset), None)
         if held is None:
             return False
-        self._c.acknowledge(held[0], int(kind))
+        self._c.acknowledge(held, int(kind))
         self.stats.acknowledged[kind] += 1
         self._unsent = True
         return True
@@ -382,8 +417,13 @@ class ShareSource:
     ) -> list[tuple[TopicPartition, int]]:
         """Release the records whose lock ends within ``margin`` seconds; returns them, so the
         engine forgets them (their outcome, if they finish after all, is not acknowledged)."""
-        cutoff = self._clock() - release_after(self.lock_seconds, margin)
-        out = [key for key, (_, at) in self._open.items() if at <= cutoff]
+        # Every record held came with the last poll: all expire together, or none. A look at
+        # the clock per step, not at every record held (the step runs every few ms).
+        if not self._open or self._polled_at > self._clock() - release_after(
+            self.lock_seconds, margin
+        ):
+            return []
+        out = list(self._open)
         for topic, partition, offset in out:
             self.acknowledge(TopicPartition(topic, partition), offset, Ack.RELEASE)
         self.stats.released_before_expiry += len(out)

@@ -68,6 +68,7 @@ class Queue(DeliveryPolicy):
         self.source = source
         self.metrics = metrics
         self._exported = ShareStats()
+        self._revision = -1  # the source's revision the gauges were last set from
 
     @property
     def first_attempt(self) -> Callable[[MessageLike], int]:
@@ -128,6 +129,11 @@ class Queue(DeliveryPolicy):
             if delta:
                 counter.inc(delta)
                 setattr(done, attr, getattr(stats, attr))
+        for topic, n in self.source.take_acquired_by_topic().items():
+            self.metrics.share_acquired.labels(topic).inc(n)
+        if self._revision == self.source.revision:
+            return  # the gauges below changed with no poll and no refresh: every step is often
+        self._revision = self.source.revision
         for tp, age in self.source.acquired_ages.items():
             # Lag in seconds only: a share group commits no offsets to count messages from,
             # so no lag-in-messages series rather than a wrong 0.
@@ -136,8 +142,6 @@ class Queue(DeliveryPolicy):
             self.metrics.share_acquired_offset.labels(tp.topic, str(tp.partition)).set(offset)
         for tp, behind in self.source.backlog.items():
             self.metrics.share_backlog.labels(tp.topic, str(tp.partition)).set(behind)
-        for topic, n in self.source.take_acquired_by_topic().items():
-            self.metrics.share_acquired.labels(topic).inc(n)
 
     def revoking(self, partitions: set[TopicPartition], deadline: float) -> Released:
         return Released(drained=True, committed=True)  # a share group revokes nothing
