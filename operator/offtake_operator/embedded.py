@@ -10,14 +10,21 @@ its loop, which would take the host program's tasks with it.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import logging
 import threading
 from types import TracebackType
+from typing import Any
 
 import kopf
 
 from .context import MEMO_KEY, OperatorContext
+from .ensure import settled
 from .kafka_gateway import KafkaGateway
 from .settings import OperatorConfig
+
+log = logging.getLogger("offtake.operator")
 
 
 class OperatorError(RuntimeError):
@@ -37,28 +44,35 @@ class OperatorThread:
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._run, name="offtake-operator", daemon=True)
 
     def _run(self) -> None:
-        from . import handlers, webhook  # noqa: F401  (registers the handlers with kopf)
-
-        config = self.ctx.config
         try:
-            kopf.run(
-                clusterwide=not config.namespaces,
-                namespaces=config.namespaces,
-                standalone=not config.peering,
-                peering_name=config.peering or None,
-                priority=self._priority,
-                stop_flag=self._stop,
-                ready_flag=self._ready,
-                memo=kopf.Memo({MEMO_KEY: self.ctx}),
-                registry=webhook.registry_for(config),
-            )
+            asyncio.run(self._serve())
+        except asyncio.CancelledError:  # as kopf.run: a cancelled operator has stopped
+            pass
         except BaseException as exc:  # re-raised in the host thread by start() or stop()
             self._error = exc
         finally:
             self._ready.set()
+
+    async def _serve(self) -> None:
+        from . import handlers, webhook  # noqa: F401  (registers the handlers with kopf)
+
+        self._loop = asyncio.get_running_loop()
+        config = self.ctx.config
+        await kopf.operator(
+            clusterwide=not config.namespaces,
+            namespaces=config.namespaces,
+            standalone=not config.peering,
+            peering_name=config.peering or None,
+            priority=self._priority,
+            stop_flag=self._stop,
+            ready_flag=self._ready,
+            memo=kopf.Memo({MEMO_KEY: self.ctx}),
+            registry=webhook.registry_for(config),
+        )
 
     def start(self, timeout: float = 30.0) -> OperatorContext:
         self._thread.start()
@@ -69,6 +83,19 @@ class OperatorThread:
         return self.ctx
 
     def stop(self, timeout: float = 30.0) -> None:
+        """Cancel and await the passes' child steps in flight, then stop kopf.
+
+        The steps first: kopf re-raises, as the operator's crash, the exception of any task
+        still running when it stops, and a step can end in one its pass would have handled
+        (a namespace that a previous test's teardown is deleting)."""
+        loop = self._loop
+        if loop is not None and self._thread.is_alive():
+            cancelled = asyncio.run_coroutine_threadsafe(_cancel_steps(), loop)
+            try:
+                cancelled.result(timeout)
+            except (concurrent.futures.TimeoutError, RuntimeError) as exc:
+                # RuntimeError: the loop closed meanwhile (the operator stopped on its own).
+                log.warning("the operator's steps in flight were not all cancelled: %r", exc)
         self._stop.set()
         self._thread.join(timeout)
         if self._thread.is_alive():
@@ -90,3 +117,21 @@ class OperatorThread:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _is_step(task: asyncio.Task[Any]) -> bool:
+    """A task running a pass's child step (:func:`.ensure.settled`), not one of kopf's (its
+    watchers, workers and daemons run the passes themselves; kopf stops those)."""
+    return getattr(task.get_coro(), "cr_code", None) is settled.__code__
+
+
+async def _cancel_steps() -> None:
+    """Cancel the passes' child steps in flight and wait for them to end: their passes end
+    with the cancellation, as at any stop; what a step raised instead is logged."""
+    steps = [t for t in asyncio.all_tasks() if _is_step(t)]
+    for task in steps:
+        task.cancel()
+    ended = await asyncio.gather(*steps, return_exceptions=True)
+    for task, outcome in zip(steps, ended, strict=True):
+        if isinstance(outcome, Exception):
+            log.info("operator step %s ended on stop with %r", task.get_name(), outcome)

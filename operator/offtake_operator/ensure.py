@@ -6,8 +6,8 @@ object the pipeline did not make (:class:`.apply.NotOursError`, every such name 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Mapping
+from typing import Any, TypeVar
 
 from .apply import Applied, NotOursError, Taken, apply_claimed, claim
 from .context import OperatorContext
@@ -20,6 +20,24 @@ class ChildRejectedError(Exception):
 
 class NamespaceTerminatingError(Exception):
     """The pipeline's namespace is being deleted: no child can be (re)created there."""
+
+
+T = TypeVar("T")
+
+
+async def settled(step: Awaitable[T]) -> T | Exception:
+    """``step``'s result, or the exception it raised, as a value.
+
+    For the steps a pass runs at once (``asyncio.gather``): each runs in a task of its own,
+    and a task that ends in an exception while the operator stops is re-raised by kopf as the
+    operator's crash (it re-raises every task left over at its stop), even though the pass
+    would have handled it, as with a namespace being deleted between two tests. A step's task
+    that returns its exception ends cleanly; the pass decides what the exception means.
+    """
+    try:
+        return await step
+    except Exception as exc:
+        return exc
 
 
 def describe_error(res: Resource, obj: Mapping[str, Any], exc: ApiError) -> str:
@@ -35,17 +53,17 @@ async def claim_all(
     ``trusted``: the children the watch has sent are taken from :attr:`OperatorContext.children`
     (the others are read)."""
     results = await asyncio.gather(
-        *(claim_child(ctx, res, obj, trusted) for res, obj in children), return_exceptions=True
+        *(settled(claim_child(ctx, res, obj, trusted)) for res, obj in children)
     )
     taken: list[Taken] = []
     for result in results:
         if isinstance(result, NotOursError):
             taken += result.taken
-        elif isinstance(result, BaseException):
+        elif isinstance(result, Exception):
             raise result
     if taken:
         raise NotOursError(taken)
-    return [r for r in results if not isinstance(r, BaseException)]
+    return [r for r in results if not isinstance(r, Exception)]
 
 
 async def claim_child(ctx: OperatorContext, res: Resource, obj: JSON, trusted: bool) -> JSON | None:

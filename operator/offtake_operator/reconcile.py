@@ -30,6 +30,7 @@ from .ensure import (
     NamespaceTerminatingError,
     claim_all,
     ensure_child,
+    settled,
 )
 from .kafka_secret import KafkaSecret, KafkaSecretError, kafka_properties, read_kafka_secret
 from .kubeapi import (
@@ -148,13 +149,12 @@ async def _apply_children(
     await ensure_child(ctx, CONFIGMAPS, configmap, found[0])
     results = await asyncio.gather(
         *(
-            ensure_child(ctx, res, obj, actual)
+            settled(ensure_child(ctx, res, obj, actual))
             for (res, obj), actual in zip(children, found[1:], strict=True)
-        ),
-        return_exceptions=True,
+        )
     )
     for result in results:
-        if isinstance(result, BaseException):
+        if isinstance(result, Exception):
             raise result
     deployment = results[0]
     assert isinstance(deployment, Applied)
@@ -275,6 +275,14 @@ async def _own_deployment(ctx: OperatorContext, body: Mapping[str, Any]) -> JSON
     return found
 
 
+def _namespace_terminating(
+    namespace: str, name: str, exc: NamespaceTerminatingError
+) -> ReconcileResult:
+    """The namespace is being deleted, the pipeline with it: nothing to do, and no error."""
+    log.info("%s/%s: namespace is being deleted, pass ends: %s", namespace, name, exc)
+    return ReconcileResult(gone=True)
+
+
 def _failed_reason(exc: Exception) -> str:
     """The condition's reason for a child that could not be applied."""
     return NAME_TAKEN if isinstance(exc, NotOursError) else "ChildRejected"
@@ -372,8 +380,8 @@ async def reconcile(ctx: OperatorContext, namespace: str, name: str) -> Reconcil
                 )
                 deployment = applied.obj
         await _apply_beside_workers(ctx, body, pipeline, extras, secret, old_status, outcome)
-    except NamespaceTerminatingError:
-        return ReconcileResult(gone=True)
+    except NamespaceTerminatingError as exc:
+        return _namespace_terminating(namespace, name, exc)
     except (ChildRejectedError, NotOursError) as exc:
         failed = str(exc)
         failed_reason = _failed_reason(exc)
@@ -422,8 +430,8 @@ async def _reconcile_injected(
         found = await claim_all(ctx, children, trusted)
         for (res, obj), actual in zip(children, found, strict=True):
             await ensure_child(ctx, res, obj, actual)
-    except NamespaceTerminatingError:
-        return ReconcileResult(gone=True)
+    except NamespaceTerminatingError as exc:
+        return _namespace_terminating(namespace, name, exc)
     except (ChildRejectedError, NotOursError) as exc:
         failed = str(exc)
         failed_reason = _failed_reason(exc)

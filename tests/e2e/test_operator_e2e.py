@@ -31,7 +31,15 @@ from typing import Any
 import pytest
 import yaml
 from confluent_kafka import Consumer, Producer
-from support.kube import consumer_pipeline, exists, get, operator_running, patch, wait_for
+from support.kube import (
+    consumer_pipeline,
+    exists,
+    get,
+    operator_running,
+    patch,
+    wait_for,
+    wait_for_passes,
+)
 from support.workers import served_port
 
 from offtake.config import load_pipeline
@@ -406,7 +414,8 @@ def test_a_spec_the_worker_rejects_degrades_and_keeps_the_deployment(
         what="an InvalidSpec Event",
     )
     assert events[0]["type"] == "Warning" and "spec.source.groupId" in events[0]["message"]
-    time.sleep(4)  # more than a resync: the operator keeps its hands off
+    # Resyncs run meanwhile (every 3 s): the operator keeps its hands off.
+    wait_for_passes(operator, ns, "picky", 2)
     after = get(kubectl, "deployment", "picky", "-n", ns)
     assert after["metadata"]["generation"] == before["metadata"]["generation"]
     assert (

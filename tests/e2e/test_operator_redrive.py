@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from support.kube import get, patch, wait_for
+from support.kube import get, patch, wait_for, wait_for_passes
 from test_operator_e2e import (  # noqa: F401  (operator, pipelines_crd: fixtures)
     ROOT,
     LocalKubelet,
@@ -211,7 +211,7 @@ def test_redrive_replays_dead_letters_through_the_pipeline_once(
         assert job_obj["metadata"]["ownerReferences"][0]["name"] == "rd"
         assert job_obj["spec"]["ttlSecondsAfterFinished"] == names.REDRIVE_JOB_TTL_SECONDS
         # Resyncs (every 3 s) do not run it again: one Job, one pod.
-        time.sleep(7)
+        wait_for_passes(operator, ns, "rd", 2)
         assert get(kubectl, "job", job, "-n", ns)["metadata"]["uid"] == job_obj["metadata"]["uid"]
         assert len(get(kubectl, "pods", "-n", ns, "-l", f"job-name={job}")["items"]) == 1
 

@@ -44,6 +44,27 @@ def wait_for(
     pytest.fail(f"timed out after {timeout:g}s waiting for {what or check}; last: {last!r}{detail}")
 
 
+def wait_for_passes(
+    ctx: OperatorContext, namespace: str, name: str, count: int = 2, *, timeout: float = 120.0
+) -> None:
+    """Wait until the operator has finished ``count`` more reconcile passes of the pipeline
+    (resyncs among them). A test that checks the operator leaves something alone waits on
+    passes having run, not on a sleep that a loaded machine may not fill with a single one."""
+    state = ctx.states.get((namespace, name))
+    last = float("-inf") if state is None else state.last_reconcile
+    passes = 0
+
+    def enough() -> bool:
+        nonlocal last, passes
+        state = ctx.states.get((namespace, name))  # read only: the operator's thread owns it
+        now = float("-inf") if state is None else state.last_reconcile
+        if now > last:  # one pass or more since the last look: counted as one
+            passes, last = passes + 1, now
+        return passes >= count
+
+    wait_for(enough, timeout=timeout, what=f"{count} more reconcile passes of {namespace}/{name}")
+
+
 def get(kubectl: Kubectl, *args: str) -> Any:
     return json.loads(kubectl("get", *args, "-o", "json").stdout)
 

@@ -29,6 +29,7 @@ from offtake_testbed.kafka import (
     KafkaBroker,
     KafkaTestbedError,
     install_kafka,
+    read_topic,
 )
 from offtake_testbed.process import free_port
 from offtake_testbed.pytest_plugin import SCRAM_USER, TopicFactory
@@ -119,6 +120,54 @@ def test_produce_consume_and_commit_in_a_group(
     committed = _committed_offsets(kafka_broker, group)
     assert committed == _high_watermarks(kafka_broker.bootstrap, topic, 12)
     assert sum(committed.values()) == MESSAGES
+
+
+def test_read_topic_right_after_a_commit_sees_the_transaction(
+    kafka_broker: KafkaBroker, topic_factory: TopicFactory
+) -> None:
+    """The commit's markers land a moment after commit_transaction returns: the read waits."""
+    topic = topic_factory(partitions=3)
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka_broker.bootstrap,
+            "transactional.id": f"read-topic-{uuid.uuid4().hex}",
+            "logger": _quiet,
+        }
+    )
+    producer.init_transactions(60)
+    for round_ in range(3):
+        producer.begin_transaction()
+        for i in range(12):
+            producer.produce(topic, f"{round_}-{i}".encode(), partition=i % 3)
+        producer.commit_transaction(60)
+
+        seen = sorted(m.value() or b"" for m in read_topic(kafka_broker.bootstrap, topic))
+
+        assert seen == sorted(f"{r}-{i}".encode() for r in range(round_ + 1) for i in range(12))
+
+
+def test_read_topic_names_where_it_stopped_at_an_open_transaction(
+    kafka_broker: KafkaBroker, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=1)
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka_broker.bootstrap,
+            "transactional.id": f"read-topic-{uuid.uuid4().hex}",
+            "logger": _quiet,
+        }
+    )
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce(topic, b"open", partition=0)
+    assert producer.flush(30) == 0
+
+    with pytest.raises(KafkaTestbedError, match=r"read 0 record\(s\); partition 0 at"):
+        read_topic(kafka_broker.bootstrap, topic, timeout=3)
+    assert [
+        m.value() for m in read_topic(kafka_broker.bootstrap, topic, isolation="read_uncommitted")
+    ] == [b"open"]
+    producer.abort_transaction(60)
 
 
 def _produce(bootstrap: str, topic: str, count: int) -> list[bytes]:

@@ -431,24 +431,15 @@ def read_topic(
     so reading a topic never changes what a pipeline under test sees. ``isolation`` is the
     reader's isolation.level: read_committed (librdkafka's default) skips aborted transactions'
     records and waits at an open transaction until it ends (a killed transactional producer's
-    is aborted by the broker after its transaction.timeout.ms).
+    is aborted by the broker after its transaction.timeout.ms). The end is the log's end as
+    written (its high watermark), so a read right after ``commit_transaction`` waits for the
+    commit's markers instead of stopping before them. Raises :class:`KafkaTestbedError`
+    naming each partition's position and end if the end is not reached within ``timeout``.
     """
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"offtake-testbed-reader-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-            "logger": _log,
-        }
-    )
+    consumer = _reader(bootstrap, isolation)
     try:
         parts = list(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in parts
-        }
+        ends = _log_ends(bootstrap, topic, parts)
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
         todo = {p for p, end in ends.items() if end > 0}
         out: list[Message] = []
@@ -468,8 +459,48 @@ def read_topic(
                     (pos,) = consumer.position([TopicPartition(topic, p)])
                     if pos.offset >= ends[p]:
                         todo.discard(p)
+        if todo:
+            where = consumer.position([TopicPartition(topic, p) for p in sorted(todo)])
+            raise KafkaTestbedError(
+                f"could not read {topic} to its end within {timeout:g}s ({isolation}): read "
+                f"{len(out)} record(s); "
+                + ", ".join(
+                    f"partition {w.partition} at {w.offset} of {ends[w.partition]}" for w in where
+                )
+            )
     finally:
         consumer.close()
-    if todo:
-        raise KafkaTestbedError(f"could not read {topic} to its end (partitions {sorted(todo)})")
     return out
+
+
+def _reader(bootstrap: str, isolation: str) -> Consumer:
+    # In no consumer group's business: assigned by hand, nothing committed.
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"offtake-testbed-reader-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+            "logger": _log,
+        }
+    )
+
+
+def _log_ends(bootstrap: str, topic: str, partitions: list[int]) -> dict[int, int]:
+    """Each partition's high watermark: the end of the log as written, markers included.
+
+    Asked with read_uncommitted on purpose. A read_committed consumer's watermark query
+    answers the last stable offset, which stays before a committed transaction until the
+    broker has applied the commit marker, a moment after ``commit_transaction`` returned (on
+    a loaded machine, long enough to see): taken as the end, it made a read right after a
+    commit return no records at all (issue 41).
+    """
+    consumer = _reader(bootstrap, "read_uncommitted")
+    try:
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in partitions
+        }
+    finally:
+        consumer.close()
