@@ -109,28 +109,69 @@ step "Apache Kafka (Maven Central jars)"
 "$PY" -m offtake_testbed.kafka install >/dev/null # its progress and what it found: stderr
 
 if [[ $MODE == --all || $MODE == --node ]]; then
+  # The test bed's parts do not depend on each other, and a bare machine spends minutes on
+  # each: downloads (Maven Central, Debian, PyPI) and builds (Go, a JVM's training run). They
+  # run side by side, each with its output in a log of its own that is printed when it ends,
+  # so the set-up takes about as long as its longest part instead of their sum.
+  parts_dir=$(mktemp -d)
+  trap 'rm -rf "$parts_dir"' EXIT
+  part_names=()
+  part() { # part NAME TITLE COMMAND...: start COMMAND in the background
+    local name=$1 title=$2
+    shift 2
+    part_names+=("$name")
+    printf '%s\n' "$title" >"$parts_dir/$name.title"
+    (
+      began=$EPOCHREALTIME
+      set +e
+      "$@" >"$parts_dir/$name.log" 2>&1
+      code=$?
+      printf '%s %s\n' "$code" "$(bc_sub "$EPOCHREALTIME" "$began")" >"$parts_dir/$name.done"
+    ) &
+  }
   # The Spark tier: its tests start local Spark sessions, faster from the archive (once per JVM
   # and Spark version, kept in the cache). The Kafka demo starts no Spark, so it does not wait
   # for it. Spark's own log lines go to a file, named if the build fails.
-  step "Spark class-data archive (offtake spark-archive: local Spark sessions start faster)"
-  archive_log="${OFFTAKE_CACHE:-$HOME/.cache/offtake}/spark-archive.log"
-  mkdir -p "$(dirname "$archive_log")"
-  if archive=$("$VENV/bin/offtake" spark-archive 2>"$archive_log"); then
-    echo "archive: $archive"
-  else
-    echo "no class-data archive (is java installed? see $archive_log): local Spark sessions" \
-      "start without one"
+  spark_archive() {
+    local archive_log="${OFFTAKE_CACHE:-$HOME/.cache/offtake}/spark-archive.log" archive
+    mkdir -p "$(dirname "$archive_log")"
+    if archive=$("$VENV/bin/offtake" spark-archive 2>"$archive_log"); then
+      echo "archive: $archive"
+    else
+      echo "no class-data archive (is java installed? see $archive_log): local Spark sessions" \
+        "start without one"
+    fi
+  }
+  # Both from Debian: one after the other (apt-get holds dpkg's lock).
+  debian_parts() {
+    "$PY" -m offtake_testbed.prometheus install && "$PY" -m offtake_testbed.postgres install
+  }
+  part spark-archive "Spark class-data archive (offtake spark-archive: local Spark sessions start faster)" \
+    spark_archive
+  part debian "Prometheus, promtool and PostgreSQL (Debian)" debian_parts
+  part apicurio "Apicurio Registry, the schema registry (built from Maven Central jars)" \
+    "$PY" -m offtake_testbed.apicurio install
+  part kube "kube-apiserver, etcd, kube-controller-manager, kubectl, helm (Go module proxy)" \
+    "$PY" -m offtake_testbed.kube install
+  part scanners "kube-score, kubeconform (Go module proxy) and checkov (PyPI), for scripts/lint.sh" \
+    "$PY" -m offtake_testbed.scanners install
+  step "the test bed's parts, side by side: ${part_names[*]}"
+  wait
+  step_done
+  failed=()
+  for name in "${part_names[@]}"; do
+    read -r code seconds <"$parts_dir/$name.done"
+    printf '\n== %s\n' "$(cat "$parts_dir/$name.title")"
+    cat "$parts_dir/$name.log"
+    printf '   (%.1fs)\n' "$seconds"
+    if [[ $code != 0 ]]; then
+      failed+=("$name")
+    fi
+  done
+  if ((${#failed[@]})); then
+    printf '\nset-up failed in: %s (their output is above)\n' "${failed[*]}" >&2
+    exit 1
   fi
-  step "Prometheus and promtool (Debian)"
-  "$PY" -m offtake_testbed.prometheus install
-  step "PostgreSQL (Debian)"
-  "$PY" -m offtake_testbed.postgres install
-  step "Apicurio Registry, the schema registry (built from Maven Central jars)"
-  "$PY" -m offtake_testbed.apicurio install
-  step "kube-apiserver, etcd, kube-controller-manager, kubectl, helm (Go module proxy)"
-  "$PY" -m offtake_testbed.kube install
-  step "kube-score, kubeconform (Go module proxy) and checkov (PyPI), for scripts/lint.sh"
-  "$PY" -m offtake_testbed.scanners install
 fi
 if [[ $MODE == --node ]]; then
   step "kubelet, containerd, runc, CNI plugins, prometheus-adapter (Go module proxy)"

@@ -16,4 +16,11 @@ printf '\n== tests\n'
 # `pytest`, not `python -m pytest`: the latter puts the repository root on sys.path, where
 # the folder operator/ would shadow the standard library's operator module.
 # --durations=25: CI prints the 25 slowest tests, so the suite's time is watched where it goes.
-exec "$VIRTUAL_ENV/bin/pytest" -p no:cacheprovider --durations=25 "$@"
+# -n: one pytest process per CPU (pytest-xdist; $OFFTAKE_TEST_PROCESSES overrides, 0 runs in
+# this process). Most tests wait on real parts, so the processes overlap their waits; each
+# process starts the shared parts it needs once (a broker, a control plane, a Spark session).
+# --dist loadfile: a file's tests run in one process, in order, so module-scoped fixtures are
+# made once per file as in a plain run.
+processes=${OFFTAKE_TEST_PROCESSES:-$(nproc)}
+exec "$VIRTUAL_ENV/bin/pytest" -p no:cacheprovider --durations=25 -n "$processes" \
+  --dist loadfile "$@"

@@ -4,6 +4,8 @@ holds the poll loop, and while it drains on shutdown; 200 otherwise."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -12,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
 from support.workers import WorkerProcess, manifest, produce, write_manifest
 
 from offtake_testbed.kafka import KafkaBroker
@@ -44,6 +45,25 @@ def watch(
     return seen
 
 
+# A group member that polls until it holds partitions, says so, then never polls again.
+BLOCKER = """
+import sys, time
+from confluent_kafka import Consumer
+bootstrap, group, topic = sys.argv[1:4]
+consumer = Consumer({
+    "bootstrap.servers": bootstrap, "group.id": group,
+    "partition.assignment.strategy": "range",
+    "max.poll.interval.ms": 8000, "session.timeout.ms": 6000,
+})
+consumer.subscribe([topic])
+deadline = time.monotonic() + 30
+while not consumer.assignment() and time.monotonic() < deadline:
+    consumer.poll(0.1)
+print("assigned" if consumer.assignment() else "none", flush=True)
+time.sleep(3600)
+"""
+
+
 def test_not_ready_before_the_first_assignment(
     kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
 ) -> None:
@@ -52,22 +72,18 @@ def test_not_ready_before_the_first_assignment(
     doc["spec"]["kafka"]["groupProtocol"] = "range"
     group = doc["spec"]["source"]["groupId"]
     # A member that stops polling holds up the group's next (eager) rebalance until its
-    # max.poll.interval.ms: the worker's first assignment waits that long.
-    blocker = Consumer(
-        {
-            "bootstrap.servers": kafka_broker.bootstrap,
-            "group.id": group,
-            "partition.assignment.strategy": "range",
-            "max.poll.interval.ms": 8000,
-            "session.timeout.ms": 6000,
-        }
+    # max.poll.interval.ms: the worker's first assignment waits that long. The member lives in
+    # a process of its own that is killed at the end: a Consumer.close() here, after
+    # librdkafka has made the idle member leave the group, hung a CI run for ten minutes.
+    blocker = subprocess.Popen(
+        [sys.executable, "-c", BLOCKER, kafka_broker.bootstrap, group, src],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
-        blocker.subscribe([src])
-        deadline = time.monotonic() + 30
-        while not blocker.assignment():
-            assert time.monotonic() < deadline, "the blocking member got no partitions"
-            blocker.poll(0.1)
+        assert blocker.stdout is not None
+        line = blocker.stdout.readline()  # the member prints once it holds partitions
+        assert line.strip() == "assigned", f"the blocking member got no partitions: {line!r}"
         worker = WorkerProcess(write_manifest(tmp_path / "p.yaml", doc), tmp_path / "w.log").start()
         port = worker.metrics_port()
         seen = watch(port, lambda s: bool(s) and s[-1][0] == 200, timeout=60)
@@ -75,7 +91,8 @@ def test_not_ready_before_the_first_assignment(
         assert sum(1 for code, _ in seen if code == 503) >= 5, seen  # a second or more
         assert worker.terminate() == 0, worker.output()[-2000:]
     finally:
-        blocker.close()
+        blocker.kill()
+        blocker.wait()
 
 
 def test_not_ready_while_a_revoke_drain_holds_the_poll_loop(
