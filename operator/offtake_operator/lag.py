@@ -111,6 +111,15 @@ def admin_config(
     """The operator's clients: connection and security properties only (an allowlist,
     offtake.config.client_properties), whatever else the tenant's kafka.config sets. The
     operator is shared and privileged; the tenant's tuning is for the tenant's workers."""
+    return admin_config_overriding(pipeline, secret, timeout)[0]
+
+
+def admin_config_overriding(
+    pipeline: PipelineSpec, secret: Mapping[str, str], timeout: float
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """:func:`admin_config`, and each tenant value the operator's own bounds replaced, as
+    ``key: tenant value -> operator value`` (the pipeline's status shows them: the tenant sees
+    why the operator's reads do not behave as its config says)."""
     try:
         conf = client_config(pipeline, secret, LIBRDKAFKA_LOG)  # refuses code-loading properties
     except ConfigError as exc:
@@ -125,12 +134,20 @@ def admin_config(
     # The operator's own bounds, whatever the tenant set: the largest response a broker may
     # send (librdkafka allocates a frame's announced size before reading it), and the time
     # a connection may take to be set up and a request to be answered.
-    conf["receive.message.max.bytes"] = OPERATOR_MAX_RESPONSE_BYTES
-    conf["fetch.max.bytes"] = OPERATOR_MAX_RESPONSE_BYTES - 512  # librdkafka: <= receive - 512
-    conf["socket.timeout.ms"] = int(timeout * 1000)
-    conf["socket.connection.setup.timeout.ms"] = int(timeout * 1000)
+    bounds: dict[str, int] = {
+        "receive.message.max.bytes": OPERATOR_MAX_RESPONSE_BYTES,
+        "fetch.max.bytes": OPERATOR_MAX_RESPONSE_BYTES - 512,  # librdkafka: <= receive - 512
+        "socket.timeout.ms": int(timeout * 1000),
+        "socket.connection.setup.timeout.ms": int(timeout * 1000),
+    }
+    overridden = tuple(
+        f"{key}: {conf[key]} -> {value}"
+        for key, value in bounds.items()
+        if key in conf and str(conf[key]) != str(value)
+    )
+    conf.update(bounds)
     conf.setdefault("client.id", "offtake-operator")
-    return conf
+    return conf, overridden
 
 
 _ADMINS: OrderedDict[str, AdminClient] = OrderedDict()
@@ -253,11 +270,21 @@ def measure_lag(pipeline: PipelineSpec, secret: Mapping[str, str], timeout: floa
     return report
 
 
-def measure_lags(requests: Sequence[Request], timeout: float) -> list[LagReport | KafkaAccessError]:
+def measure_lags(
+    requests: Sequence[Request], timeout: float, deadline: float | None = None
+) -> list[LagReport | KafkaAccessError]:
     """The lag of many pipelines, in one round per Kafka cluster (pipelines whose clients have
     the same configuration): one metadata request, one list_offsets per offset kind for every
     partition of them all, the groups' committed offsets requested together, one probe for
-    the timestamps. Blocking: run it in a thread. Each pipeline's own error is its result."""
+    the timestamps. Blocking: run it in a thread. Each pipeline's own error is its result.
+
+    Each cluster is measured in its own thread, all at once, and the round waits for them at
+    most ``deadline`` seconds (default ``timeout``): a tenant's slow or silent brokers give
+    that tenant's pipelines an error naming the deadline and cannot hold the other tenants'
+    lag back for longer. A cluster whose measurement is still running from an earlier round
+    (its thread cannot be stopped, only its calls time out) is not measured again until it
+    ends, so a silent broker costs one thread, not one a round."""
+    limit = timeout if deadline is None else deadline
     out: list[LagReport | KafkaAccessError] = [KafkaAccessError("not measured")] * len(requests)
     clusters: dict[str, tuple[dict[str, Any], list[int]]] = {}
     for i, (pipeline, secret) in enumerate(requests):
@@ -267,11 +294,71 @@ def measure_lags(requests: Sequence[Request], timeout: float) -> list[LagReport 
             out[i] = exc
             continue
         clusters.setdefault(_config_key(conf), (conf, []))[1].append(i)
-    for conf, members in clusters.values():
-        reports = _measure_cluster(conf, [requests[i][0] for i in members], timeout)
+    running: dict[str, concurrent.futures.Future[list[LagReport | KafkaAccessError]]] = {}
+    for key, (conf, members) in clusters.items():
+        future = _start_cluster(key, conf, [requests[i][0] for i in members], timeout)
+        if future is None:
+            error = KafkaAccessError(
+                f"lag not measured: the brokers {conf.get('bootstrap.servers')!r} have not "
+                "answered an earlier lag round yet (its requests time out on their own)"
+            )
+            for i in members:
+                out[i] = error
+            continue
+        running[key] = future
+    concurrent.futures.wait(list(running.values()), timeout=limit)
+    for key, future in running.items():
+        members = clusters[key][1]
+        if not future.done():
+            error = KafkaAccessError(
+                f"lag round gave up after {limit:g}s: the brokers "
+                f"{clusters[key][0].get('bootstrap.servers')!r} did not answer in time "
+                "(other pipelines' lag is measured all the same)"
+            )
+            for i in members:
+                out[i] = error
+            continue
+        try:
+            reports = future.result()
+        except Exception as exc:  # a bug in one cluster's round is that cluster's error
+            reports = [KafkaAccessError(f"lag not measured: {exc!r}")] * len(members)
         for i, report in zip(members, reports, strict=True):
             out[i] = report
     return out
+
+
+#: Clusters (by client configuration) whose measurement is running in a thread of its own.
+_IN_FLIGHT: set[str] = set()
+_IN_FLIGHT_LOCK = threading.Lock()
+
+
+def _start_cluster(
+    key: str, conf: Mapping[str, Any], pipelines: Sequence[PipelineSpec], timeout: float
+) -> concurrent.futures.Future[list[LagReport | KafkaAccessError]] | None:
+    """``_measure_cluster`` in a daemon thread of its own; None while one runs for ``key``."""
+    with _IN_FLIGHT_LOCK:
+        if key in _IN_FLIGHT:
+            return None
+        _IN_FLIGHT.add(key)
+    future: concurrent.futures.Future[list[LagReport | KafkaAccessError]] = (
+        concurrent.futures.Future()
+    )
+
+    def run() -> None:
+        try:
+            reports = _measure_cluster(conf, pipelines, timeout)
+        except Exception as exc:
+            with _IN_FLIGHT_LOCK:
+                _IN_FLIGHT.discard(key)
+            future.set_exception(exc)
+            return
+        # Out of flight before the result is seen: the next round may measure it again.
+        with _IN_FLIGHT_LOCK:
+            _IN_FLIGHT.discard(key)
+        future.set_result(reports)
+
+    threading.Thread(target=run, name="offtake-lag-round", daemon=True).start()
+    return future
 
 
 def _measure_cluster(

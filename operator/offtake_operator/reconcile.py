@@ -52,10 +52,18 @@ from .kubeapi import (
     ApiError,
     Resource,
 )
-from .lag import KafkaAccessError
+from .lag import KafkaAccessError, admin_config_overriding
 from .operator_spec import OperatorSpec, parse_operator_spec
 from .render.worker_network_policy import policy_name, worker_network_policies
-from .status import NAME_TAKEN, Event, Observed, changed, compute_status, lag_changed
+from .status import (
+    NAME_TAKEN,
+    Event,
+    Observed,
+    changed,
+    compute_status,
+    lag_changed,
+    operator_clients,
+)
 
 log = logging.getLogger("offtake.operator")
 
@@ -503,21 +511,36 @@ async def refresh_lag(ctx: OperatorContext, body: Mapping[str, Any]) -> bool:
     except ConfigError:
         return False  # the reconcile reports it
     state = ctx.state(namespace, name)
+    old: Mapping[str, Any] = body.get("status") or {}
+    overridden: tuple[str, ...] = ()
     try:
         properties = await kafka_properties(ctx.api, namespace, pipeline)
+        _, overridden = admin_config_overriding(
+            pipeline, properties, ctx.config.kafka_timeout_seconds
+        )
         report = await ctx.kafka.lag(pipeline, properties)
     except KafkaAccessError as exc:
         if state.lag_error != str(exc):
             log.warning("pipeline %s/%s: cannot measure lag: %s", namespace, name, exc)
             state.lag_error = str(exc)
+        clients = operator_clients(str(exc), overridden)
+        if changed(old, {"operatorClients": clients}):
+            async with ctx.api_slots:
+                await ctx.api.patch(
+                    PIPELINES,
+                    namespace,
+                    name,
+                    {"status": {"operatorClients": clients}},
+                    subresource="status",
+                )
         return False
     state.lag_error = None
-    old: Mapping[str, Any] = body.get("status") or {}
     new: dict[str, Any] = {
         "lag": report.lag,
         "lagSeconds": report.lag_seconds,
         "partitions": report.partitions,
     }
+    new["operatorClients"] = operator_clients(None, overridden)
     if pipeline.source.is_share_group:  # queue mode: the backlog the workers estimate
         inject = pipeline.mode == "inject"
         new["backlog"] = await queue_backlog(ctx, namespace, name, pipeline.metrics.port, inject)

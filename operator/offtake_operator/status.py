@@ -348,6 +348,20 @@ def lag_changed(old: Mapping[str, Any], measured: Mapping[str, Any]) -> bool:
     return abs(float(seconds) - float(written)) >= step
 
 
+def operator_clients(lag_error: str | None, overridden: Sequence[str]) -> dict[str, Any] | None:
+    """status.operatorClients: why the operator has no lag for the pipeline (``lagError``:
+    a refused property, a broker that did not answer, a round that gave up) and which of the
+    tenant's values its own clients replaced by the operator's bounds (``overridden``). None
+    (the field removed) when there is neither; a key without news is None, so a merge patch
+    removes what an earlier write said."""
+    if lag_error is None and not overridden:
+        return None
+    return {
+        "lagError": None if lag_error is None else lag_error[:1000],
+        "overridden": list(overridden) or None,
+    }
+
+
 def changed(old: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
     """Whether merge-patching ``old`` with ``patch`` would change it (None deletes a key)."""
     for key, value in patch.items():

@@ -158,3 +158,17 @@ def test_a_protobuf_message_index_is_read_or_refused(raw: bytes) -> None:
         assert 5 <= start <= len(raw)
 
     _bounded(one)
+
+
+def test_an_avro_value_that_ends_before_its_record_is_that_records_error_at_once() -> None:
+    """The fuzz found record values cut short on which avro_fast failed (IndexError) and the
+    fallback, fastavro, read past the buffer's end as zeros through a count read before the
+    end, in C, for minutes (a whole-suite run's test process grew to 18 GB and was OOM-killed
+    while this file ran). A value that ends early is that record's decode error, at once,
+    saying where it ended: a count of tags claimed just before the end, either size."""
+    decoder = DECODERS["avro record"]
+    for count in (5, 2**31):
+        began = time.perf_counter()
+        with pytest.raises(DecodeError, match="ends at byte"):
+            decoder.value(WIRE + b"\x00\x00" + _zigzag(count), "fuzz")
+        assert time.perf_counter() - began < PER_INPUT_SECONDS

@@ -101,6 +101,8 @@ def collect(cluster: Cluster, name: str) -> tuple[JSON, str | None]:
         "dlq": None,
         "redrive": st.get("redrive"),
         "rewind": st.get("rewind"),
+        # The operator's own Kafka clients: why it has no lag, which tenant values it bounded.
+        "operatorClients": st.get("operatorClients"),
         "events": cluster.events(name, EVENTS_SHOWN),
     }
     dlq_topic = ((spec.get("errors") or {}).get("dlq") or {}).get("topic")
@@ -363,6 +365,19 @@ def _render_lag(lag: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _render_operator_clients(clients: Mapping[str, Any] | None) -> list[str]:
+    """status.operatorClients: why the operator's lag is missing, which tenant values its own
+    clients replaced (the tenant's config says otherwise, so say why)."""
+    if not clients:
+        return []
+    lines: list[str] = []
+    if clients.get("lagError"):
+        lines.append(f"operator lag: not measured: {one_line(clients['lagError'])}")
+    for value in clients.get("overridden") or []:
+        lines.append(f"operator clients overrode {one_line(value)} (the workers keep the tenant's)")
+    return lines
+
+
 def _render_partitions(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The per-partition table (topics from the cluster escaped, one line each)."""
     lines: list[str] = []
@@ -392,6 +407,7 @@ def render(report: Mapping[str, Any], kafka_error: str | None) -> str:
         + _mode(report.get("groupType", "consumer")),
     ]
     lines.extend(_render_lag(report["lag"]))
+    lines.extend(_render_operator_clients(report.get("operatorClients")))
     lines.extend(_render_calls(report.get("calls")))
     lines.append("conditions:")
     for c in report["conditions"]:

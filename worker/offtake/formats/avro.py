@@ -65,6 +65,13 @@ class AvroDecoder(SchemaDecoder):
                     return fast(raw, HEADER_SIZE)[0]
                 except OutOfBounds:  # a claim past the bounds: never fastavro's to try
                     raise
+                except IndexError:
+                    # The value ended before its schema did. fastavro reads past the end of
+                    # its buffer as zeros without an error, so a count claimed before the end
+                    # loops in C for as long as the claim (the decoder fuzz found one: minutes).
+                    raise OutOfBounds(
+                        f"the value ends at byte {len(raw)} before its schema's fields do"
+                    ) from None
                 except Exception:  # odd bytes: fastavro's reading (or its error) is the answer
                     pass
             value = io.BytesIO(raw)  # shares raw's buffer: reading past the header copies nothing
