@@ -447,6 +447,13 @@ def test_missing_and_extra_fields_are_written_as_fastavro_writes_them() -> None:
         write(missing, bytearray())  # fastavro's to refuse, with its message
 
 
+# fastavro's answers to a value that ends before its schema's fields do. The decoder answers
+# those with OutOfBounds ("the value ends at byte N ..."), its record's decode error, instead
+# of handing the value to fastavro, which reads past its buffer's end as zeros and on some
+# values loops through a claimed count for minutes (formats/avro.py).
+ENDED_EARLY = ("EOFError", "IndexError")
+
+
 def _outcome(call: Any, *args: Any) -> tuple[str, Any]:
     try:
         return "value", call(*args)
@@ -468,6 +475,8 @@ def test_the_decoder_answers_as_fastavro_on_every_mutation(name: str) -> None:
                 assert ours == ("error", "ValueError")  # no payload: as confluent-kafka's
                 continue
             theirs = _outcome(_fa_read, schema, data)
+            if ours == ("error", "OutOfBounds") and theirs[1] in ENDED_EARLY:
+                continue  # both say the value ended early; ours never runs fastavro past its end
             assert ours[0] == theirs[0] and _same(ours[1], theirs[1]), (name, data)
 
 
