@@ -345,17 +345,19 @@ def _start_cluster(
     )
 
     def run() -> None:
+        reports: list[LagReport | KafkaAccessError] = []
+        error: Exception | None = None
         try:
             reports = _measure_cluster(conf, pipelines, timeout)
         except Exception as exc:
-            with _IN_FLIGHT_LOCK:
-                _IN_FLIGHT.discard(key)
-            future.set_exception(exc)
-            return
+            error = exc
         # Out of flight before the result is seen: the next round may measure it again.
         with _IN_FLIGHT_LOCK:
             _IN_FLIGHT.discard(key)
-        future.set_result(reports)
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(reports)
 
     threading.Thread(target=run, name="offtake-lag-round", daemon=True).start()
     return future
