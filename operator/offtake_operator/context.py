@@ -17,8 +17,12 @@ from .status import Event
 
 Key = tuple[str, str]  # (namespace, name)
 
-#: How long a "does the cluster serve this CRD" answer is trusted.
+#: How long a "does the cluster serve this CRD" answer is trusted: "yes" for a minute (a CRD
+#: is rarely removed), "no" for a few seconds, so a CRD installed after the operator (the Spark
+#: operator, KEDA) is used within seconds: its API group is served a moment after the CRD is
+#: Established, and a "no" read in that moment must not hold a pipeline back for a minute.
 CAPABILITY_TTL_SECONDS = 60.0
+ABSENT_CAPABILITY_TTL_SECONDS = 3.0
 
 #: How long a pipeline's passes take its watched children (WATCHED_CHILDREN, below) from
 #: the cache the watch keeps up to date; then one pass reads them from the API server again.
@@ -141,13 +145,14 @@ class OperatorContext:
         return res not in STATUS_READ and _beside_status(known) == _beside_status(obj)
 
     async def serves(self, res: Resource) -> bool:
-        """Whether an optional API (ServiceMonitor, KEDA) exists, cached for a minute."""
+        """Whether an optional API (ServiceMonitor, KEDA) exists, cached as the TTLs above say."""
         now = time.monotonic()
         cached = self._capabilities.get(res)
         if cached is not None and cached[1] > now:
             return cached[0]
         found = await self.api.serves(res)
-        self._capabilities[res] = (found, now + CAPABILITY_TTL_SECONDS)
+        ttl = CAPABILITY_TTL_SECONDS if found else ABSENT_CAPABILITY_TTL_SECONDS
+        self._capabilities[res] = (found, now + ttl)
         return found
 
 
