@@ -165,7 +165,15 @@ def test_a_record_failing_twice_waits_on_retry_topics_without_holding_back_the_o
     assert headers["offtake.error.class"] == "builtins.ValueError"
     assert "failed on attempt 1" in headers["offtake.error.message"]
     assert headers["offtake.retry.topic"] == retry_2s
-    assert int(headers["offtake.retry.due"]) == msg.timestamp()[1] + DELAYS[0] * 1000
+    # Due = the send time + the topic's delay, and the record is stamped with that send time.
+    # One CI run (exactly-once, loaded) read the record's timestamp 1 ms after the header's send
+    # time, not reproduced in 12 runs under load since; the worker's rule does not depend on
+    # it (RetryRoute.due_ms caps the header at timestamp + delay), so a ms either way is
+    # accepted and the records are shown if it is ever more.
+    skew = int(headers["offtake.retry.due"]) - (msg.timestamp()[1] + DELAYS[0] * 1000)
+    assert abs(skew) <= 1, [
+        (m.offset(), m.timestamp(), m.headers()) for m in read_all(kafka_broker.bootstrap, retry_2s)
+    ]
 
     # After the last retry topic, the policy: the poison record is a dead letter.
     (dead,) = read_all(kafka_broker.bootstrap, dlq)
