@@ -71,3 +71,21 @@ def spark() -> Iterator[Any]:
     print(f"\nlocal SparkSession ready in {time.monotonic() - began:.1f}s")
     yield session
     session.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The Spark tier's files run first, the rest in their usual order.
+
+    scripts/test.sh runs the suite in one process per CPU, a file at a time (pytest-xdist's
+    loadfile), handing out files in this order. The Spark files are the longest units (a Delta
+    crash test alone takes minutes); handed out last, as their folder's name placed them, one
+    process ran them alone while the other had finished. First, the short files fill in around
+    them. A file goes first if any of its tests needs Spark (so a file is never split), and the
+    sort is stable: the tests of one file keep their order.
+    """
+    spark_files = {
+        item.path
+        for item in items
+        if item.get_closest_marker("spark") is not None or item.path.parent.name == "spark"
+    }
+    items.sort(key=lambda item: item.path not in spark_files)
