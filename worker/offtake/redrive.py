@@ -65,6 +65,7 @@ from offtake.config import PipelineSpec, RedriveRequest
 from offtake.config.spec import matching_topics
 from offtake.engine.dead_letters import read_origin
 from offtake.engine.header_values import HeaderError, last
+from offtake.errors import OfftakeError
 from offtake.headers import H_REDRIVE_ID, H_REDRIVE_SOURCE, H_TOPIC, OFFTAKE_PREFIX
 from offtake.kafka.config import consumer_config, producer_config
 
@@ -75,7 +76,7 @@ BATCH = 500
 MAX_REJECTIONS_SHOWN = 10  # reasons kept for the summary; the log has every one
 
 
-class RedriveError(Exception):
+class RedriveError(OfftakeError):
     """A redrive cannot run; the message names the field or option at fault."""
 
 

@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from offtake.errors import OfftakeError
 from offtake.records import Record
 
 
@@ -37,7 +38,7 @@ class Outcome(NamedTuple):
         return self.error is None
 
 
-class Backpressure(Exception):
+class Backpressure(OfftakeError):
     """Raised by a processing function: "slow down", its downstream is saturated.
 
     Not a failure: the record is not charged an attempt, counted as an error or dead-lettered.
@@ -58,7 +59,7 @@ class Backpressure(Exception):
         return (Backpressure, (self.retry_after, str(self)))
 
 
-class ProcessorUnavailable(Exception):
+class ProcessorUnavailable(OfftakeError):
     """The processor could not be reached; the batch is retried, no record is charged."""
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from offtake.config.spec import ContainerSpec
+from offtake.errors import OfftakeError
 from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
 from offtake.records import Record
 
@@ -52,11 +53,10 @@ BODY_EXCERPT = 300
 FORMATS = ("json", "string", "bytes")
 
 
-class SidecarRecordError(Exception):
+class SidecarRecordError(OfftakeError):
     """The sidecar failed one record; ``error_type`` and ``message`` are what it said.
 
-    Also used for answers that are wrong about one record (no result for it, bad values), so
-    every record error names the record's id.
+    Also for an answer wrong about one record (none for it, bad values): errors name the id.
     """
 
     def __init__(self, record_id: str, error_type: str, message: str) -> None:
