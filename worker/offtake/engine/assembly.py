@@ -16,7 +16,7 @@ from offtake.config.spec import PipelineSpec
 from offtake.engine.commits import Committer
 from offtake.engine.dead_letters import DeadLetterQueue
 from offtake.engine.delivery.at_least_once import AtLeastOnce
-from offtake.engine.delivery.base import DeliveryPolicy
+from offtake.engine.delivery.base import DeliveryMode
 from offtake.engine.delivery.queue import Queue
 from offtake.engine.delivery.transactional import Transactional, TransactionCommitter
 from offtake.engine.errors import ErrorPolicy
@@ -159,7 +159,7 @@ def make_delivery(
     stage: ProcessingStage,
     sink: Sink,
     metrics: Metrics,
-) -> DeliveryPolicy:
+) -> DeliveryMode:
     """The delivery mode, chosen here and nowhere else (:mod:`offtake.engine.delivery.base`):
 
     - a share group's source: queue mode, each record acknowledged (:class:`Queue`);

@@ -8,7 +8,8 @@ with backoff (``spec.errors``) and then applies the error policy.
 
 An exception raised by ``process`` itself means the processor could not be reached at all
 (a sidecar that is down, say): the engine retries the whole batch without counting an
-attempt against any record, so an unavailable processor is backpressure, never data loss.
+attempt against any record, so an unavailable processor stalls the pipeline (and in time its
+in-flight bound: backpressure), never loses data.
 """
 
 from __future__ import annotations
