@@ -5,7 +5,7 @@ the three modes :func:`offtake.engine.assembly.make_delivery` chooses from: at-l
 transactional (exactly-once) and queue. Each runs with its own objects (the committers, the
 offset tracker, the share source on the memory broker's share groups); only the Kafka client
 side of the two offset modes is a fake (tests/support/delivery_fakes.py), as in
-tests/unit/test_delivery_policies.py, which keeps what one mode alone does.
+tests/unit/test_delivery_modes.py, which keeps what one mode alone does.
 
 The shared rules: a settled record becomes durable (committed, or acknowledged to the share
 group) exactly at the mode's moment, never before; nothing durable passes a record that is not
