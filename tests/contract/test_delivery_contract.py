@@ -1,11 +1,11 @@
-"""The delivery policy contract (offtake/engine/delivery/base.py), run on every delivery mode.
+"""The delivery mode contract (offtake/engine/delivery/base.py), run on every delivery mode.
 
 As the sink contract (test_sink_contract.py) runs over every sink, these test bodies run over
-the three policies :func:`offtake.engine.assembly.make_delivery` chooses from: at-least-once,
+the three modes :func:`offtake.engine.assembly.make_delivery` chooses from: at-least-once,
 transactional (exactly-once) and queue. Each runs with its own objects (the committers, the
 offset tracker, the share source on the memory broker's share groups); only the Kafka client
 side of the two offset modes is a fake (tests/support/delivery_fakes.py), as in
-tests/unit/test_delivery_policies.py, which keeps what one mode alone does.
+tests/unit/test_delivery_modes.py, which keeps what one mode alone does.
 
 The shared rules: a settled record becomes durable (committed, or acknowledged to the share
 group) exactly at the mode's moment, never before; nothing durable passes a record that is not
@@ -31,7 +31,7 @@ from support.delivery_fakes import (
 
 from offtake.engine.commits import Committer
 from offtake.engine.delivery.at_least_once import AtLeastOnce
-from offtake.engine.delivery.base import DeliveryPolicy
+from offtake.engine.delivery.base import DeliveryMode
 from offtake.engine.delivery.queue import Queue
 from offtake.engine.delivery.transactional import Transactional, TransactionCommitter
 from offtake.engine.offsets import OffsetTracker
@@ -47,9 +47,9 @@ RECORDS = 5  # offsets 0..4 of TP, consumed in one poll
 
 
 class Mode(ABC):
-    """One delivery policy, its records of ``TP`` consumed, and a view of what is durable."""
+    """One delivery mode, its records of ``TP`` consumed, and a view of what is durable."""
 
-    policy: DeliveryPolicy
+    policy: DeliveryMode
     loop: FakeLoop
 
     @property

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from offtake.cli import setup_logging
 from offtake.logs import ENV_LEVEL, configure_logging, record_fields
 from offtake.records import Record
 
@@ -53,12 +54,12 @@ def test_level_filters_and_comes_from_the_environment_when_not_given(
 ) -> None:
     out = io.StringIO()
     monkeypatch.setenv(ENV_LEVEL, "warning")
-    configure_logging(None, "p", stream=out)
+    setup_logging(None, "p", stream=out)  # the CLI reads the environment, offtake.logs does not
     log = logging.getLogger("x")
     log.info("hidden")
     log.warning("shown")
     assert [line["message"] for line in lines(out)] == ["shown"]
-    configure_logging("DEBUG", "p", stream=out)  # the argument wins over the environment
+    setup_logging("DEBUG", "p", stream=out)  # the option wins over the environment
     log.debug("debug now")
     assert lines(out)[-1]["message"] == "debug now"
 
@@ -68,7 +69,9 @@ def test_an_unknown_level_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> N
         configure_logging("loud", "p")
     monkeypatch.setenv(ENV_LEVEL, "chatty")
     with pytest.raises(ValueError, match=ENV_LEVEL):
-        configure_logging(None, "p")
+        setup_logging(None, "p")
+    with pytest.raises(ValueError, match="--log-level"):
+        setup_logging("loud", "p")
 
 
 def test_reconfiguring_replaces_the_handler_and_keeps_exceptions() -> None:

@@ -16,7 +16,7 @@ from sidecar_helpers import Answer, FakeSidecar, Script, ok
 from offtake.processing.base import ProcessorUnavailable
 from offtake.processing.sidecar import (
     MAX_RETRY_AFTER,
-    SidecarBackpressure,
+    SidecarBusy,
     SidecarProcessor,
     SidecarProtocolError,
     SidecarRecordError,
@@ -122,20 +122,20 @@ def test_backpressure_carries_retry_after(
     fake = fake_sidecar(lambda b: (status, {"Retry-After": "2"}, b"busy"))
     p = processors(fake.port)
 
-    with pytest.raises(SidecarBackpressure) as caught:
+    with pytest.raises(SidecarBusy) as caught:
         p.process(batch(3))
 
     assert isinstance(caught.value, ProcessorUnavailable)  # the engine retries the whole batch
     assert caught.value.retry_after == 2.0
     assert caught.value.status == status
     assert "retry after 2s" in str(caught.value) and "3 record(s)" in str(caught.value)
-    assert p.stats.backpressure == 1
+    assert p.stats.busy == 1
 
 
 def test_retry_after_as_an_http_date_and_capped(fake_sidecar: Fake, processors: Make) -> None:
     when = email.utils.formatdate(time.time() + 10, usegmt=True)
     fake = fake_sidecar(lambda b: (503, {"Retry-After": when}, b""))
-    with pytest.raises(SidecarBackpressure) as caught:
+    with pytest.raises(SidecarBusy) as caught:
         processors(fake.port).process(batch(1))
     assert caught.value.retry_after is not None and 8 <= caught.value.retry_after <= 10
 
@@ -149,7 +149,7 @@ def test_retry_after_as_an_http_date_and_capped(fake_sidecar: Fake, processors: 
 
 def test_backpressure_without_retry_after(fake_sidecar: Fake, processors: Make) -> None:
     fake = fake_sidecar(lambda b: (429, {}, b""))
-    with pytest.raises(SidecarBackpressure) as caught:
+    with pytest.raises(SidecarBusy) as caught:
         processors(fake.port).process(batch(1))
     assert caught.value.retry_after is None
 
@@ -158,7 +158,7 @@ def test_a_server_error_is_unavailable(fake_sidecar: Fake, processors: Make) -> 
     fake = fake_sidecar(lambda b: (500, {}, b"Traceback (most recent call last): ..."))
     with pytest.raises(SidecarUnavailable, match=r"failed the request \(500\): Traceback") as c:
         processors(fake.port).process(batch(1))
-    assert not isinstance(c.value, SidecarProtocolError | SidecarBackpressure)
+    assert not isinstance(c.value, SidecarProtocolError | SidecarBusy)
 
 
 @pytest.mark.parametrize("status", [400, 401, 415, 422, 204, 302])
@@ -398,7 +398,7 @@ def test_a_sidecar_that_takes_part_of_each_batch_still_gets_through_it(
         try:
             outcomes = p.process(records)
             break
-        except SidecarBackpressure:
+        except SidecarBusy:
             continue
 
     assert [o.values for o in outcomes] == [[{"n": i}] for i in range(10)]
@@ -424,7 +424,7 @@ def test_kept_answers_serve_one_retry_only(fake_sidecar: Fake, processors: Make)
         return flaky(b)
 
     fake.script = fail_after_first
-    with pytest.raises(SidecarBackpressure):
+    with pytest.raises(SidecarBusy):
         p.process([first, second])
     fake.script = flaky
     fail[0] = False

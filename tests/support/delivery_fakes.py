@@ -1,5 +1,5 @@
-"""Fakes of the Kafka client side and of the poll loop for the delivery policies
-(engine/delivery/): tests/unit/test_delivery_policies.py and tests/contract/
+"""Fakes of the Kafka client side and of the poll loop for the delivery modes
+(engine/delivery/): tests/unit/test_delivery_modes.py and tests/contract/
 test_delivery_contract.py. Queue mode needs none of the client fakes: its share source runs
 on the memory broker's share groups."""
 

@@ -52,3 +52,16 @@ def test_an_explicit_id_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OFFTAKE_GROUP_INSTANCE_ID", "from-env")
     assert group_instance_id(spec(staticMembership=True), None) == "from-env"
     assert group_instance_id(spec(), "from-flag") == "from-flag"
+
+
+def test_the_transactional_instance_takes_the_pod_name_from_the_cli(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """assembly.instance names the worker in its transactional.id: the static id, else the pod's
+    name the CLI read from $POD_NAME (the edge), else host and process; it reads no environment."""
+    from offtake.engine.assembly import instance
+
+    monkeypatch.setenv("POD_NAME", "from-env")
+    assert instance("static-0", "orders-7f9c-0") == "static-0"
+    assert instance(None, "orders-7f9c-0") == "orders-7f9c-0"
+    assert instance(None) != "from-env"  # the engine takes the value, never the variable

@@ -16,12 +16,17 @@ import socket
 import sys
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from offtake.stop_signals import StopSignals
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from offtake.config import PipelineSpec
+    from offtake.engine.worker import Worker
+    from offtake.health import Health, MetricsServer
+    from offtake.metrics import Metrics
 
 # Nothing slow is imported above (offtake.config brings yaml and the spec): `offtake worker`
 # takes SIGTERM from its first moment (offtake.stop_signals); each command imports what it uses.
@@ -43,34 +48,28 @@ def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     # Before the manifest is read: a pod may be stopped at any moment of its start.
     signals = StopSignals().install() if words[:1] == ["worker"] else None
+    args = _parser().parse_args(argv)
+    if args.command == "drain":
+        return _drain(args.port, args.timeout)
+    if args.command == "spark-archive":
+        return _spark_archive(args.dir, args.force)
+    if args.command == "redrive":
+        return _redrive(args)
+    if args.command == "validate":
+        return _validate(args.pipeline)
+    if args.command == "status":
+        return _status(args)
+    return _worker(args, signals or StopSignals().install())
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per job (worker, validate, status, redrive, ...)."""
     parser = argparse.ArgumentParser(
         prog="offtake", description="Kafka consumer pipelines done right."
     )
     parser.add_argument("--version", action="version", version=f"offtake {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    w = sub.add_parser("worker", help="run the worker of one ConsumerPipeline manifest")
-    w.add_argument("--pipeline", required=True, help="path of the ConsumerPipeline manifest (YAML)")
-    w.add_argument(
-        "--metrics-port",
-        type=int,
-        default=None,
-        help="serve /metrics, /healthz, /readyz here (default spec.metrics.port; 0: any free port)",
-    )
-    w.add_argument(
-        "--probe-port",
-        type=int,
-        default=None,
-        help="also serve /healthz and /readyz, and nothing else, on this port with connections of "
-        "its own: the kubelet's probes (the operator passes spec.metrics.probePort); default none",
-    )
-    w.add_argument("--log-level", default=os.environ.get("OFFTAKE_LOG_LEVEL", "INFO"))
-    w.add_argument(
-        "--instance-id",
-        default=None,
-        help="static group membership (group.instance.id); default $OFFTAKE_GROUP_INSTANCE_ID, "
-        "or the pod name ($POD_NAME, else the host name) when spec.kafka.staticMembership or "
-        "$OFFTAKE_STATIC_MEMBERSHIP is true",
-    )
+    _worker_options(sub)
     v = sub.add_parser("validate", help="check a ConsumerPipeline manifest and print the result")
     v.add_argument("pipeline")
     s = sub.add_parser(
@@ -80,22 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--metrics", help="a running worker's metrics (host:port): in-flight, paused")
     s.add_argument("--once", action="store_true", help="print once instead of refreshing")
     s.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
-    r = sub.add_parser(
-        "redrive",
-        help="replay a pipeline's dead letters into its source topics, once per id",
-        description="Replay the dead letters of --from (default: the pipeline's "
-        "errors.dlq.topic) stamped at or before --until to the topics they came from. Progress "
-        "is committed to the group --group (default <groupId>.redrive): a rerun resumes, the "
-        "next redrive starts where this one stopped, nothing is replayed twice.",
-    )
-    r.add_argument("--pipeline", required=True, help="path of the ConsumerPipeline manifest")
-    r.add_argument("--from", dest="source", help="the dead-letter topic (default errors.dlq.topic)")
-    r.add_argument("--until", required=True, help="RFC 3339: dead letters stamped later are left")
-    r.add_argument("--id", help="the redrive's id (default: derived from --until)")
-    r.add_argument(
-        "--group", help="consumer group recording progress (default <groupId>.redrive.<id>)"
-    )
-    r.add_argument("--log-level", default=os.environ.get("OFFTAKE_LOG_LEVEL", "INFO"))
+    _redrive_options(sub)
     a = sub.add_parser(
         "spark-archive",
         help="make the class-data archive that halves a local Spark session's start",
@@ -120,18 +104,52 @@ def main(argv: list[str] | None = None) -> int:
     )
     d.add_argument("--port", type=int, required=True, help="the worker's spec.metrics.port")
     d.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the answer")
-    args = parser.parse_args(argv)
-    if args.command == "drain":
-        return _drain(args.port, args.timeout)
-    if args.command == "spark-archive":
-        return _spark_archive(args.dir, args.force)
-    if args.command == "redrive":
-        return _redrive(args)
-    if args.command == "validate":
-        return _validate(args.pipeline)
-    if args.command == "status":
-        return _status(args)
-    return _worker(args, signals or StopSignals().install())
+    return parser
+
+
+def _worker_options(sub: Any) -> None:
+    w = sub.add_parser("worker", help="run the worker of one ConsumerPipeline manifest")
+    w.add_argument("--pipeline", required=True, help="path of the ConsumerPipeline manifest (YAML)")
+    w.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve /metrics, /healthz, /readyz here (default spec.metrics.port; 0: any free port)",
+    )
+    w.add_argument(
+        "--probe-port",
+        type=int,
+        default=None,
+        help="also serve /healthz and /readyz, and nothing else, on this port with connections of "
+        "its own: the kubelet's probes (the operator passes spec.metrics.probePort); default none",
+    )
+    w.add_argument("--log-level", default=None, help="default $OFFTAKE_LOG_LEVEL, else INFO")
+    w.add_argument(
+        "--instance-id",
+        default=None,
+        help="static group membership (group.instance.id); default $OFFTAKE_GROUP_INSTANCE_ID, "
+        "or the pod name ($POD_NAME, else the host name) when spec.kafka.staticMembership or "
+        "$OFFTAKE_STATIC_MEMBERSHIP is true",
+    )
+
+
+def _redrive_options(sub: Any) -> None:
+    r = sub.add_parser(
+        "redrive",
+        help="replay a pipeline's dead letters into its source topics, once per id",
+        description="Replay the dead letters of --from (default: the pipeline's "
+        "errors.dlq.topic) stamped at or before --until to the topics they came from. Progress "
+        "is committed to the group --group (default <groupId>.redrive): a rerun resumes, the "
+        "next redrive starts where this one stopped, nothing is replayed twice.",
+    )
+    r.add_argument("--pipeline", required=True, help="path of the ConsumerPipeline manifest")
+    r.add_argument("--from", dest="source", help="the dead-letter topic (default errors.dlq.topic)")
+    r.add_argument("--until", required=True, help="RFC 3339: dead letters stamped later are left")
+    r.add_argument("--id", help="the redrive's id (default: derived from --until)")
+    r.add_argument(
+        "--group", help="consumer group recording progress (default <groupId>.redrive.<id>)"
+    )
+    r.add_argument("--log-level", default=None, help="default $OFFTAKE_LOG_LEVEL, else INFO")
 
 
 def _drain(port: int, timeout: float) -> int:
@@ -152,13 +170,22 @@ def _drain(port: int, timeout: float) -> int:
     return 1
 
 
+def setup_logging(given: str | None, pipeline: str, stream: IO[str] | None = None) -> None:
+    """The JSON logging, at ``--log-level``, else $OFFTAKE_LOG_LEVEL, else INFO (docs/metrics.md):
+    the environment is read here, at the edge; offtake.logs takes the value."""
+    from offtake.logs import ENV_LEVEL, configure_logging
+
+    if given:
+        configure_logging(given, pipeline, stream, origin="--log-level")
+    else:
+        configure_logging(os.environ.get(ENV_LEVEL), pipeline, stream, origin=f"${ENV_LEVEL}")
+
+
 def _spark_archive(directory: str | None, force: bool) -> int:
     """Exit 0 printing the archive's path; 3 when it could not be made, saying why."""
     from pathlib import Path
 
-    from offtake.logs import configure_logging
-
-    configure_logging(os.environ.get("OFFTAKE_LOG_LEVEL", "INFO"), "spark-archive")
+    setup_logging(None, "spark-archive")
     try:
         from offtake.sinks.spark.archive_training import ArchiveError, make_archive
 
@@ -205,7 +232,6 @@ def _redrive(args: argparse.Namespace) -> int:
 
     from offtake.config import ConfigError, load_pipeline, parse_until, redrive_group
     from offtake.config.redrive import parse_redrive
-    from offtake.logs import configure_logging
 
     try:
         spec = load_pipeline(args.pipeline)
@@ -221,7 +247,7 @@ def _redrive(args: argparse.Namespace) -> int:
         print(f"offtake redrive: {message}", file=sys.stderr)
         return EXIT_CONFIG
     assert request is not None
-    configure_logging(args.log_level, spec.name)
+    setup_logging(args.log_level, spec.name)
     from offtake.redrive import RedriveError, redrive
 
     group = args.group or redrive_group(spec.source.group_id)
@@ -371,37 +397,26 @@ def _tune_gc() -> None:
 
 def _worker(args: argparse.Namespace, signals: StopSignals) -> int:
     from offtake.config import ConfigError, load_pipeline
-    from offtake.logs import configure_logging
 
     try:
         spec = load_pipeline(args.pipeline)
     except ConfigError as exc:
         print(f"offtake: invalid pipeline manifest: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    configure_logging(args.log_level, spec.name)
+    setup_logging(args.log_level, spec.name)
     log = logging.getLogger("offtake.cli")
     if signals.received is not None:
         return _stopped_starting(log, signals, "before building the pipeline", None)
 
-    from offtake.engine import watchdog
-    from offtake.engine.assembly import build_worker
     from offtake.engine.exit_codes import EXIT_FATAL
-    from offtake.health import DRAIN_ENV, Health, MetricsServer, node_addresses
     from offtake.kafka.share_source import ShareGroupUnavailable
-    from offtake.metrics import Metrics
-    from offtake.processing.function import FunctionLoadError
     from offtake.sinks.base import SinkError
 
-    watchdog.enable()  # a worker process of its own: its shutdown may end it (see watchdog)
-    metrics = Metrics(spec.name)
-    max_poll_ms = float(spec.kafka.config.get("max.poll.interval.ms", 300_000))
-    health = Health(max_poll_interval_s=max_poll_ms / 1000)
     instance_id = group_instance_id(spec, args.instance_id)
-    try:
-        worker = build_worker(spec, metrics=metrics, health=health, instance_id=instance_id)
-    except (FunctionLoadError, ConfigError, ValueError) as exc:
-        print(f"offtake: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+    built = _build_worker(spec, instance_id)
+    if isinstance(built, int):
+        return built
+    worker, metrics, health = built
     signals.forward_to(worker.stop)  # a signal that came meanwhile stops it now
     if worker.stopping.is_set():
         return _stopped_starting(log, signals, "while building the pipeline", worker)
@@ -417,55 +432,15 @@ def _worker(args: argparse.Namespace, signals: StopSignals) -> int:
             return True, "drained"
         return False, f"still draining after {drain_budget:.0f} s"
 
-    # /drain only for an injected worker (the operator sets the variable): from the pod itself
-    # or its node's kubelet running the application's preStop hook, never from elsewhere.
-    drains = bool(os.environ.get(DRAIN_ENV))
-    server = MetricsServer(
-        metrics,
-        health,
-        port,
-        drain=drain if drains else None,
-        drain_from=node_addresses() if drains else (),
-    )
-    # The kubelet's probes on a port of their own: clients that fill the metrics port's
-    # connection slots never make a probe fail (offtake.health, docs/security.md).
-    probes = (
-        None
-        if args.probe_port is None
-        else MetricsServer(metrics, health, args.probe_port, probes_only=True)
-    )
-    try:
-        server.start()
-        if probes is not None:
-            probes.start()
-    except OSError as exc:
-        server.stop()
-        # MetricsServer's message names the port and its field; strerror is that message.
-        print(f"offtake: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_CONFIG
+    servers = _servers(metrics, health, port, args.probe_port, drain)
+    if isinstance(servers, int):
+        return servers
+    server, probes = servers
     log.info("metrics, /healthz and /readyz on port %d", server.port)
     try:
-        if not _reach_kafka(spec, instance_id, worker.stopping, log):
-            if worker.stopping.is_set():
-                return _stopped_starting(log, signals, "while waiting for Kafka", worker)
-            return EXIT_FATAL
-        if not _retry_topics_exist(spec, instance_id, log):
-            return EXIT_FATAL
-        wait_ready = getattr(worker.processor, "wait_ready", None)
-        if wait_ready is not None and not wait_ready(timeout=120.0, abort=worker.stopping):
-            if worker.stopping.is_set():
-                return _stopped_starting(
-                    log, signals, "while waiting for the processor container", worker
-                )
-            reason = getattr(worker.processor, "not_ready_reason", "") or "no reason given"
-            print(
-                f"offtake: the processor container (spec.processor.container) did not become "
-                f"ready: {reason}",
-                file=sys.stderr,
-            )
-            return EXIT_FATAL
-        if worker.stopping.is_set():
-            return _stopped_starting(log, signals, "before joining the group", worker)
+        not_started = _wait_to_start(spec, instance_id, worker, signals, log)
+        if not_started is not None:
+            return not_started
         _tune_gc()
         # From here a stop before the first assignment is the worker's own graceful stop: it
         # leaves the group having consumed nothing, and says so (Worker._shutdown).
@@ -477,11 +452,9 @@ def _worker(args: argparse.Namespace, signals: StopSignals) -> int:
             log.info("drained on request; waiting for SIGTERM")
             signals.signalled.wait()
         return code
-    except ShareGroupUnavailable as exc:  # names spec.source.groupType: no traceback
-        log.error("%s", exc)
-        print(f"offtake: {exc}", file=sys.stderr)
-        return EXIT_FATAL
-    except SinkError as exc:  # the sink refused to start; its message says why, no traceback
+    # A share group the broker does not serve (the message names spec.source.groupType) or a
+    # sink that refused to start (its message says why): one line, no traceback.
+    except (ShareGroupUnavailable, SinkError) as exc:
         log.error("%s", exc)
         print(f"offtake: {exc}", file=sys.stderr)
         return EXIT_FATAL
@@ -494,6 +467,110 @@ def _worker(args: argparse.Namespace, signals: StopSignals) -> int:
         server.stop()
         if probes is not None:
             probes.stop()
+
+
+def _build_worker(
+    spec: PipelineSpec, instance_id: str | None
+) -> tuple[Worker, Metrics, Health] | int:
+    """The worker of ``spec``, its metrics and health; EXIT_CONFIG (said on stderr) when a part
+    the spec names cannot be built (the processing function's import, say)."""
+    from offtake.config import ConfigError
+    from offtake.engine import watchdog
+    from offtake.engine.assembly import build_worker
+    from offtake.health import Health
+    from offtake.metrics import Metrics
+    from offtake.processing.function import FunctionLoadError
+
+    watchdog.enable()  # a worker process of its own: its shutdown may end it (see watchdog)
+    metrics = Metrics(spec.name)
+    max_poll_ms = float(spec.kafka.config.get("max.poll.interval.ms", 300_000))
+    health = Health(max_poll_interval_s=max_poll_ms / 1000)
+    try:
+        worker = build_worker(
+            spec,
+            metrics=metrics,
+            health=health,
+            instance_id=instance_id,
+            pod_name=os.environ.get("POD_NAME"),  # the downward API's, read here at the edge
+        )
+    except (FunctionLoadError, ConfigError, ValueError) as exc:
+        print(f"offtake: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    return worker, metrics, health
+
+
+def _servers(
+    metrics: Metrics,
+    health: Health,
+    port: int,
+    probe_port: int | None,
+    drain: Callable[[], tuple[bool, str]],
+) -> tuple[MetricsServer, MetricsServer | None] | int:
+    """The metrics server (with /drain for an injected worker) and the probes' own, started;
+    or EXIT_CONFIG, said on stderr, when a port cannot be bound."""
+    from offtake.health import DRAIN_ENV, NODE_IPS_ENV, MetricsServer, node_addresses
+
+    # /drain only for an injected worker (the operator sets the variable): from the pod itself
+    # or its node's kubelet running the application's preStop hook, never from elsewhere.
+    drains = bool(os.environ.get(DRAIN_ENV))
+    server = MetricsServer(
+        metrics,
+        health,
+        port,
+        drain=drain if drains else None,
+        drain_from=node_addresses(os.environ.get(NODE_IPS_ENV, "")) if drains else (),
+    )
+    # The kubelet's probes on a port of their own: clients that fill the metrics port's
+    # connection slots never make a probe fail (offtake.health, docs/security.md).
+    probes = (
+        None if probe_port is None else MetricsServer(metrics, health, probe_port, probes_only=True)
+    )
+    try:
+        server.start()
+        if probes is not None:
+            probes.start()
+    except OSError as exc:
+        server.stop()
+        # MetricsServer's message names the port and its field; strerror is that message.
+        print(f"offtake: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    return server, probes
+
+
+def _wait_to_start(
+    spec: PipelineSpec,
+    instance_id: str | None,
+    worker: Worker,
+    signals: StopSignals,
+    log: logging.Logger,
+) -> int | None:
+    """Kafka reachable, the retry topics there, the processor container ready: None, or the
+    exit code (0 for a stop that came meanwhile, EXIT_FATAL said in the log)."""
+    from offtake.engine.exit_codes import EXIT_FATAL
+    from offtake.kafka.start_checks import reach_kafka, retry_topics_exist
+
+    if not reach_kafka(spec, instance_id, worker.stopping, log):
+        if worker.stopping.is_set():
+            return _stopped_starting(log, signals, "while waiting for Kafka", worker)
+        return EXIT_FATAL
+    if not retry_topics_exist(spec, instance_id, log):
+        return EXIT_FATAL
+    wait_ready = getattr(worker.processor, "wait_ready", None)
+    if wait_ready is not None and not wait_ready(timeout=120.0, abort=worker.stopping):
+        if worker.stopping.is_set():
+            return _stopped_starting(
+                log, signals, "while waiting for the processor container", worker
+            )
+        reason = getattr(worker.processor, "not_ready_reason", "") or "no reason given"
+        print(
+            f"offtake: the processor container (spec.processor.container) did not become "
+            f"ready: {reason}",
+            file=sys.stderr,
+        )
+        return EXIT_FATAL
+    if worker.stopping.is_set():
+        return _stopped_starting(log, signals, "before joining the group", worker)
+    return None
 
 
 def _stopped_starting(log: logging.Logger, signals: StopSignals, when: str, worker: Any) -> int:
@@ -516,83 +593,6 @@ def _stopped_starting(log: logging.Logger, signals: StopSignals, when: str, work
             except Exception as exc:  # exiting anyway: say what did not close cleanly
                 log.warning("closing after a stop during start-up: %s", exc)
     return 0
-
-
-def _reach_kafka(
-    spec: PipelineSpec, instance_id: str | None, stopping: threading.Event, log: logging.Logger
-) -> bool:
-    """Wait up to spec.kafka.connectTimeoutSeconds for a broker; False (logged) if none answered.
-
-    Without this bound a worker whose brokers are unreachable retries forever and looks alive;
-    exiting lets the pod restart with back-off and shows the cause in one line. Readiness stays
-    false meanwhile: the worker has no partitions yet. A broker that refuses the credentials or
-    the TLS handshake ends the wait at once: waiting longer would only repeat the refusal.
-    """
-    from offtake.kafka.config import consumer_config
-    from offtake.kafka.real import reach_brokers
-    from offtake.redact import redact
-
-    servers, timeout = spec.kafka.bootstrap_servers, spec.kafka.connect_timeout_seconds
-    log.info("connecting to Kafka at %s (for up to %.0f s)", redact(servers), timeout)
-    failure = reach_brokers(consumer_config(spec, instance_id), timeout, stopping)
-    if failure is None:
-        return not stopping.is_set()
-    if failure.kind == "authentication":
-        # Only the fields are named, never a value: the error is librdkafka's, which carries
-        # the mechanism and the broker, not the password.
-        log.error(
-            "Kafka at %s refused the worker's credentials: authentication failed (check "
-            "sasl.username, sasl.password and sasl.mechanism from spec.kafka.secretRef and "
-            "spec.kafka.config); %s; exit code 3",
-            servers,
-            failure.message,
-        )
-    elif failure.kind == "tls":
-        log.error(
-            "TLS with Kafka at %s failed (check ssl.ca.pem from spec.kafka.caSecretRef or "
-            "spec.kafka.secretRef, and security.protocol); %s; exit code 3",
-            servers,
-            failure.message,
-        )
-    else:
-        log.error(
-            "no Kafka broker reachable at %s (spec.kafka.bootstrapServers) within %.0f s "
-            "(spec.kafka.connectTimeoutSeconds); last error: %s; exit code 3",
-            servers,
-            timeout,
-            failure.message,
-        )
-    return False
-
-
-def _retry_topics_exist(spec: PipelineSpec, instance_id: str | None, log: logging.Logger) -> bool:
-    """errors.retryTopics: the topics must exist; the worker does not create them.
-
-    Without them every retry send would fail (and stop the worker) and the subscription would
-    silently miss them; saying so at start names the topics to create. Exit code 3, like an
-    unreachable broker: the pod restarts with back-off and starts once they exist.
-    """
-    names = spec.errors.retry_topic_names(spec.source.topics)
-    if not names:
-        return True
-    from offtake.kafka.config import consumer_config
-    from offtake.kafka.real import missing_topics
-
-    try:
-        missing = missing_topics(
-            consumer_config(spec, instance_id), names, spec.kafka.connect_timeout_seconds
-        )
-    except Exception as exc:  # the brokers answered a moment ago: say so and go on
-        log.warning("could not check that the retry topics exist: %s", exc)
-        return True
-    if missing:
-        log.error(
-            "retry topic(s) %s of spec.errors.retryTopics do not exist (or are not visible to "
-            "this principal): create them (the worker does not), with a retention well above "
-            "their delay; exit code 3",
-            ", ".join(missing),
-        )
-    return not missing
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import yaml
 
 from offtake.config.loader import load_pipeline, parse_pipeline
 from offtake.config.spec import PipelineSpec, is_topic_pattern, matching_topics
+from offtake.errors import OfftakeError
 from offtake.formats.plain import encode_value
 from offtake.formats.resolve import PLAIN_DECODERS, schema_decoder
 from offtake.kafka.memory import (
@@ -145,7 +146,7 @@ class PipelineRun:
         )
 
 
-class PipelineTimeout(AssertionError):
+class PipelineTimeout(OfftakeError, AssertionError):
     """A wait ran out of time; ``run`` holds the state at that moment."""
 
     def __init__(self, message: str, run: PipelineRun) -> None:

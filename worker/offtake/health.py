@@ -55,7 +55,6 @@ import contextlib
 import ipaddress
 import json
 import logging
-import os
 import socket
 import threading
 import time
@@ -184,11 +183,11 @@ def _default_gateways(route_table: Path = Path("/proc/net/route")) -> set[str]:
     return found
 
 
-def node_addresses(environ: dict[str, str] | None = None) -> frozenset[str]:
-    """The addresses a drain may come from besides loopback: the node's (``$OFFTAKE_NODE_IPS``)
-    and the pod's default gateway, the two a kubelet's hook is seen from across CNIs."""
-    env = os.environ if environ is None else environ
-    given = {a.strip() for a in env.get(NODE_IPS_ENV, "").split(",") if a.strip()}
+def node_addresses(node_ips: str) -> frozenset[str]:
+    """The addresses a drain may come from besides loopback: the node's (``node_ips``, comma
+    separated: the CLI reads ``$OFFTAKE_NODE_IPS``) and the pod's default gateway, the two a
+    kubelet's hook is seen from across CNIs."""
+    given = {a.strip() for a in node_ips.split(",") if a.strip()}
     return frozenset(given | _default_gateways())
 
 

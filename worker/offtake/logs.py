@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sys
 import threading
@@ -84,29 +83,32 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str, ensure_ascii=False)
 
 
-def _parse_level(level: str | None) -> int:
-    text = (level or os.environ.get(ENV_LEVEL) or "INFO").strip().upper()
+def _parse_level(level: str | None, origin: str) -> int:
+    text = (level or "INFO").strip().upper()
     if text == "WARN":
         text = "WARNING"
     if text not in _LEVELS:
         raise ValueError(
-            f"unknown log level {level or os.environ.get(ENV_LEVEL)!r} "
-            f"(from {'the argument' if level else ENV_LEVEL}); expected one of "
-            f"{', '.join(_LEVELS)}"
+            f"unknown log level {level!r} (from {origin}); expected one of {', '.join(_LEVELS)}"
         )
     return int(getattr(logging, text))
 
 
 def configure_logging(
-    level: str | None, pipeline: str, stream: IO[str] | None = None
+    level: str | None,
+    pipeline: str,
+    stream: IO[str] | None = None,
+    origin: str = "the argument",
 ) -> logging.Handler:
     """Send all logging through one JSON handler on the root logger.
 
-    ``level`` is a level name (case-insensitive); None or "" falls back to $OFFTAKE_LOG_LEVEL,
-    then INFO. Calling it again replaces the handler it installed before (not others'), so
-    tests and the CLI can call it more than once. Returns the handler.
+    ``level`` is a level name (case-insensitive); None or "" is INFO. ``origin`` names where
+    the level came from, for the error on an unknown one (the CLI, which reads
+    $OFFTAKE_LOG_LEVEL: :data:`ENV_LEVEL`, passes the option or the variable). Calling it again
+    replaces the handler it installed before (not others'), so tests and the CLI can call it
+    more than once. Returns the handler.
     """
-    numeric = _parse_level(level)
+    numeric = _parse_level(level, origin)
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, "_offtake", False)]:
         root.removeHandler(old)

@@ -149,6 +149,31 @@ class Metrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.pipeline = pipeline
+        self._records(r)
+        self.states = _StateClock(clock)
+        r.register(self.states)
+        self._in_flight(r)
+        self._outcomes(r)
+        self._queue_mode(r)
+        self._latencies(r)
+        self._spark(r)
+        self.build_info = Info("offtake_build", "Offtake version and Python runtime.", registry=r)
+        self.build_info.info({"version": _version(), "python": platform.python_version()})
+        for result in COMMIT_RESULTS:
+            self.commits.labels(result)
+        for kind in REBALANCE_KINDS:
+            self.rebalances.labels(kind)
+        for stage in ERROR_STAGES:
+            self.errors.labels(stage)
+        for result in SPARK_RESULTS:
+            self.spark_jobs.labels(result)
+        for kind in SHARE_ACK_KINDS:
+            self.share_acknowledged.labels(kind)
+        for reason in SHARE_LOCK_REASONS:
+            self.share_lock_expired.labels(reason)
+
+    def _records(self, r: CollectorRegistry) -> None:
+        """Records consumed and done, and the lag of each assigned partition."""
         self.consumed = Counter(
             "offtake_messages_consumed", "Records consumed from Kafka.", ["topic"], registry=r
         )
@@ -179,8 +204,9 @@ class Metrics:
             ["topic", "partition"],
             registry=r,
         )
-        self.states = _StateClock(clock)
-        r.register(self.states)
+
+    def _in_flight(self, r: CollectorRegistry) -> None:
+        """Partitions, records in flight and the processor's calls (the poll loop's view)."""
         self.paused_partitions = Gauge(
             "offtake_paused_partitions", "Assigned partitions paused for backpressure.", registry=r
         )
@@ -214,6 +240,9 @@ class Metrics:
         self.inflight_bytes = Gauge(
             "offtake_inflight_bytes", "Bytes of records consumed and not yet committed.", registry=r
         )
+
+    def _outcomes(self, r: CollectorRegistry) -> None:
+        """Commits, rebalances, dead letters, errors and retries."""
         self.commits = Counter(
             "offtake_commits", "Offset commits by result.", ["result"], registry=r
         )
@@ -230,7 +259,9 @@ class Metrics:
             "offtake_errors", "Errors by stage, each attempt counted.", ["stage"], registry=r
         )
         self.retries = Counter("offtake_retries", "Records retried after an error.", registry=r)
-        # Queue mode (source.groupType share): what an autoscaler and an on-call engineer need.
+
+    def _queue_mode(self, r: CollectorRegistry) -> None:
+        """Queue mode (source.groupType share): what an autoscaler and an on-call engineer need."""
         self.share_acquired = Counter(
             "offtake_share_acquired",
             "Queue mode: records acquired from the share group (each delivery counted).",
@@ -273,6 +304,9 @@ class Metrics:
             ["topic", "partition"],
             registry=r,
         )
+
+    def _latencies(self, r: CollectorRegistry) -> None:
+        """How long a batch's processing, a record's sink and a commit take."""
         self.processing_seconds = Histogram(
             "offtake_processing_duration_seconds",
             "Time to process one batch of records.",
@@ -291,6 +325,9 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+
+    def _spark(self, r: CollectorRegistry) -> None:
+        """The Spark sink's batch jobs."""
         self.spark_jobs = Counter(
             "offtake_spark_jobs", "Spark batch jobs by result.", ["result"], registry=r
         )
@@ -311,20 +348,6 @@ class Metrics:
             "Unix time of the last successful Spark batch.",
             registry=r,
         )
-        self.build_info = Info("offtake_build", "Offtake version and Python runtime.", registry=r)
-        self.build_info.info({"version": _version(), "python": platform.python_version()})
-        for result in COMMIT_RESULTS:
-            self.commits.labels(result)
-        for kind in REBALANCE_KINDS:
-            self.rebalances.labels(kind)
-        for stage in ERROR_STAGES:
-            self.errors.labels(stage)
-        for result in SPARK_RESULTS:
-            self.spark_jobs.labels(result)
-        for kind in SHARE_ACK_KINDS:
-            self.share_acknowledged.labels(kind)
-        for reason in SHARE_LOCK_REASONS:
-            self.share_lock_expired.labels(reason)
 
     def init_topics(self, topics: Iterable[str]) -> None:
         """Create the per-topic counters at zero for the pipeline's source topics.

@@ -65,6 +65,7 @@ from offtake.config import PipelineSpec, RedriveRequest
 from offtake.config.spec import matching_topics
 from offtake.engine.dead_letters import read_origin
 from offtake.engine.header_values import HeaderError, last
+from offtake.errors import OfftakeError
 from offtake.headers import H_REDRIVE_ID, H_REDRIVE_SOURCE, H_TOPIC, OFFTAKE_PREFIX
 from offtake.kafka.config import consumer_config, producer_config
 
@@ -75,7 +76,7 @@ BATCH = 500
 MAX_REJECTIONS_SHOWN = 10  # reasons kept for the summary; the log has every one
 
 
-class RedriveError(Exception):
+class RedriveError(OfftakeError):
     """A redrive cannot run; the message names the field or option at fault."""
 
 
@@ -91,6 +92,17 @@ class Counts:
         self.left += other.left
         self.skipped += other.skipped
         self.rejected += other.rejected
+
+    def count(self, verdict: str) -> None:
+        """One dead letter more: ``left``, ``replay``(ed), ``rejected``, else ``skipped``."""
+        if verdict == "left":
+            self.left += 1
+        elif verdict == "replay":
+            self.replayed += 1
+        elif verdict == "rejected":
+            self.rejected += 1
+        else:
+            self.skipped += 1
 
     def metadata(self, request_id: str) -> str:
         return json.dumps(
@@ -204,12 +216,21 @@ class _Replayer:
         self.spec = spec
         self.request = request
         self.producer = producer
-        # The source topics the dead letters may go back to; patterns resolved by run().
+        # The source topics the dead letters may go back to; patterns resolved by _replayer().
         self.topics = set(spec.source.topics)
         self.target_partitions: dict[str, int] = {}
         self.failures: list[str] = []
         #: Why dead letters were rejected (the first MAX_REJECTIONS_SHOWN of this run).
         self.rejections: list[str] = []
+
+    def flush(self, request_id: str, timeout: float) -> None:
+        """Wait for the batch's acknowledgements; RedriveError if any record was not acked."""
+        remaining = self.producer.flush(timeout)
+        if remaining or self.failures:
+            raise RedriveError(
+                f"redrive {request_id}: {remaining} record(s) not acknowledged; "
+                + "; ".join(self.failures[:3])
+            )
 
     def reject(self, msg: Message, why: str) -> str:
         where = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
@@ -303,33 +324,10 @@ def _run(
     partitions = _partitions(consumer, topic, timeout)
     if partitions is None:
         raise RedriveError(f"spec.redrive.from: the dead-letter topic {topic!r} does not exist")
-    replayer = _Replayer(spec, request, producer)
-    if spec.source.patterns:  # the topics the patterns match now
-        existing = consumer.list_topics(timeout=timeout).topics
-        replayer.topics = set(matching_topics(spec.source.topics, existing))
-    for target in replayer.topics:
-        found = _partitions(consumer, target, timeout)
-        replayer.target_partitions[target] = len(found or [])
-
+    replayer = _replayer(spec, request, producer, consumer, timeout)
     result = RedriveResult(group, topic, Counts())
-    counts: dict[int, Counts] = {}
-    start: dict[int, int] = {}
-    committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout)
-    for tp in committed:
-        previous = Counts.from_metadata(tp.metadata if tp.offset >= 0 else None, request.id)
-        # Resuming this redrive: its replayed, skipped and rejected dead letters are behind the
-        # position; what is left beyond it is counted afresh.
-        counts[tp.partition] = Counts(
-            replayed=previous.replayed, skipped=previous.skipped, rejected=previous.rejected
-        )
-        start[tp.partition] = tp.offset
-    pending: set[int] = set()
-    ends: dict[int, int] = {}
-    for p in partitions:
-        low, ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout)
-        start[p] = max(start[p], low)  # never committed (negative), or below the retention
-        if start[p] < ends[p]:
-            pending.add(p)
+    counts, start, ends = _positions(consumer, topic, partitions, request.id, timeout)
+    pending = {p for p in partitions if start[p] < ends[p]}
     result.positions = dict(start)
     #: Partitions whose position stays at their first dead letter newer than until.
     held: set[int] = set()
@@ -347,17 +345,6 @@ def _run(
         if p in pending:
             pending.discard(p)
             consumer.pause([TopicPartition(topic, p)])
-
-    def commit(parts: set[int] | list[int]) -> None:
-        consumer.commit(
-            offsets=[
-                TopicPartition(
-                    topic, p, result.positions[p], metadata=counts[p].metadata(request.id)
-                )
-                for p in sorted(parts)
-            ],
-            asynchronous=False,
-        )
 
     while pending:
         messages = consumer.consume(BATCH, timeout=1.0)
@@ -378,21 +365,13 @@ def _run(
                 # for the next redrive.
                 finished(p)
                 continue
-            if p in held:
-                counts[p].left += 1
-            else:
-                verdict = replayer.classify(msg)
+            verdict = "left" if p in held else replayer.classify(msg)
+            counts[p].count(verdict)
+            if p not in held:
                 if verdict == "left":
                     # The partition is a queue: the next redrive starts here, so nothing newer
                     # than this redrive's until is ever passed over.
                     held.add(p)
-                    counts[p].left += 1
-                elif verdict == "replay":
-                    counts[p].replayed += 1
-                elif verdict == "rejected":
-                    counts[p].rejected += 1
-                else:
-                    counts[p].skipped += 1
                 if p not in held:
                     result.positions[p] = offset + 1
                 touched.add(p)
@@ -400,23 +379,78 @@ def _run(
                 finished(p)
         if not touched:
             continue
-        remaining = producer.flush(timeout)
-        if remaining or replayer.failures:
-            raise RedriveError(
-                f"redrive {request.id}: {remaining} record(s) not acknowledged; "
-                + "; ".join(replayer.failures[:3])
-            )
-        commit(touched)
+        replayer.flush(request.id, timeout)
+        _commit(consumer, result, counts, request.id, touched)
         result.rejections = replayer.rejections
         if on_batch is not None:
             result.totals = _sum(counts)
             on_batch(result)
     # Every partition's position and this redrive's counts, also where there was nothing to
     # read: the group then tells the whole story of this id.
-    commit(partitions)
+    _commit(consumer, result, counts, request.id, partitions)
     result.totals = _sum(counts)
     result.rejections = replayer.rejections
     return result
+
+
+def _replayer(
+    spec: PipelineSpec,
+    request: RedriveRequest,
+    producer: Producer,
+    consumer: Consumer,
+    timeout: float,
+) -> _Replayer:
+    """The replayer, knowing the source topics (those the patterns match now) and their
+    partition counts."""
+    replayer = _Replayer(spec, request, producer)
+    if spec.source.patterns:  # the topics the patterns match now
+        existing = consumer.list_topics(timeout=timeout).topics
+        replayer.topics = set(matching_topics(spec.source.topics, existing))
+    for target in replayer.topics:
+        found = _partitions(consumer, target, timeout)
+        replayer.target_partitions[target] = len(found or [])
+    return replayer
+
+
+def _positions(
+    consumer: Consumer, topic: str, partitions: list[int], request_id: str, timeout: float
+) -> tuple[dict[int, Counts], dict[int, int], dict[int, int]]:
+    """Per DLQ partition: this redrive's counts so far, where to start, and its end now."""
+    counts: dict[int, Counts] = {}
+    start: dict[int, int] = {}
+    committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout)
+    for tp in committed:
+        previous = Counts.from_metadata(tp.metadata if tp.offset >= 0 else None, request_id)
+        # Resuming this redrive: its replayed, skipped and rejected dead letters are behind the
+        # position; what is left beyond it is counted afresh.
+        counts[tp.partition] = Counts(
+            replayed=previous.replayed, skipped=previous.skipped, rejected=previous.rejected
+        )
+        start[tp.partition] = tp.offset
+    ends: dict[int, int] = {}
+    for p in partitions:
+        low, ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout)
+        start[p] = max(start[p], low)  # never committed (negative), or below the retention
+    return counts, start, ends
+
+
+def _commit(
+    consumer: Consumer,
+    result: RedriveResult,
+    counts: dict[int, Counts],
+    request_id: str,
+    parts: set[int] | list[int],
+) -> None:
+    """Commit these DLQ partitions' positions, each with this redrive's counts as metadata."""
+    consumer.commit(
+        offsets=[
+            TopicPartition(
+                result.topic, p, result.positions[p], metadata=counts[p].metadata(request_id)
+            )
+            for p in sorted(parts)
+        ],
+        asynchronous=False,
+    )
 
 
 def _int(value: int | None) -> int:

@@ -11,6 +11,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from offtake.errors import OfftakeError
+
 T = TypeVar("T")
 Node = Mapping[str, Any]
 
@@ -25,7 +27,7 @@ def field_name(key: object) -> str:
     return text if _PLAIN_KEY.fullmatch(text) else repr(text)
 
 
-class ConfigError(ValueError):
+class ConfigError(OfftakeError, ValueError):
     """A manifest field is missing, unknown or of the wrong type or value."""
 
     def __init__(self, path: str, problem: str) -> None:

@@ -15,9 +15,7 @@ import yaml
 
 from offtake.config._fields import ConfigError, Fields
 from offtake.config.client_properties import (
-    has_url_credentials,
     is_secret_property,
-    is_secret_spark_property,
     map_key,
     refused_reason,
     share_refusal,
@@ -25,7 +23,8 @@ from offtake.config.client_properties import (
 from offtake.config.crd_check import crd_schema
 from offtake.config.in_process import check_lifespan, refuse_pool_clashes
 from offtake.config.redrive import dlq_topic_of, parse_redrive
-from offtake.config.spark_conf import check_submit_conf
+from offtake.config.refs import secret_ref
+from offtake.config.spark_sink import spark_sink
 from offtake.config.spec import (
     SCHEMA_FORMATS,
     CommitSpec,
@@ -35,8 +34,6 @@ from offtake.config.spec import (
     ErrorsSpec,
     Format,
     GroupType,
-    IcebergSpec,
-    JdbcSpec,
     KafkaSinkSpec,
     KafkaSpec,
     LimitsSpec,
@@ -49,20 +46,11 @@ from offtake.config.spec import (
     ProcessorSpec,
     RetryTopicSpec,
     SchemaRegistrySpec,
-    SecretKeyRef,
-    SecretRef,
     ShutdownSpec,
     SinkFormat,
     SinkSchemaSpec,
     SinkSpec,
     SourceSpec,
-    SparkBatchSpec,
-    SparkExecutorsSpec,
-    SparkFormat,
-    SparkMode,
-    SparkServerSpec,
-    SparkSinkSpec,
-    SparkSubmitSpec,
     StartFrom,
     is_topic_pattern,
 )
@@ -151,6 +139,17 @@ def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
         )
     spec._seen.update(OPERATOR_ONLY_FIELDS)
     spec.done()
+    _check_combinations(pipeline)
+    # Not the worker's to act on, but checked here so that a bad request is named by
+    # `offtake validate` and by the operator's pass through this loader alike.
+    raw_spec = doc["spec"]
+    parse_redrive(raw_spec.get("redrive"), dlq_topic_of(raw_spec))
+    return pipeline
+
+
+def _check_combinations(pipeline: PipelineSpec) -> None:
+    """What two sections allow alone and not together (queue mode with exactly-once, retry
+    topics with a share group or a topic pattern), each error naming the field to change."""
     kafka_sink = pipeline.sink.kafka
     if pipeline.source.is_share_group and kafka_sink is not None and kafka_sink.exactly_once:
         raise ConfigError(
@@ -183,11 +182,6 @@ def parse_pipeline(doc: Mapping[str, Any]) -> PipelineSpec:
             f"({pipeline.source.patterns[0]!r}): each retry topic is named after one source "
             "topic; list the topics by name to use retry topics",
         )
-    # Not the worker's to act on, but checked here so that a bad request is named by
-    # `offtake validate` and by the operator's pass through this loader alike.
-    raw_spec = doc["spec"]
-    parse_redrive(raw_spec.get("redrive"), dlq_topic_of(raw_spec))
-    return pipeline
 
 
 #: Spec fields the operator acts on and the worker has no use for: accepted, not interpreted
@@ -211,8 +205,8 @@ def _kafka(f: Fields | None) -> KafkaSpec:
     out = KafkaSpec(
         bootstrap_servers=f.text("bootstrapServers"),
         config=config,
-        secret_ref=_secret_ref(secret),
-        ca_secret_ref=_secret_ref(f.sub("caSecretRef")),
+        secret_ref=secret_ref(secret),
+        ca_secret_ref=secret_ref(f.sub("caSecretRef")),
         connect_timeout_seconds=f.number("connectTimeoutSeconds"),
         group_protocol=f.choice("groupProtocol") if f.has("groupProtocol") else None,
         static_membership=f.flag("staticMembership"),
@@ -224,18 +218,6 @@ def _kafka(f: Fields | None) -> KafkaSpec:
         )
     f.done()
     return out
-
-
-def _secret_ref(f: Fields | None) -> SecretRef | None:
-    if f is None:
-        return None
-    return f.finish(SecretRef(name=f.text("name")))
-
-
-def _secret_key_ref(f: Fields | None) -> SecretKeyRef | None:
-    if f is None:
-        return None
-    return f.finish(SecretKeyRef(name=f.text("name"), key=f.text("key")))
 
 
 def client_config_map(f: Fields, key: str, secret_field: str) -> dict[str, str]:
@@ -254,16 +236,6 @@ def client_config_map(f: Fields, key: str, secret_field: str) -> dict[str, str]:
                 f"pipeline and its ConfigMap): put it in a Secret and name that in {secret_field}",
             )
     return config
-
-
-def _no_url_credentials(f: Fields, key: str, url: str | None, instead: str) -> None:
-    """Refuse a URL that carries a password or token inline, without echoing the URL."""
-    if url is not None and has_url_credentials(url):
-        raise ConfigError(
-            f.at(key),
-            "carries a password or token inline (it would be stored in plain text in the "
-            f"pipeline and its ConfigMap): remove it from the URL and name a Secret in {instead}",
-        )
 
 
 #: Share groups: the broker archives a record after share.delivery.count.limit deliveries (at
@@ -318,7 +290,7 @@ def _schema_registry(f: Fields | None) -> SchemaRegistrySpec | None:
     url = f.text("url")
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f.at("url"), f"expected an http:// or https:// URL, got {redact(url)!r}")
-    return f.finish(SchemaRegistrySpec(url=url, secret_ref=_secret_ref(f.sub("secretRef"))))
+    return f.finish(SchemaRegistrySpec(url=url, secret_ref=secret_ref(f.sub("secretRef"))))
 
 
 def _processor(f: Fields, *, inject: bool, written: bool) -> ProcessorSpec:
@@ -467,146 +439,13 @@ def _sink(f: Fields | None, source_registry: SchemaRegistrySpec | None = None) -
     if kinds == ["kafka"]:
         sink = SinkSpec(kafka=_sink_kafka(f.section("kafka"), source_registry))
     elif kinds == ["spark"]:
-        sink = SinkSpec(spark=_spark(f.section("spark")))
+        sink = SinkSpec(spark=spark_sink(f.section("spark")))
     else:
         log = f.section("log")
         log.done()
         sink = SinkSpec(log=LogSinkSpec())
     f.done()
     return sink
-
-
-def _spark(f: Fields) -> SparkSinkSpec:
-    fmt = f.choice("format")
-    path = f.opt_str("path")
-    j = f.sub("jdbc")
-    jdbc = None
-    if j is not None:
-        if j.has("password"):
-            raise ConfigError(
-                j.at("password"),
-                "must not be inline (it would be stored in plain text in the pipeline and its "
-                "ConfigMap): name a Secret key in jdbc.passwordSecretRef {name, key}, or a "
-                "Secret with user and password in jdbc.secretRef",
-            )
-        jdbc = JdbcSpec(
-            url=j.text("url"),
-            table=j.text("table"),
-            secret_ref=_secret_ref(j.sub("secretRef")),
-            user=j.opt_str("user"),
-            password_secret_ref=_secret_key_ref(j.sub("passwordSecretRef")),
-        )
-        _no_url_credentials(j, "url", jdbc.url, "jdbc.passwordSecretRef or jdbc.secretRef")
-        j.done()
-        if jdbc.secret_ref is not None and jdbc.password_secret_ref is not None:
-            raise ConfigError(
-                j.at("passwordSecretRef"), "set either secretRef or passwordSecretRef, not both"
-            )
-    ice = f.sub("iceberg")
-    iceberg = None
-    if ice is not None:
-        iceberg = IcebergSpec(
-            table=ice.text("table"),
-            catalog_uri=ice.text("catalogUri"),
-            password_secret_ref=_secret_key_ref(ice.sub("passwordSecretRef")),
-        )
-        _no_url_credentials(ice, "catalogUri", iceberg.catalog_uri, "iceberg.passwordSecretRef")
-        ice.done()
-        if "." not in iceberg.table.strip("."):
-            raise ConfigError(ice.at("table"), f"{iceberg.table!r} must be namespace.table")
-    if fmt == "iceberg" and iceberg is None:
-        raise ConfigError(f.at("iceberg"), "is required when format is iceberg")
-    if fmt != "iceberg" and iceberg is not None:
-        raise ConfigError(f.at("iceberg"), "is only used when format is iceberg")
-    if fmt == "iceberg" and "partitionBy" in f.raw:
-        raise ConfigError(
-            f.at("partitionBy"), "is not used with format iceberg (partition the table itself)"
-        )
-    if fmt == "jdbc" and jdbc is None:
-        raise ConfigError(f.at("jdbc"), "is required when format is jdbc")
-    if fmt != "jdbc" and path is None:
-        raise ConfigError(f.at("path"), f"is required when format is {fmt}")
-    b = f.section("batch")
-    batch = SparkBatchSpec(
-        max_records=b.integer("maxRecords"),
-        max_interval_seconds=b.number("maxIntervalSeconds"),
-        max_bytes=b.integer("maxBytes"),
-    )
-    b.done()
-    s = f.section("submit")
-    mode = s.choice("mode")
-    cluster_only = [k for k in ("image", "serviceAccount", "server", "executors") if k in s.raw]
-    if mode != "kubernetes" and cluster_only:
-        raise ConfigError(s.at(cluster_only[0]), "is only used when mode is kubernetes")
-    if mode == "kubernetes" and "connectUrl" in s.raw:
-        raise ConfigError(
-            s.at("connectUrl"),
-            "is not used when mode is kubernetes (the operator runs the pipeline's Spark "
-            "Connect server); use mode connect for a server of your own",
-        )
-    srv = s.section("server")
-    server = SparkServerSpec(cores=srv.integer("cores"), memory=_spark_memory(srv, "memory"))
-    srv.done()
-    ex = s.section("executors")
-    executors = SparkExecutorsSpec(
-        instances=ex.integer("instances"),
-        cores=ex.integer("cores"),
-        memory=_spark_memory(ex, "memory"),
-    )
-    ex.done()
-    conf = s.str_map("conf")
-    for name in conf:
-        if is_secret_spark_property(name):
-            raise ConfigError(
-                map_key(s.at("conf"), name),
-                "looks like a secret and must not be inline (it would be stored in plain text "
-                "in the pipeline and its ConfigMap): pass it from a Secret as an environment "
-                "variable in spec.template.spec.env (s3a reads AWS_ACCESS_KEY_ID and "
-                "AWS_SECRET_ACCESS_KEY)",
-            )
-    submit = SparkSubmitSpec(
-        mode=cast(SparkMode, mode),
-        master=s.text("master"),
-        connect_url=s.opt_str("connectUrl"),
-        token_secret_ref=_secret_key_ref(s.sub("tokenSecretRef")),
-        conf=conf,
-        image=s.opt_str("image"),
-        service_account=s.opt_str("serviceAccount"),
-        server=server,
-        executors=executors,
-    )
-    s.done()
-    _no_url_credentials(s, "connectUrl", submit.connect_url, "submit.tokenSecretRef")
-    if submit.token_secret_ref is not None and mode != "connect":
-        raise ConfigError(
-            s.at("tokenSecretRef"),
-            "is only used when mode is connect (the token of a Spark Connect server of your own)",
-        )
-    check_submit_conf(submit.conf, s.at("conf"))
-    if mode == "connect" and submit.connect_url is None:
-        raise ConfigError(s.at("connectUrl"), "is required when mode is connect")
-    return f.finish(
-        SparkSinkSpec(
-            format=cast(SparkFormat, fmt),
-            path=path,
-            jdbc=jdbc,
-            iceberg=iceberg,
-            partition_by=f.str_list("partitionBy"),
-            transform=f.opt_str("transform"),
-            sql=f.opt_str("sql"),
-            batch=batch,
-            submit=submit,
-            packages=f.str_list("packages"),
-        )
-    )
-
-
-def _spark_memory(f: Fields, key: str) -> str:
-    """A Spark memory size (``spark.driver.memory`` syntax: 512m, 2g)."""
-    text = f.text(key)
-    if not re.fullmatch(r"[0-9]+[kmgtKMGT]?", text):
-        raise ConfigError(f.at(key), f"{text!r} is not a Spark memory size such as 512m or 2g")
-    return text
 
 
 def _commit(f: Fields) -> CommitSpec:

@@ -16,7 +16,7 @@ from offtake.config.spec import PipelineSpec
 from offtake.engine.commits import Committer
 from offtake.engine.dead_letters import DeadLetterQueue
 from offtake.engine.delivery.at_least_once import AtLeastOnce
-from offtake.engine.delivery.base import DeliveryPolicy
+from offtake.engine.delivery.base import DeliveryMode
 from offtake.engine.delivery.queue import Queue
 from offtake.engine.delivery.transactional import Transactional, TransactionCommitter
 from offtake.engine.errors import ErrorPolicy
@@ -62,8 +62,12 @@ def build_worker(
     health: Health | None = None,
     instance_id: str | None = None,
     schema_registry: Any = None,
+    pod_name: str | None = None,
 ) -> Worker:
     """The worker for ``spec``; any part passed in replaces the one the spec would make.
+
+    ``pod_name``: the pod's name (the CLI passes the downward API's $POD_NAME), for the
+    transactional.id of exactly-once (:func:`instance`).
 
     ``schema_registry``: the SchemaRegistryClient of the schema formats, instead of one for the
     spec's URL (the test kit passes confluent-kafka's in-memory client).
@@ -72,7 +76,7 @@ def build_worker(
     metrics = metrics or Metrics(spec.name)
     health = health or Health(max_poll_interval_s=300.0)
     processor = processor or make_processor(spec)
-    sink = sink or make_sink(spec, clients, metrics, instance_id, schema_registry)
+    sink = sink or make_sink(spec, clients, metrics, instance_id, schema_registry, pod_name)
     settlements = Settlements()
     dlq: DeadLetterQueue | None = None
     retries: RetrySender | None = None
@@ -159,7 +163,7 @@ def make_delivery(
     stage: ProcessingStage,
     sink: Sink,
     metrics: Metrics,
-) -> DeliveryPolicy:
+) -> DeliveryMode:
     """The delivery mode, chosen here and nowhere else (:mod:`offtake.engine.delivery.base`):
 
     - a share group's source: queue mode, each record acknowledged (:class:`Queue`);
@@ -180,14 +184,14 @@ def make_delivery(
     return AtLeastOnce(Committer(source, tracker, metrics, interval, max_in_flight))
 
 
-def instance(instance_id: str | None) -> str:
+def instance(instance_id: str | None, pod_name: str | None = None) -> str:
     """This worker's name among the pipeline's workers: for its transactional.id.
 
     The static-membership id or the pod's name survive a restart of the same pod, so a
     restarted worker fences its predecessor's open transaction at once; elsewhere (a local
     run) host and process id keep concurrent workers apart.
     """
-    return instance_id or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    return instance_id or pod_name or f"{socket.gethostname()}-{os.getpid()}"
 
 
 def default_clients() -> ClientFactory:
@@ -226,10 +230,13 @@ def make_sink(
     metrics: Metrics,
     instance_id: str | None = None,
     schema_registry: Any = None,
+    pod_name: str | None = None,
 ) -> Sink:
     sink = spec.sink
     if sink.kafka is not None and sink.kafka.exactly_once:
-        config = transactional_producer_config(spec, sink.kafka.config, instance(instance_id))
+        config = transactional_producer_config(
+            spec, sink.kafka.config, instance(instance_id, pod_name)
+        )
         # Each transaction call, and a wait for room in the producer's queue, is bounded by
         # the transaction's own timeout: past it the coordinator aborts the transaction anyway.
         transaction_timeout = max(5.0, int(config["transaction.timeout.ms"]) / 1000)

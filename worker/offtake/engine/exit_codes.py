@@ -1,4 +1,4 @@
-"""The worker's exit codes, for the loop and the delivery policies that stop it.
+"""The worker's exit codes, for the loop and the delivery modes that stop it.
 
 0: stopped as asked (a graceful stop duplicates and loses nothing). 1: stopped on an error the
 pipeline's ``errors.policy: stop`` (or the processing thread) asked to stop for. 3: a fault the

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from offtake.errors import OfftakeError
+
 #: A header list as Kafka clients hand it over (confluent-kafka gives bytes; str tolerated).
 HeaderList = Sequence[tuple[str, bytes | str | None]]
 
@@ -25,7 +27,7 @@ _TOPIC = re.compile(rb"[A-Za-z0-9._-]{1,249}")
 _SHOWN = 40  # bytes of a bad value quoted in an error: enough to recognise, never a flood
 
 
-class HeaderError(ValueError):
+class HeaderError(OfftakeError, ValueError):
     """A header's value is not what Offtake writes there; the message names the header."""
 
     def __init__(self, name: str, raw: bytes, why: str) -> None:

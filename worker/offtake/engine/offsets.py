@@ -7,7 +7,7 @@ dead-lettered it, skipped it, or sent it to a retry topic (:meth:`OffsetTracker.
 offset, or one past the last consumed offset when nothing is pending: every record below it
 is settled, so committing it loses nothing (at-least-once), and records settled above a
 pending one wait for it. A record the stop policy gave up on (:meth:`OffsetTracker.fail`)
-caps the position for good. The delivery policy (``delivery/``: ``commits.py``'s committer, or
+caps the position for good. The delivery mode (``delivery/``: ``commits.py``'s committer, or
 the sink's transaction) commits :meth:`OffsetTracker.commit_positions` and reports what the
 broker acknowledged to :meth:`OffsetTracker.committed`.
 

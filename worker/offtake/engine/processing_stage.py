@@ -136,8 +136,8 @@ class ProcessingStage:
         chunk: int = 1,
     ) -> None:
         self.processor = processor
-        # A record's first attempt number, as the delivery policy says
-        # (DeliveryPolicy.first_attempt; set by build_worker); None: every record starts at 1.
+        # A record's first attempt number, as the delivery mode says
+        # (DeliveryMode.first_attempt; set by build_worker); None: every record starts at 1.
         self.first_attempt: Callable[[MessageLike], int] | None = None
         # Told when the processor is unavailable and when it answers again (readiness).
         self.health = health
@@ -445,7 +445,7 @@ class ProcessingStage:
         parking = self.parking
         first = self.first_attempt
         for (record, decode_error), msg in zip(decoded_all, work.messages, strict=True):
-            # Past the last attempt (its earlier ones made elsewhere: DeliveryPolicy
+            # Past the last attempt (its earlier ones made elsewhere: DeliveryMode
             # .first_attempt) a record goes to the policy unrun.
             attempt = first(msg) if first is not None else 1
             hold = parking.hold_of(record.tp, epoch)

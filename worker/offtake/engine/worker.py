@@ -2,16 +2,16 @@
 
 Follow a record: :class:`~offtake.kafka.source.KafkaSource` ``consume()`` -> :meth:`_dispatch`
 here -> :mod:`processing_stage` (decode, processor, retries, sink) -> :mod:`settlements` ->
-the delivery policy (:mod:`delivery`: the offset tracker, then commits or a transaction).
+the delivery mode (:mod:`delivery`: the offset tracker, then commits or a transaction).
 
-Threading: this loop's thread owns the source (and so the consumer), the delivery policy (with
+Threading: this loop's thread owns the source (and so the consumer), the delivery mode (with
 the offset tracker), the pauser and the lag gauges; rebalance and commit callbacks run on it
 too (inside ``consume()``). The processing thread owns the processor, the sink and the dead-letter
 producer. The two talk only through :class:`ProcessingStage`'s methods (work, current
 assignments, flush and abandon requests in) and :class:`Settlements` (settled records and stop
 requests out). The parts are built by :mod:`assembly` and handed in; what differs between
 delivery modes (when to commit, at the in-flight bound, on revoke, on lost partitions, at
-shutdown) is the :class:`DeliveryPolicy`'s, so nothing here asks which mode runs.
+shutdown) is the :class:`DeliveryMode`'s, so nothing here asks which mode runs.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from offtake.config.spec import PipelineSpec
 from offtake.engine.backpressure import InFlightGate, PartitionPauser
-from offtake.engine.delivery.base import DeliveryPolicy
+from offtake.engine.delivery.base import DeliveryMode
 from offtake.engine.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_STOPPED_ON_ERROR
 from offtake.engine.lag import LagGauges
 from offtake.engine.processing_stage import ProcessingStage, Work
@@ -70,7 +70,7 @@ class WorkerParts:
     sink: Sink
     metrics: Metrics
     health: Health
-    delivery: DeliveryPolicy  # at-least-once or exactly-once (engine/delivery/)
+    delivery: DeliveryMode  # at-least-once or exactly-once (engine/delivery/)
     route: RetryRoute | None = None  # errors.retryTopics: which topics are retry topics
 
 
@@ -219,8 +219,8 @@ class Worker:
         want = MAX_BATCH if paused else min(MAX_BATCH, capacity, headroom)
         now = time.monotonic()
         if capacity <= 0 and not paused:
-            # At the in-flight bound: consume() would return records past it. The policy may
-            # free room (a synchronous commit); else wait for the processing thread. Held
+            # At the in-flight bound: consume() would return records past it. The delivery mode
+            # may free room (a synchronous commit); else wait for the processing thread. Held
             # long enough, the bound pauses the partitions instead (a stall).
             if not self.delivery.at_bound(now):
                 self.stage.wait_for_progress(BUSY_POLL_TIMEOUT, mark)
@@ -299,7 +299,7 @@ class Worker:
         return True
 
     def _apply_settled(self) -> None:
-        """Hand what the processing thread settled to the delivery policy; act on stops."""
+        """Hand what the processing thread settled to the delivery mode; act on stops."""
         done: Counter[tuple[str, str]] = Counter()
         for s in self.settlements.take_all():
             n = self.delivery.settle(s)

@@ -15,6 +15,8 @@ treats each differently (the leaf every format module imports; it imports none o
 
 from __future__ import annotations
 
+from offtake.errors import OfftakeError
+
 # Dead-letter headers: which schema id, and why in one word (names: offtake.headers).
 from offtake.headers import H_REASON, H_SCHEMA_ID
 
@@ -27,7 +29,7 @@ OUT_OF_BOUNDS = "out-of-bounds"
 SCHEMA_REFUSED = "schema-id-refused"
 
 
-class DecodeError(ValueError):
+class DecodeError(OfftakeError, ValueError):
     """A record's value is not valid for ``source.format``; names the record."""
 
 
@@ -48,21 +50,21 @@ class SchemaDecodeError(DecodeError):
         }
 
 
-class RegistryUnavailable(Exception):
+class RegistryUnavailable(OfftakeError):
     """The schema registry did not answer (or answered 5xx/429): retry later, not the record's
     fault."""
 
 
-class UnsendableValueError(TypeError):
+class UnsendableValueError(OfftakeError, TypeError):
     """A processor returned a value that has no faithful wire form (the error names its type)."""
 
 
-class NotFast(Exception):
+class NotFast(OfftakeError):
     """Not for the closures built per schema (avro_fast, protobuf_fast): the format's library
     (fastavro, json_format) reads or writes this value, or every value of this schema."""
 
 
-class OutOfBounds(ValueError):
+class OutOfBounds(OfftakeError, ValueError):
     """A value claims more than the decoders' bounds let one value hold (an array of
     zero-width items past its budget, a message index past its bytes or its schema): the
     record's decode error (reason :data:`OUT_OF_BOUNDS`), never handed to the format's library,

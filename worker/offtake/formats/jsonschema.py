@@ -16,12 +16,13 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 from referencing import Registry
 
+from offtake.errors import OfftakeError
 from offtake.formats import patterns
 from offtake.formats.base import Encoder
 from offtake.formats.wire import HEADER_SIZE, Reader, SchemaDecoder, header
 
 
-class SchemaMismatch(ValueError):
+class SchemaMismatch(OfftakeError, ValueError):
     """A value does not validate against its schema (the validator's first complaint)."""
 
 

@@ -27,6 +27,8 @@ from jsonschema import ValidationError
 from jsonschema.protocols import Validator
 from jsonschema.validators import extend
 
+from offtake.errors import OfftakeError
+
 # The keywords whose values are maps from names to schemas (the names are no patterns) and
 # those whose values are data, not schemas.
 _BY_NAME = ("properties", "$defs", "definitions", "dependentSchemas", "dependencies")
@@ -36,7 +38,7 @@ _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False  # the refusal says why; RE2's own log line would go to stderr
 
 
-class UnsafePattern(ValueError):
+class UnsafePattern(OfftakeError, ValueError):
     """A schema's pattern that cannot be matched in linear time; names the pattern."""
 
 

@@ -23,6 +23,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import SerializationContext
 
 from offtake.config.spec import KafkaSinkSpec
+from offtake.errors import OfftakeError
 from offtake.formats.avro import AvroEncoder
 from offtake.formats.base import Encoder
 from offtake.formats.jsonschema import JsonSchemaEncoder
@@ -33,7 +34,7 @@ from offtake.redact import redact
 _SCHEMA_TYPES = {"avro": "AVRO", "jsonschema": "JSON", "protobuf": "PROTOBUF"}
 
 
-class SinkSchemaError(ValueError):
+class SinkSchemaError(OfftakeError, ValueError):
     """The sink's schema cannot be used (not registered, incompatible, unreadable)."""
 
 

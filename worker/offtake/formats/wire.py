@@ -27,6 +27,7 @@ from typing import Any
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from offtake.errors import OfftakeError
 from offtake.formats.base import Decoder
 from offtake.formats.errors import (
     NOT_WIRE_FORMAT,
@@ -77,7 +78,7 @@ def context(topic: str) -> SerializationContext:
     return SerializationContext(topic, MessageField.VALUE)
 
 
-class _NotKnown(Exception):
+class _NotKnown(OfftakeError):
     """Not for the fast path: read carefully."""
 
 

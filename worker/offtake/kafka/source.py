@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from offtake.errors import OfftakeError
 from offtake.kafka.config import log_client_error
 from offtake.kafka.oldest_record import OldestRecordProbe
 from offtake.kafka.protocols import ClientFactory, ConsumerLike, MessageLike
@@ -47,11 +48,11 @@ _LEAVE_POLL = 0.1
 _COMMIT_RETRIABLE = frozenset({7, 14, 15, 16, 22, 27, 113, -185, -195, -180})
 
 
-class SourceFatal(Exception):
+class SourceFatal(OfftakeError):
     """A fatal Kafka error: the consumer cannot go on (fenced, authentication, ...)."""
 
 
-class CommitRefused(Exception):
+class CommitRefused(OfftakeError):
     """A commit the broker (or librdkafka) refused; the message is Kafka's own.
 
     ``retriable``: a rebalance or a coordinator move explains it, and the same commit can land

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from typing import Any
 
+from offtake.errors import OfftakeError
 from offtake.kafka.errors import describe, retriable
 from offtake.kafka.produce import produce_waiting
 from offtake.kafka.protocols import ProducerLike
@@ -263,5 +264,5 @@ class TransactionalProducer:
         self.init_transactions(init_timeout)
 
 
-class TransactionCallStuck(Exception):
+class TransactionCallStuck(OfftakeError):
     """A librdkafka transaction call did not return in time; its client is given up."""

@@ -8,7 +8,8 @@ with backoff (``spec.errors``) and then applies the error policy.
 
 An exception raised by ``process`` itself means the processor could not be reached at all
 (a sidecar that is down, say): the engine retries the whole batch without counting an
-attempt against any record, so an unavailable processor is backpressure, never data loss.
+attempt against any record, so an unavailable processor stalls the pipeline (and in time its
+in-flight bound: backpressure), never loses data.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from offtake.errors import OfftakeError
 from offtake.records import Record
 
 
@@ -37,7 +39,7 @@ class Outcome(NamedTuple):
         return self.error is None
 
 
-class Backpressure(Exception):
+class Backpressure(OfftakeError):
     """Raised by a processing function: "slow down", its downstream is saturated.
 
     Not a failure: the record is not charged an attempt, counted as an error or dead-lettered.
@@ -58,7 +60,7 @@ class Backpressure(Exception):
         return (Backpressure, (self.retry_after, str(self)))
 
 
-class ProcessorUnavailable(Exception):
+class ProcessorUnavailable(OfftakeError):
     """The processor could not be reached; the batch is retried, no record is charged."""
 
 

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import CoroutineType
 from typing import Any
 
+from offtake.errors import OfftakeError
 from offtake.processing.base import Backpressure, Outcome, Processor
 from offtake.processing.event_loop import EventLoop
 from offtake.records import Record
@@ -40,7 +41,7 @@ log = logging.getLogger("offtake.worker")
 ProcessFunction = Callable[[Record], Any]
 
 
-class FunctionLoadError(ValueError):
+class FunctionLoadError(OfftakeError, ValueError):
     """processor.function (or processor.lifespan) does not name an importable callable, or the
     lifespan could not be entered."""
 

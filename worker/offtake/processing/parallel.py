@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 
+from offtake.errors import OfftakeError
 from offtake.processing.base import Outcome, Processor
 from offtake.processing.function import load_function
 from offtake.processing.pool_child import ALL, ONE, READY, RECYCLE, serve
@@ -44,11 +45,11 @@ log = logging.getLogger("offtake.processing")
 STARTUP_SECONDS = 120.0
 
 
-class ProcessorTimeout(Exception):
+class ProcessorTimeout(OfftakeError):
     """A call of processor.function ran past processor.timeoutSeconds and was killed."""
 
 
-class PoolProcessDied(Exception):
+class PoolProcessDied(OfftakeError):
     """The pool process running a call of processor.function died during it."""
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from offtake.config.spec import ContainerSpec
+from offtake.errors import OfftakeError
 from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
 from offtake.records import Record
 
@@ -52,11 +53,10 @@ BODY_EXCERPT = 300
 FORMATS = ("json", "string", "bytes")
 
 
-class SidecarRecordError(Exception):
+class SidecarRecordError(OfftakeError):
     """The sidecar failed one record; ``error_type`` and ``message`` are what it said.
 
-    Also used for answers that are wrong about one record (no result for it, bad values), so
-    every record error names the record's id.
+    Also for an answer wrong about one record (none for it, bad values): errors name the id.
     """
 
     def __init__(self, record_id: str, error_type: str, message: str) -> None:
@@ -78,7 +78,7 @@ class SidecarUnavailable(ProcessorUnavailable):
         self.retry_after = retry_after
 
 
-class SidecarBackpressure(SidecarUnavailable):
+class SidecarBusy(SidecarUnavailable):
     """The sidecar answered 429 or 503: it is busy or not ready yet."""
 
 
@@ -97,7 +97,7 @@ class SidecarStats:
     record_errors: int = 0
     malformed_responses: int = 0
     unavailable: int = 0
-    backpressure: int = 0
+    busy: int = 0  # 429 or 503 answers
     protocol_errors: int = 0
     reconnects: int = 0
     reused_results: int = 0  # answers kept from a batch that failed part-way, not sent again
@@ -321,9 +321,9 @@ class SidecarProcessor(Processor):
             return
         retry_after = parse_retry_after(headers.get("Retry-After"))
         if status in (429, 503):
-            self.stats.backpressure += 1
+            self.stats.busy += 1
             wait = f"; retry after {retry_after:g}s" if retry_after is not None else ""
-            raise SidecarBackpressure(
+            raise SidecarBusy(
                 f"sidecar at {self.address} is busy ({status}){wait}; {n} record(s) will be "
                 f"sent again",
                 status=status,

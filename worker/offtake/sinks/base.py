@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from offtake.errors import OfftakeError
 from offtake.kafka.protocols import MessageLike
 from offtake.records import Record, TopicPartition
 
@@ -108,7 +109,7 @@ NO_FAILURES: Mapping[int, BaseException] = MappingProxyType({})
 OnSettled = Callable[[SinkBatch, Mapping[int, BaseException]], None]
 
 
-class SinkError(Exception):
+class SinkError(OfftakeError):
     """A sink gave up on a record; the message says why and where."""
 
 

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from offtake.errors import OfftakeError
 from offtake.formats.plain import encode_value
 from offtake.kafka.errors import describe
 from offtake.kafka.transactional_producer import CALL_GRACE, TransactionalProducer
@@ -27,7 +28,7 @@ INIT_TIMEOUT = 30.0  # init_transactions: find the coordinator, fence and abort 
 CALL_MARGIN = 5.0
 
 
-class TransactionFailed(Exception):
+class TransactionFailed(OfftakeError):
     """A transaction could not be committed and was aborted (or could not even be aborted)."""
 
 

@@ -1,1 +1,1 @@
-"""Delivery policies: when and how settled records are committed (see :mod:`.base`)."""
+"""Delivery modes: when and how settled records are committed (see :mod:`.base`)."""

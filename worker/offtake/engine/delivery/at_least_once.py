@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from offtake.engine.commits import Committer
-from offtake.engine.delivery.base import DeliveryPolicy, Released
+from offtake.engine.delivery.base import DeliveryMode, Released
 from offtake.records import TopicPartition
 
 BOUND_COMMIT_SPACING = 0.02  # at the bound: synchronous commits at most this often
@@ -22,7 +22,7 @@ BOUND_COMMIT_SPACING = 0.02  # at the bound: synchronous commits at most this of
 COMMIT_RETRY_FLOOR = 5.0
 
 
-class AtLeastOnce(DeliveryPolicy):
+class AtLeastOnce(DeliveryMode):
     """Consumer offset commits (see the module docstring)."""
 
     def __init__(self, committer: Committer) -> None:

@@ -1,8 +1,8 @@
-"""The delivery policy contract: what happens to records once they are settled.
+"""The delivery mode contract: what happens to records once they are settled.
 
 The poll loop (:class:`offtake.engine.worker.Worker`) consumes, hands records to the
 processing thread, drains and shuts down; it never asks which delivery mode runs. Everything
-that differs between modes is a :class:`DeliveryPolicy`. There are three, chosen in one
+that differs between modes is a :class:`DeliveryMode`. There are three, chosen in one
 place, :func:`offtake.engine.assembly.make_delivery`, and handed in through ``WorkerParts``:
 
 - :class:`~offtake.engine.delivery.at_least_once.AtLeastOnce`: consumer offset commits
@@ -12,25 +12,25 @@ place, :func:`offtake.engine.assembly.make_delivery`, and handed in through ``Wo
 - :class:`~offtake.engine.delivery.queue.Queue`: queue mode (a share group), each record
   acknowledged on its own; no offsets, no rebalance callbacks.
 
-What a policy owns, and the hooks through which the loop hands it each moment (all called on
-the poll loop's thread, one at a time; a policy needs no lock for its own state):
+What a mode owns, and the hooks through which the loop hands it each moment (all called on
+the poll loop's thread, one at a time; a mode needs no lock for its own state):
 
 - **The settled records.** Every settlement the processing thread reports (a record, or a run
   of one partition's records, delivered, dropped, dead-lettered, retried, skipped or failed:
-  :mod:`offtake.engine.settlements`) goes to :meth:`DeliveryPolicy.settle`. The default marks
-  it in the :class:`~offtake.engine.offsets.OffsetTracker`; a policy that acknowledges per
+  :mod:`offtake.engine.settlements`) goes to :meth:`DeliveryMode.settle`. The default marks
+  it in the :class:`~offtake.engine.offsets.OffsetTracker`; a mode that acknowledges per
   record (queue mode: which acknowledgement for which settlement is :data:`.queue.ACKS`)
   records the acknowledgement here too. The loop itself
   counts the records for the ``processed`` metric and stops the worker on ``failed``.
-- **The tracker.** :attr:`DeliveryPolicy.tracker` is the bookkeeping of records in flight,
+- **The tracker.** :attr:`DeliveryMode.tracker` is the bookkeeping of records in flight,
   shared with the loop: the loop registers each poll's records (``register_batch``), reads the
   in-flight totals for the in-flight bound, and records assignments (``assign``,
   ``committed``, ``seed``) and releases from the source's listener. Records stay in flight
-  until the policy reports them committed (``tracker.committed(tp, offset)``, which releases
+  until the mode reports them committed (``tracker.committed(tp, offset)``, which releases
   everything below ``offset``; queue mode: ``tracker.acknowledged(tp)``): the in-flight
-  bound, and so the duplicates after a crash, is counted up to the policy's acknowledgement,
+  bound, and so the duplicates after a crash, is counted up to the mode's acknowledgement,
   not up to settlement.
-- **Attempt numbers**: :attr:`DeliveryPolicy.first_attempt`, which the processing stage asks
+- **Attempt numbers**: :attr:`DeliveryMode.first_attempt`, which the processing stage asks
   for a record's first attempt number (None: 1 for every record; queue mode: the broker's
   delivery count).
 - **When it commits**: :meth:`step`, once per loop iteration, after the settlements.
@@ -45,12 +45,12 @@ the poll loop's thread, one at a time; a policy needs no lock for its own state)
   member may own them already: nothing of theirs may be committed).
 - **Commit acknowledgements**: :meth:`on_commit`, the source's commit callback.
 - **Shutdown**, in two steps: :meth:`end` once the loop's drain is over (the processing
-  thread still runs, so a policy can use what it owns: ending a transaction), and
+  thread still runs, so a mode can use what it owns: ending a transaction), and
   :meth:`final_commit` after the processing thread stopped and its last settlements were
   applied. A mode without rebalance callbacks (share groups) simply never gets
   :meth:`revoking` or :meth:`lost`; its shutdown is :meth:`end` and :meth:`final_commit`.
 
-A policy may call back into the loop only through :class:`Loop` (handed to :meth:`bind` by
+A mode may call back into the loop only through :class:`Loop` (handed to :meth:`bind` by
 the worker's constructor): drain, abandon, stop the worker, republish the assignment.
 """
 
@@ -68,11 +68,11 @@ from offtake.records import TopicPartition
 
 
 class Loop(Protocol):
-    """What a delivery policy may ask of the poll loop, on the loop's thread."""
+    """What a delivery mode may ask of the poll loop, on the loop's thread."""
 
     def drain(self, partitions: set[TopicPartition] | None, deadline: float) -> bool:
         """Let in-flight work of ``partitions`` (all when None) settle, until ``deadline``
-        (time.monotonic()); applies the settlements (through :meth:`DeliveryPolicy.settle`)
+        (time.monotonic()); applies the settlements (through :meth:`DeliveryMode.settle`)
         as they come. True once nothing of them is pending."""
         ...
 
@@ -98,7 +98,7 @@ class Released:
     committed: bool  # what was delivered here is durable (else: delivered again)
 
 
-class DeliveryPolicy(ABC):
+class DeliveryMode(ABC):
     """One delivery mode; see the module docstring for what it owns and when each hook runs."""
 
     def __init__(self, tracker: OffsetTracker) -> None:
@@ -107,7 +107,7 @@ class DeliveryPolicy(ABC):
 
     @property
     def loop(self) -> Loop:
-        assert self._loop is not None, "DeliveryPolicy.bind() was not called"
+        assert self._loop is not None, "DeliveryMode.bind() was not called"
         return self._loop
 
     def bind(self, loop: Loop) -> None:

@@ -1,7 +1,7 @@
 """Queue mode: each record acknowledged to its share group, from what happened to it.
 
 A share group (``source.groupType: share``, :mod:`offtake.kafka.share_source`) has no offsets
-to commit: every record a worker acquired is acknowledged on its own. This policy maps each
+to commit: every record a worker acquired is acknowledged on its own. This mode maps each
 settlement to the acknowledgement:
 
 - delivered, dropped by the processor, dead-lettered or sent to a retry topic: ACCEPT (done:
@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from offtake.engine.delivery.base import DeliveryPolicy, Released
+from offtake.engine.delivery.base import DeliveryMode, Released
 from offtake.engine.offsets import OffsetTracker
 from offtake.engine.settlements import Settled, SettledMany, Settlement
 from offtake.kafka.protocols import MessageLike
@@ -60,7 +60,7 @@ def first_attempt(msg: MessageLike) -> int:
     return delivery_count(msg) or 1
 
 
-class Queue(DeliveryPolicy):
+class Queue(DeliveryMode):
     """Per-record acknowledgement to a share group (see the module docstring)."""
 
     def __init__(self, tracker: OffsetTracker, source: ShareSource, metrics: Metrics) -> None:

@@ -2,7 +2,7 @@
 
 Chosen when ``sink.kafka.delivery`` is ``exactly-once`` (the sink is a
 :class:`~offtake.sinks.kafka_transactional.TransactionalKafkaSink`). A transaction must hold
-exactly the records whose offsets it commits, so before each commit the policy drains
+exactly the records whose offsets it commits, so before each commit the mode drains
 everything handed over (:meth:`Loop.drain` of every partition; the loop fetches nothing
 meanwhile); then the tracker's commit positions are the offsets after everything the
 transaction produced, and the processing thread, which owns the producer, commits them with
@@ -15,7 +15,7 @@ A transaction that cannot commit is aborted and its records are consumed again, 
 (Kafka's transactional copier is the model), whatever the cause: a record of it failed (a
 broker down past ``message.timeout.ms``), the commit was refused (a rebalance, a coordinator
 moving), the drain budget ran out (what is still under way is abandoned first), or partitions
-were lost. The policy rewinds every partition to its last commit (new epochs make anything of
+were lost. The mode rewinds every partition to its last commit (new epochs make anything of
 the old ones stale) and goes on; a producer that was fenced, could not abort, or has a
 transaction call that never returned (``TransactionalProducer._bounded``) is first
 replaced by one with the same ``transactional.id`` and a new epoch
@@ -31,7 +31,7 @@ import logging
 import time
 
 from offtake.engine.commits import CommitBook, CommitSchedule
-from offtake.engine.delivery.base import DeliveryPolicy, Released
+from offtake.engine.delivery.base import DeliveryMode, Released
 from offtake.engine.exit_codes import EXIT_FATAL
 from offtake.engine.offsets import OffsetTracker
 from offtake.engine.processing_stage import ProcessingStage
@@ -141,7 +141,7 @@ class TransactionCommitter:
             )
 
 
-class Transactional(DeliveryPolicy):
+class Transactional(DeliveryMode):
     """Exactly-once (see the module docstring)."""
 
     def __init__(

@@ -1,4 +1,4 @@
-"""The Queue delivery policy (queue mode) with the share source on the memory broker's share
+"""The Queue delivery mode (queue mode) with the share source on the memory broker's share
 groups, against a fake loop: what each hook acknowledges, releases and exports."""
 
 from __future__ import annotations

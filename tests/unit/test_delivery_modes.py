@@ -1,4 +1,4 @@
-"""Delivery policies (engine/delivery/) against a fake loop and source: what each mode's own
+"""Delivery modes (engine/delivery/) against a fake loop and source: what each mode's own
 hooks do (the rules all modes share: tests/contract/test_delivery_contract.py)."""
 
 from __future__ import annotations
