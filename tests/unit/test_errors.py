@@ -17,22 +17,9 @@ OUTSIDE = {
     # Derives from BaseException on purpose, like SystemExit: the engine's `except Exception`
     # must not turn a simulated SIGKILL into error handling that talks to the broker.
     "offtake.kafka.memory.errors.ClientKilled": "a simulated SIGKILL, not an error",
-    # engine/processing_stage.py is reshaped by the concurrency change this session (issue
-    # 40, item 2): its class joins the root when that lands, not in a competing edit.
-    "offtake.engine.processing_stage.DeliveredTooOften": "processing_stage.py: another change",
-    # sinks/spark/ is changed by another helper this session (trust38b: schema_columns.py's
-    # registry handling, where RegistryUnreachable and formats' RegistryUnavailable become
-    # one idea); its classes join the root after that lands. UnsafeName and
-    # SchemaChangeError are already inside, through SinkError and SinkHalt.
-    "offtake.sinks.spark.archive_training.ArchiveError": "sinks/spark: another change",
-    "offtake.sinks.spark.iceberg.IcebergError": "sinks/spark: another change",
-    "offtake.sinks.spark.jdbc.JdbcError": "sinks/spark: another change",
+    # sinks/spark/schema_columns.py's registry handling is changed by another branch this
+    # session (RegistryUnreachable and formats' RegistryUnavailable become one idea).
     "offtake.sinks.spark.schema_columns.RegistryUnreachable": "sinks/spark: another change",
-    "offtake.sinks.spark.schema_types.DoesNotFit": "sinks/spark: another change",
-    "offtake.sinks.spark.schema_types.Unmapped": "sinks/spark: another change",
-    "offtake.sinks.spark.session.SparkSessionError": "sinks/spark: another change",
-    "offtake.sinks.spark.transform.TransformError": "sinks/spark: another change",
-    "offtake.sinks.spark.writers.BatchAbandoned": "sinks/spark: another change",
 }
 
 

@@ -63,6 +63,7 @@ from offtake.engine.parking import Attempt, Parking
 from offtake.engine.routing import Router
 from offtake.engine.scheduler import Order, Scheduler
 from offtake.engine.settlements import Settlements
+from offtake.errors import OfftakeError
 from offtake.formats.base import Decoded, Decoder
 from offtake.formats.errors import RegistryUnavailable
 from offtake.health import Health
@@ -106,7 +107,7 @@ class Work:
     offsets: list[int]
 
 
-class DeliveredTooOften(Exception):
+class DeliveredTooOften(OfftakeError):
     """Queue mode: a record delivered more often than errors.maxRetries + 1 attempts allow
     (its earlier deliveries ended without an outcome: the workers that had it stopped or
     crashed), so errors.policy applies without another attempt."""

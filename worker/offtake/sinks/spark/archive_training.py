@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from offtake.errors import OfftakeError
 from offtake.sinks.spark.batching import BatchId
 from offtake.sinks.spark.class_archive import archive_path
 from offtake.sinks.spark.fileops import HadoopFileOps
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 EXIT_SECONDS = 180.0
 
 
-class ArchiveError(Exception):
+class ArchiveError(OfftakeError):
     """The training run did not leave an archive; the message says why."""
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from offtake.config.secret_env import ICEBERG_PASSWORD_ENV, read_secret_env
 from offtake.config.spec import IcebergSpec
+from offtake.errors import OfftakeError
 from offtake.records import TopicPartition
 from offtake.redact import redact
 from offtake.sinks.spark.batching import BatchId
@@ -44,7 +45,7 @@ STAGING_PREFIX = "offtake-"
 CATALOG_NAME = "offtake"
 
 
-class IcebergError(Exception):
+class IcebergError(OfftakeError):
     """The catalog or table could not be used; the message names the field."""
 
 

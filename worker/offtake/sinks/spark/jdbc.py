@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from offtake.config.secret_env import JDBC_PASSWORD_ENV, read_secret_env
 from offtake.config.spec import JdbcSpec
+from offtake.errors import OfftakeError
 from offtake.redact import redact
 from offtake.sinks.spark.errors import describe
 
@@ -47,7 +48,7 @@ def driver_class(url: str) -> str | None:
     return None
 
 
-class JdbcError(Exception):
+class JdbcError(OfftakeError):
     """The JDBC sink's settings or the swap failed; the message names the field or batch."""
 
 

@@ -24,14 +24,16 @@ from typing import Any
 
 import pyarrow as pa
 
+from offtake.errors import OfftakeError
+
 Convert = Callable[[Any], Any]
 
 
-class DoesNotFit(ValueError):
+class DoesNotFit(OfftakeError, ValueError):
     """A value does not have the shape of its schema."""
 
 
-class Unmapped(ValueError):
+class Unmapped(OfftakeError, ValueError):
     """A schema part with no column type; the field becomes JSON text."""
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from offtake.config.secret_env import SPARK_CONNECT_TOKEN_ENV, read_secret_env
 from offtake.config.spec import SparkSinkSpec
+from offtake.errors import OfftakeError
 from offtake.redact import redact
 from offtake.sinks.spark.cache import ivy_dir, ivy_settings
 from offtake.sinks.spark.class_archive import java_options
@@ -61,7 +62,7 @@ DELTA_CONF = {
 _COORDINATE = re.compile(r"^[\w.\-]+:[\w.\-]+:[\w.\-+]+$")
 
 
-class SparkSessionError(Exception):
+class SparkSessionError(OfftakeError):
     """The session could not be configured or started; the message names the field."""
 
 

@@ -11,12 +11,14 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from offtake.errors import OfftakeError
+
 BATCH_VIEW = "batch"
 
 DataFrameFn = Callable[[Any], Any]
 
 
-class TransformError(Exception):
+class TransformError(OfftakeError):
     """The transform could not be loaded, or did not return a DataFrame."""
 
 

@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from offtake.config.spec import IcebergSpec, SparkSinkSpec
+from offtake.errors import OfftakeError
 from offtake.records import TopicPartition
 from offtake.sinks.spark.batching import BatchId
 from offtake.sinks.spark.errors import describe
@@ -69,7 +70,7 @@ BATCH_COLUMN = "_offtake_batch"
 StillOwned = Callable[[], bool]
 
 
-class BatchAbandoned(Exception):
+class BatchAbandoned(OfftakeError):
     """The batch's partition was revoked before the swap; nothing was replaced."""
 
 
