@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from offtake import environment
 from offtake.config.spec import SchemaRegistrySpec
 
 SECRET_DIR = "/etc/offtake/schema-registry-secrets"
-SECRET_DIR_ENV = "OFFTAKE_SCHEMA_REGISTRY_SECRETS_DIR"
+SECRET_DIR_ENV = environment.REGISTRY_SECRET_DIR_ENV
 # Our own backoff decides how long an outage is retried (RegistryUnavailable); the client's
 # built-in retries would only make each attempt block longer.
 _CLIENT_RETRIES = 0
@@ -40,7 +40,8 @@ def registry_config(spec: SchemaRegistrySpec, secret_dir: str | None = None) -> 
     }
     if spec.secret_ref is None:
         return conf
-    path = Path(secret_dir or os.environ.get(SECRET_DIR_ENV, SECRET_DIR)) / spec.secret_ref.name
+    folder = Path(secret_dir) if secret_dir else environment.directory(SECRET_DIR_ENV, SECRET_DIR)
+    path = folder / spec.secret_ref.name
     if not path.is_dir():
         raise ValueError(
             f"schemaRegistry.secretRef {spec.secret_ref.name!r}: no mounted Secret at {path}"

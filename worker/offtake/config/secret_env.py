@@ -7,8 +7,7 @@ for a local ``offtake worker --pipeline`` run, set the variable yourself.
 
 from __future__ import annotations
 
-import os
-
+from offtake import environment
 from offtake.config._fields import ConfigError
 from offtake.config.spec import PipelineSpec, SecretKeyRef
 
@@ -34,7 +33,7 @@ def secret_envs(spec: PipelineSpec) -> list[tuple[str, SecretKeyRef]]:
 
 def read_secret_env(variable: str, field: str) -> str:
     """The value of ``variable``, or a ConfigError naming ``field`` when it is not set."""
-    value = os.environ.get(variable, "").strip()
+    value = environment.value(variable)
     if not value:
         raise ConfigError(
             field,

@@ -10,11 +10,11 @@ on a few consumer properties (manual commits, manual offset store), so those are
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from offtake import environment
 from offtake.config import ConfigError
 from offtake.config.client_properties import map_key, refused_reason, share_refusal
 from offtake.config.spec import PipelineSpec
@@ -43,7 +43,11 @@ SECRET_DIR = "/etc/offtake/kafka-secret"
 
 def secret_properties(directory: str | None = None) -> dict[str, str]:
     """librdkafka properties from a mounted Secret: one file per property (e.g. sasl.password)."""
-    path = Path(directory or os.environ.get("OFFTAKE_KAFKA_SECRET_DIR", SECRET_DIR))
+    path = (
+        Path(directory)
+        if directory
+        else environment.directory(environment.KAFKA_SECRET_DIR_ENV, SECRET_DIR)
+    )
     if not path.is_dir():
         return {}
     return {

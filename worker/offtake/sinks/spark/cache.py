@@ -3,14 +3,15 @@ archives). A leaf: the session and the class-data archive both use it."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from offtake import environment
 
 
 def cache_root() -> Path:
     """Where the worker caches what it fetches or makes once: ``$OFFTAKE_CACHE``, else
     ~/.cache/offtake."""
-    return Path(os.environ.get("OFFTAKE_CACHE", Path.home() / ".cache" / "offtake"))
+    return environment.cache_root()
 
 
 def ivy_settings() -> Path:

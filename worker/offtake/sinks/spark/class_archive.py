@@ -27,17 +27,17 @@ folder it names with that variable.
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 from pathlib import Path
 
+from offtake import environment
 from offtake.sinks.spark.cache import cache_root
 
-ARCHIVES_ENV = "OFFTAKE_SPARK_ARCHIVES"
+ARCHIVES_ENV = environment.SPARK_ARCHIVES_ENV
 
 
 def archive_dir() -> Path:
-    explicit = os.environ.get(ARCHIVES_ENV)
+    explicit = environment.value(ARCHIVES_ENV)
     if explicit:
         return Path(explicit)
     return cache_root() / "spark-archives"
@@ -45,7 +45,7 @@ def archive_dir() -> Path:
 
 def java_binary() -> Path | None:
     """The java that Spark's launcher runs: ``$JAVA_HOME/bin/java``, else java on PATH."""
-    home = os.environ.get("JAVA_HOME")
+    home = environment.java_home()
     found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
     if found is None or not Path(found).exists():
         return None

@@ -9,12 +9,12 @@ through psycopg.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
+from offtake import environment
 from offtake.config.secret_env import JDBC_PASSWORD_ENV, read_secret_env
 from offtake.config.spec import JdbcSpec
 from offtake.errors import OfftakeError
@@ -83,7 +83,11 @@ def _read_key(path: Path) -> str | None:
 
 def secret_credentials(directory: str | None = None) -> dict[str, str]:
     """``user`` and ``password`` from the mounted ``jdbc.secretRef`` (one file per key)."""
-    path = Path(directory or os.environ.get("OFFTAKE_JDBC_SECRET_DIR", SECRET_DIR))
+    path = (
+        Path(directory)
+        if directory
+        else environment.directory(environment.JDBC_SECRET_DIR_ENV, SECRET_DIR)
+    )
     out: dict[str, str] = {}
     user = next((v for k in _USER_KEYS if (v := _read_key(path / k)) is not None), None)
     if user is not None:

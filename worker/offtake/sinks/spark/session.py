@@ -18,11 +18,11 @@ artifact.
 from __future__ import annotations
 
 import logging
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from offtake import environment
 from offtake.config.secret_env import SPARK_CONNECT_TOKEN_ENV, read_secret_env
 from offtake.config.spec import SparkSinkSpec
 from offtake.errors import OfftakeError
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 # mode kubernetes: where the operator's SparkConnect serves (see kubernetes.py, which imports
 # this module, so the two names live here).
-CONNECT_URL_ENV = "OFFTAKE_SPARK_CONNECT_URL"
+CONNECT_URL_ENV = environment.SPARK_CONNECT_URL_ENV
 #: The pipeline's Connect token, through secretKeyRef: in mode kubernetes from the operator's
 #: generated Secret (sent as ``authorization: Bearer <token>``), in mode connect from
 #: ``submit.tokenSecretRef`` (sent as Spark's ``;token=``). One variable, one name.
@@ -129,7 +129,7 @@ def session_config(
         )
     url = submit.connect_url
     if submit.mode == "kubernetes":
-        url = os.environ.get(CONNECT_URL_ENV) or kubernetes_connect_url(pipeline, namespace)
+        url = environment.value(CONNECT_URL_ENV) or kubernetes_connect_url(pipeline, namespace)
         if not url.startswith("sc://"):
             raise SparkSessionError(f"${CONNECT_URL_ENV}: {redact(url)!r} must start with sc://")
     packages = (*spec.packages, *default_packages(spec))
@@ -207,14 +207,14 @@ def _connect_session(cfg: SessionConfig) -> Any:
     # What SparkSession.builder.remote() sets and this builder does not: without it
     # pyspark.sql.functions (F.lit, F.col, used by the writers and users' transforms) take the
     # classic path and fail with an empty AssertionError (no SparkContext in this process).
-    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    environment.enable_spark_connect_mode()
     if cfg.token_env is not None:
         # mode connect, a server of the user's own: Spark's ;token=, so pyspark insists on TLS
         # to any host but localhost (the token crosses the user's network).
         channel = DefaultChannelBuilder(
             with_token(cfg.connect_url, cfg.token_env), channelOptions=CONNECT_CHANNEL_OPTIONS
         )
-    elif token := os.environ.get(CONNECT_TOKEN_ENV):
+    elif token := environment.value(CONNECT_TOKEN_ENV):
         # mode kubernetes: the operator's own server, plaintext inside the namespace behind its
         # NetworkPolicy (see _bearer_channel_builder).
         channel = _bearer_channel_builder(cfg.connect_url, token)
