@@ -8,6 +8,7 @@ import urllib.request
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from support.waiting import wait_for
 
 from offtake.metrics import STATES, Metrics
 from offtake.records import TopicPartition
@@ -131,12 +132,24 @@ def test_forget_partition_removes_its_lag_series_and_tolerates_unknown_ones() ->
         assert [lb["partition"] for lb, _ in s[name]] == ["0"]
 
 
+def scrape_after_work(target: MetricsTarget) -> bytes | None:
+    """A scrape of ``target`` once it shows records consumed (the driver, or the worker, has
+    moved the series a lint should see with values); None before."""
+    with urllib.request.urlopen(f"http://{target.target}/metrics", timeout=5) as resp:
+        body: bytes = resp.read()
+    consumed = sum(
+        s.value
+        for family in text_string_to_metric_families(body.decode())
+        for s in family.samples
+        if s.name == "offtake_messages_consumed_total"
+    )
+    return body if consumed > 0 else None
+
+
 def test_promtool_check_metrics_finds_nothing_on_a_real_scrape(
     prometheus_binaries: tuple[str, str], metrics_target: MetricsTarget
 ) -> None:
-    time.sleep(0.5)  # let the driver (or the worker) move every series
-    with urllib.request.urlopen(f"http://{metrics_target.target}/metrics", timeout=5) as resp:
-        body = resp.read()
+    body = wait_for(lambda: scrape_after_work(metrics_target), what="records consumed")
     assert b"offtake_messages_consumed_total" in body
     result = promtool("check", "metrics", stdin=body)
     assert result.returncode == 0 and not (result.stdout + result.stderr).strip(), (

@@ -6,7 +6,6 @@ namespace so the tests stay independent.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import uuid
@@ -32,6 +31,7 @@ from kmock_operator import (
     write_kubeconfig,
 )
 from operator_testkit import pipeline_body
+from support.kube import reconcile_passes
 
 from offtake.redrive import Counts
 from offtake_operator import metrics, names
@@ -88,6 +88,12 @@ class Cluster:
 
     def status(self, namespace: str, name: str) -> dict[str, Any]:
         return dict(self.obj(PIPELINES, namespace, name).get("status") or {})
+
+    async def passes(self, namespace: str, name: str, count: int = 3) -> None:
+        """Wait until the operator has finished ``count`` more reconcile passes of the
+        pipeline: what a check that a resync repeats nothing waits on, not a sleep."""
+        check = reconcile_passes(self.ctx, namespace, name, count)
+        await eventually(check, timeout=60, what=f"{count} more passes of {namespace}/{name}")
 
     def condition(self, namespace: str, name: str, ctype: str) -> dict[str, Any]:
         conditions = self.status(namespace, name).get("conditions", [])
@@ -393,7 +399,7 @@ async def test_rewind_stops_workers_waits_for_an_empty_group_and_runs_once(
     await eventually(lambda: "RewindCompleted" in [e["reason"] for e in cluster.events(ns)])
     assert "RewindStarted" in [e["reason"] for e in cluster.events(ns)]
     # Resyncs (every 0.5 s here) do not repeat it.
-    await asyncio.sleep(2)
+    await cluster.passes(ns, "orders")
     assert len(KAFKA.resets) == 1
 
 
@@ -522,7 +528,7 @@ async def test_redrive_runs_a_job_once_and_records_what_it_replayed(
     )
     assert len(completed) == 1
     # Resyncs do not run it again.
-    await asyncio.sleep(1.5)
+    await cluster.passes(ns, "orders")
     assert len(cluster.history(JOBS, ns, "orders-redrive")) >= 1
     assert (
         cluster.obj(JOBS, ns, "orders-redrive")["metadata"]["annotations"][
@@ -575,7 +581,7 @@ async def test_a_failed_redrive_job_is_reported(cluster: Cluster, ns: str) -> No
     failed = await eventually(
         lambda: [e for e in cluster.events(ns) if e["reason"] == "RedriveFailed"], what="warning"
     )
-    await asyncio.sleep(1)  # resyncs do not repeat it
+    await cluster.passes(ns, "orders")  # resyncs do not repeat it
     failed = [e for e in cluster.events(ns) if e["reason"] == "RedriveFailed"]
     assert len(failed) == 1 and "BackoffLimitExceeded" in failed[0]["message"]
 
@@ -651,7 +657,7 @@ async def test_another_teams_hpa_and_job_under_a_childs_name_are_neither_changed
     await eventually(lambda: taken(f"Job {ns}/orders-redrive"), timeout=30, what="Job named")
     own = cluster.obj(HPAS, ns, "orders")
     assert own["metadata"]["ownerReferences"][0]["kind"] == "ConsumerPipeline"
-    await asyncio.sleep(1.5)  # resyncs (every 0.5 s) go by: the Job is still untouched
+    await cluster.passes(ns, "orders")  # resyncs (every 0.5 s) go by: the Job is untouched
     assert cluster.exists(JOBS, ns, "orders-redrive")
     assert len(cluster.history(JOBS, ns, "orders-redrive")) == 1
     assert "ownerReferences" not in cluster.obj(JOBS, ns, "orders-redrive")["metadata"]

@@ -5,51 +5,25 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from offtake_operator.context import OperatorContext
 from offtake_operator.embedded import OperatorThread
 from offtake_operator.settings import OperatorConfig
-from offtake_testbed.kube import ControlPlane, KubectlError
+from offtake_testbed.kube import ControlPlane
 from offtake_testbed.pytest_plugin_kube import Kubectl
-
-T = TypeVar("T")
-
-
-def wait_for(
-    check: Callable[[], T | None],
-    *,
-    timeout: float = 60.0,
-    what: str = "",
-    explain: Callable[[], str] | None = None,
-) -> T:
-    """Poll until ``check`` returns something truthy; fail naming what was awaited, and with
-    ``explain()`` (the state worth seeing: a timeline, log tails) when given."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-            last = result
-        except (KeyError, IndexError, AssertionError, KubectlError) as exc:
-            last = exc
-        time.sleep(0.3)
-    detail = f"\n{explain()}" if explain is not None else ""
-    pytest.fail(f"timed out after {timeout:g}s waiting for {what or check}; last: {last!r}{detail}")
+from support.waiting import wait_for
 
 
-def wait_for_passes(
-    ctx: OperatorContext, namespace: str, name: str, count: int = 2, *, timeout: float = 120.0
-) -> None:
-    """Wait until the operator has finished ``count`` more reconcile passes of the pipeline
-    (resyncs among them). A test that checks the operator leaves something alone waits on
-    passes having run, not on a sleep that a loaded machine may not fill with a single one."""
+def reconcile_passes(
+    ctx: OperatorContext, namespace: str, name: str, count: int
+) -> Callable[[], bool]:
+    """A check that turns true once the operator has finished ``count`` more reconcile passes
+    of the pipeline (resyncs among them) than when it was made: for :func:`wait_for` or an
+    async poll. Several passes between two looks count as one, so it errs towards more."""
     state = ctx.states.get((namespace, name))
     last = float("-inf") if state is None else state.last_reconcile
     passes = 0
@@ -62,7 +36,17 @@ def wait_for_passes(
             passes, last = passes + 1, now
         return passes >= count
 
-    wait_for(enough, timeout=timeout, what=f"{count} more reconcile passes of {namespace}/{name}")
+    return enough
+
+
+def wait_for_passes(
+    ctx: OperatorContext, namespace: str, name: str, count: int = 2, *, timeout: float = 120.0
+) -> None:
+    """Wait until the operator has finished ``count`` more reconcile passes of the pipeline
+    (resyncs among them). A test that checks the operator leaves something alone waits on
+    passes having run, not on a sleep that a loaded machine may not fill with a single one."""
+    check = reconcile_passes(ctx, namespace, name, count)
+    wait_for(check, timeout=timeout, what=f"{count} more reconcile passes of {namespace}/{name}")
 
 
 def get(kubectl: Kubectl, *args: str) -> Any:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -22,11 +23,14 @@ import pytest
 import yaml
 from confluent_kafka import (
     Consumer,
+    ConsumerGroupState,
     KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from offtake.engine.worker import Worker
 from offtake_testbed.kafka import read_topic
@@ -173,6 +177,20 @@ class WorkerProcess:
         port = served_port(self.output())
         assert port is not None
         return port
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The worker's /metrics series ``name`` (the exported name: ``_total`` on counters)
+        with these labels, summed over its other labels; 0 where it has none. What a test waits
+        on to know the worker got somewhere (consumed, assigned, acknowledged), not a sleep."""
+        url = f"http://127.0.0.1:{self.metrics_port()}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name and labels.items() <= sample.labels.items()
+        )
 
     def wait_until(
         self, condition: Callable[[], bool], what: str, timeout: float = 180, every: float = 0.02
@@ -350,6 +368,14 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
                 time.sleep(0.5)
     finally:
         c.close()
+
+
+def group_state(bootstrap: str, group: str) -> ConsumerGroupState:
+    """The consumer group's state as its coordinator describes it."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.describe_consumer_groups([group], request_timeout=10)
+    state: ConsumerGroupState = futures[group].result().state
+    return state
 
 
 def committed_records(bootstrap: str, group: str, topic: str, partitions: int) -> int:

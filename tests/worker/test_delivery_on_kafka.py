@@ -7,7 +7,6 @@ Each test reports the lost and duplicated counts it measured (printed, and appen
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +46,18 @@ def test_three_workers_rebalance_while_records_flow_lose_and_duplicate_nothing(
     # of the rebalance under test exercised).
     w0 = workers[0]
     w0.wait_until(lambda: "assigned " in w0.output(), "its first assignment", timeout=120)
-    time.sleep(2)
+    w0.wait_until(
+        lambda: w0.metric("offtake_messages_processed_total") > 0, "records through it", 120
+    )
     assert w0.terminate() == 0, w0.output()
-    time.sleep(2)
+    # The fourth joins once the two left own every partition between them (the first
+    # rebalance over), so that its join is a second rebalance, not part of the first.
+    w1, w2 = workers[1:]
+    w1.wait_until(
+        lambda: sum(w.metric("offtake_assigned_partitions") for w in (w1, w2)) == 12,
+        "every partition owned by the two left",
+        timeout=120,
+    )
     workers.append(WorkerProcess(path, tmp_path / "w3.log").start())
     flow.join()
     wait_caught_up(kafka_broker.bootstrap, doc["spec"]["source"]["groupId"], src, 12)
@@ -96,7 +104,12 @@ def test_sigkill_mid_stream_loses_nothing_and_duplicates_at_most_the_in_flight_l
         timeout=120,
         every=0.2,  # each check opens a consumer
     )
-    time.sleep(2.5)  # half a commit interval on: records done but not committed, as in a crash
+    # Killed with records taken but not committed, as in a crash: the worker's in-flight gauge
+    # (consumed and not yet committed) shows some. Commits come when the in-flight bound is
+    # reached as well as every 5 s, so that gauge, not the group's offsets, says it.
+    first.wait_until(
+        lambda: first.metric("offtake_inflight_messages") > 0, "records in flight", every=0.05
+    )
     first.kill()
     delivered_before_restart = len(read_all(kafka_broker.bootstrap, out))
     assert 0 < delivered_before_restart < total, "the kill must land mid-stream"

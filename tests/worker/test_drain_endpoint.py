@@ -24,7 +24,8 @@ import urllib.request
 from pathlib import Path
 
 import yaml
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, Producer, TopicPartition
+from support.workers import group_state
 
 from offtake.health import HEADER_DEADLINE_SECONDS
 from offtake_testbed.kafka import KafkaBroker, read_topic
@@ -58,6 +59,14 @@ def produce(bootstrap: str, topic: str, first: int, count: int) -> None:
     for i in range(first, first + count):
         producer.produce(topic, key=f"k{i}".encode(), value=json.dumps({"i": i}).encode())
     assert producer.flush(30) == 0
+
+
+def delivered(worker: subprocess.Popen[str], bootstrap: str, topic: str, count: int) -> None:
+    """Wait until ``topic`` holds ``count`` records while the worker runs."""
+    deadline = time.monotonic() + 90
+    while len(read_topic(bootstrap, topic, timeout=30)) < count:
+        assert worker.poll() is None and time.monotonic() < deadline, f"not all {count} delivered"
+        time.sleep(0.5)
 
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
@@ -103,10 +112,7 @@ def test_drain_delivers_commits_leaves_and_waits_for_sigterm(
         text=True,
     )
     try:
-        deadline = time.monotonic() + 90
-        while len(read_topic(bootstrap, sink, timeout=30)) < 300:
-            assert worker.poll() is None and time.monotonic() < deadline, "not all 300 delivered"
-            time.sleep(0.5)
+        delivered(worker, bootstrap, sink, 300)
         # A slowloris client (a request that never finishes) holds no thread of the real
         # worker's server: others are answered meanwhile, and it is cut off after the deadline.
         with socket.create_connection(("127.0.0.1", port)) as slow:
@@ -122,8 +128,10 @@ def test_drain_delivers_commits_leaves_and_waits_for_sigterm(
         assert call(port, "/readyz", outside)[0] == 200
         status, body = call(port, "/drain", outside)
         assert status == 403 and "only the pod itself may drain" in body, body
-        time.sleep(1)
-        assert call(port, "/readyz")[0] == 200  # still consuming
+        # Still consuming: records written after the refused drain are delivered.
+        produce(bootstrap, source, 300, 10)
+        delivered(worker, bootstrap, sink, 310)
+        assert call(port, "/readyz")[0] == 200
 
         drained = subprocess.run(
             [str(script), "drain", "--port", str(port), "--timeout", "60"],
@@ -132,13 +140,14 @@ def test_drain_delivers_commits_leaves_and_waits_for_sigterm(
         assert drained.returncode == 0, drained.stderr
         assert json.loads(drained.stdout)["reason"] == "drained"
         # Answered only after the final commit: everything taken is committed.
-        assert sum(committed(bootstrap, group, source, 2)) == 300
+        assert sum(committed(bootstrap, group, source, 2)) == 310
         assert call(port, "/readyz")[0] == 503
-        # Out of the group and consuming nothing more, yet still running.
-        produce(bootstrap, source, 300, 50)
-        time.sleep(3)
-        assert worker.poll() is None
-        assert len(read_topic(bootstrap, sink, timeout=30)) == 300
+        # Out of the group (its coordinator has no member left) and consuming nothing more:
+        # a worker that owns no partition cannot take what is written next.
+        assert group_state(bootstrap, group) == ConsumerGroupState.EMPTY
+        produce(bootstrap, source, 310, 50)
+        assert worker.poll() is None  # yet still running
+        assert len(read_topic(bootstrap, sink, timeout=30)) == 310
         began = time.monotonic()
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(15) == 0

@@ -9,6 +9,7 @@ must see every input record exactly once.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -20,6 +21,7 @@ from support.reports import lost_and_duplicated, report
 from support.workers import (
     SteadyFlow,
     WorkerProcess,
+    committed_records,
     exactly_once_manifest,
     ids_of,
     wait_caught_up,
@@ -48,7 +50,8 @@ def _log(worker: WorkerProcess, tail: int) -> str:
     faulthandler print them): where a worker that did not recover is stuck."""
     if worker.proc is not None and worker.proc.poll() is None:
         worker.signal(signal.SIGUSR1)
-        time.sleep(1.0)
+        with contextlib.suppress(pytest.fail.Exception):  # without the stacks: still a log
+            worker.wait_until(lambda: "most recent call first" in worker.output(), "stacks", 10)
     return worker.output()[-tail:]
 
 
@@ -80,14 +83,22 @@ def test_exactly_once_rides_out_leader_broker_kills_without_exiting(
         with SteadyFlow(kafka_cluster.bootstrap, src, 100, 0.1, total) as flow:
             killed: list[int] = []
             for outage in outages:
-                time.sleep(6.0)
-                _alive(worker)
+                # Mid-stream before each kill: the worker has committed transactions of
+                # records produced since the round began (after the previous bounce, recovered).
+                mark = flow.produced
+                worker.wait_until(
+                    lambda m=mark: (
+                        committed_records(kafka_cluster.bootstrap, group, src, PARTITIONS) > m
+                    ),
+                    f"transactions committed past record {mark}",
+                    every=0.5,
+                )
                 # Each time a broker that leads input partitions, not the one killed before.
                 leaders = [n for n in kafka_cluster.leaders(src).values() if n not in killed[-1:]]
                 victim = max(set(leaders), key=leaders.count)
                 killed.append(victim)
                 kafka_cluster.kill_node(victim)
-                time.sleep(outage)
+                time.sleep(outage)  # the outage's length is the fault injected, not a wait
                 _alive(worker)
                 kafka_cluster.start_node(victim)
                 kafka_cluster.wait_until_serving()

@@ -20,6 +20,7 @@ from support.workers import (
     WorkerProcess,
     committed_records,
     dead_lettering,
+    end_offsets,
     exactly_once_manifest,
     ids_of,
     produce,
@@ -65,7 +66,9 @@ def test_sigkills_mid_stream_lose_and_duplicate_nothing(
             timeout=120,
             every=0.2,
         )
-        time.sleep(rng.uniform(0.1, 0.6))  # between commits: a transaction is open
+        # Pacing the fault, not waiting for the worker: a random moment between commits (every
+        # 0.5 s), so the kills land at different points of an open transaction.
+        time.sleep(rng.uniform(0.1, 0.6))
         worker.kill()
     last = WorkerProcess(path, tmp_path / "last.log", env=env).start()
     wait_caught_up(kafka_broker.bootstrap, group, src, 4, timeout=180)
@@ -97,9 +100,12 @@ def test_rolling_replacement_under_flow_loses_and_duplicates_nothing(
     # handler (it logs "connecting to Kafka" after) would end it with -15 instead of a drain.
     for w in workers:
         w.wait_until(lambda w=w: "connecting to Kafka" in w.output(), "the worker started")
-    time.sleep(3)
-    workers.append(WorkerProcess(path, tmp_path / "w2.log").start())  # new pod up...
-    time.sleep(1)
+    for w in workers:  # both in the group, copying the flow
+        w.wait_until(lambda w=w: w.metric("offtake_messages_processed_total") > 0, "records")
+    new = WorkerProcess(path, tmp_path / "w2.log").start()
+    workers.append(new)
+    # The new pod is up and in the group (it owns partitions) before the old one is stopped.
+    new.wait_until(lambda: new.metric("offtake_assigned_partitions") > 0, "its partitions")
     assert workers[0].terminate() == 0, workers[0].output()[-2000:]  # ...old pod SIGTERMed
     flow.join()
     wait_caught_up(kafka_broker.bootstrap, doc["spec"]["source"]["groupId"], src, 6, timeout=120)
@@ -142,12 +148,22 @@ def test_sigterm_commits_the_open_transaction(
     doc = exactly_once_manifest(
         "eos-term", kafka_broker.bootstrap, src, out, commit={"intervalSeconds": 60}
     )
+    # The transaction stays open until the stop: the broker must not end it first. With the
+    # test bed's 10 s transaction timeout it aborted the transaction (and fenced the worker)
+    # whenever the 500 records took longer than that to go through on a loaded machine.
+    doc["spec"]["sink"]["kafka"]["config"]["transaction.timeout.ms"] = "300000"
     path = write_manifest(tmp_path / "pipeline.yaml", doc)
     group = doc["spec"]["source"]["groupId"]
     total = produce(kafka_broker.bootstrap, src, ({"id": i} for i in range(500)))
     worker = WorkerProcess(path, tmp_path / "w.log").start()
     worker.wait_until(lambda: "assigned" in worker.output(), "an assignment", timeout=60)
-    time.sleep(2)  # consumed and produced, but the interval (60 s) has not ended a transaction
+    # Consumed and produced (the output's log holds every record), but the interval (60 s)
+    # has not ended the transaction: only the stop can commit it.
+    worker.wait_until(
+        lambda: end_offsets(kafka_broker.bootstrap, out, 1)[0] >= total,
+        "every record produced into the open transaction",
+        every=0.2,
+    )
     worker.signal(signal.SIGTERM)
     assert worker.wait(30) == 0, worker.output()[-2000:]
     assert committed_records(kafka_broker.bootstrap, group, src, 1) == total

@@ -53,6 +53,8 @@ class OwnershipWatch:
         self.admin = AdminClient({"bootstrap.servers": bootstrap})
         self.group, self.topic = group, topic
         self.unowned: dict[int, float] = dict.fromkeys(range(PARTITIONS), 0.0)
+        #: Looks taken so far (read by the test's thread: a window is read after a look).
+        self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -93,6 +95,17 @@ class OwnershipWatch:
                 if p not in owned:
                     self.unowned[p] += now - last
             last = now
+            self.samples += 1
+            self._stop.wait(SAMPLE)
+
+    def wait_looked(self, looks: int = 2, timeout: float = 60) -> None:
+        """Wait until the watch has taken ``looks`` more looks: with two, one began after
+        this call, so the window counts everything up to now."""
+        target = self.samples + looks
+        deadline = time.monotonic() + timeout
+        while self.samples < target:
+            assert self._thread.is_alive(), "the ownership watch stopped"
+            assert time.monotonic() < deadline, "the ownership watch took no look"
             self._stop.wait(SAMPLE)
 
 
@@ -114,21 +127,30 @@ def test_rolling_replacements_lose_and_duplicate_nothing(
     group = doc["spec"]["source"]["groupId"]
     workers = [WorkerProcess(path, tmp_path / f"w{i}.log").start() for i in range(3)]
     watch = OwnershipWatch(kafka_broker.bootstrap, group, src)
+    where = (kafka_broker.bootstrap, group, src, PARTITIONS)
     wait_owned(watch)
     flow = SteadyFlow(kafka_broker.bootstrap, src, RATE // 10, 0.1).start()  # RATE a second
     watch.start()
     windows: list[float] = []
     try:
         for n in range(6):  # each of the three replaced, twice over
-            time.sleep(2)
+            # Steady before each replacement: the group has committed what was produced
+            # up to now (at least one record), so records flow through the current members.
+            mark = max(flow.produced, 1)
+            workers[-1].wait_until(
+                lambda m=mark: sum(max(0, o) for o in committed(*where).values()) >= m,
+                f"the group's commits past record {mark}",
+                every=0.2,
+            )
             watch.reset()
             new = WorkerProcess(path, tmp_path / f"w{n + 3}.log").start()
-            time.sleep(3)  # the new pod is up and has joined
+            # The new pod is up and has joined: it owns partitions.
+            new.wait_until(lambda w=new: w.metric("offtake_assigned_partitions") > 0, "partitions")
             old = workers.pop(0)
             assert old.terminate() == 0, old.output()[-2000:]
             workers.append(new)
             wait_owned(watch)
-            time.sleep(1)
+            watch.wait_looked()
             windows.append(round(watch.window(), 2))
     finally:
         total = flow.stop()

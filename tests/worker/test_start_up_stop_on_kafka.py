@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, ConsumerGroupState
 from support.workers import (
     WorkerProcess,
     committed,
     end_offsets,
+    group_state,
     manifest,
     produce,
     write_manifest,
@@ -69,7 +70,7 @@ def test_sigterm_while_starting_exits_0_having_consumed_and_committed_nothing(
     worker = WorkerProcess(write_manifest(tmp_path / "p.yaml", doc), tmp_path / "w.log").start()
     try:
         took = wait_for_handler(worker)
-        time.sleep(after)
+        time.sleep(after)  # the moment of the stop is the parameter: pacing, not a wait
         worker.signal(signal.SIGTERM)
         code = worker.wait(30)
     finally:
@@ -140,7 +141,17 @@ def test_sigterm_while_joining_the_group_exits_0_having_consumed_and_committed_n
     worker = WorkerProcess(write_manifest(tmp_path / "p.yaml", doc), tmp_path / "w.log").start()
     try:
         worker.wait_until(lambda: "worker started" in worker.output(), "the subscription", 60)
-        time.sleep(2)  # the JoinGroup is in and held
+        # The JoinGroup is in and held: the coordinator has the group preparing a rebalance
+        # (waiting for the holder to rejoin), which only the worker's join starts.
+        worker.wait_until(
+            lambda: (
+                group_state(kafka_broker.bootstrap, group)
+                == ConsumerGroupState.PREPARING_REBALANCING
+            ),
+            "the worker's JoinGroup held at the coordinator",
+            timeout=60,
+            every=0.1,
+        )
         worker.signal(signal.SIGTERM)
         code = worker.wait(30)
     finally:

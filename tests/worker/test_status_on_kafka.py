@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from support.workers import manifest, produce, write_manifest
 
 from offtake_testbed.kafka import KafkaBroker
@@ -21,6 +22,15 @@ def _commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> 
         c.commit(offsets=tps, asynchronous=False)
     finally:
         c.close()
+
+
+def produce_at(bootstrap: str, topic: str, count: int, when: float) -> None:
+    """``count`` records ``{"id": n}`` stamped ``when`` (seconds since the epoch)."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(count):
+        value = json.dumps({"id": i}).encode()
+        producer.produce(topic, value, key=str(i).encode(), timestamp=int(when * 1000))
+    assert producer.flush(30) == 0
 
 
 def _status(path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -36,7 +46,9 @@ def test_status_shows_each_partitions_committed_offset_and_lag(
     kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
 ) -> None:
     topic = topic_factory(2)
-    produce(kafka_broker.bootstrap, topic, ({"id": i} for i in range(40)))
+    # Written an hour ago, by their timestamps: their age, not a wait, is the lag in seconds.
+    age = 3600.0
+    produce_at(kafka_broker.bootstrap, topic, 40, time.time() - age)
     doc = manifest("status", kafka_broker.bootstrap, [topic], sink={"log": {}})
     group = doc["spec"]["source"]["groupId"]
     path = write_manifest(tmp_path / "pipeline.yaml", doc)
@@ -47,7 +59,6 @@ def test_status_shows_each_partitions_committed_offset_and_lag(
     probe.close()
     assert sum(ends.values()) == 40
     _commit(kafka_broker.bootstrap, group, {(topic, 0): ends[0]})  # partition 0 caught up
-    time.sleep(1.0)  # the records' age shows as lag in seconds on partition 1
 
     done = _status(path, "--once")
 
@@ -60,7 +71,7 @@ def test_status_shows_each_partitions_committed_offset_and_lag(
     assert rows[0][2:5] == [str(ends[0]), str(ends[0]), "0"]
     assert rows[0][5] == "0.0"
     assert rows[1][2:5] == ["-", str(ends[1]), str(ends[1])]  # never committed: all of it lags
-    assert float(rows[1][5]) >= 1.0
+    assert age <= float(rows[1][5]) < age + 600  # the oldest uncommitted record's age
     assert "total" in done.stdout and done.stdout.split("total")[1].split()[0] == str(ends[1])
 
 
