@@ -157,3 +157,29 @@ def test_losing_partitions_aborts_the_open_transaction_and_goes_on() -> None:
     policy.lost({TP})
     assert sink.aborts == 1
     assert loop.failures == []
+
+
+def test_after_a_fenced_last_transaction_leaving_the_group_neither_commits_nor_renews() -> None:
+    # Found by tests/worker/test_exactly_once_on_kafka.py without its sleep: the broker had
+    # fenced the producer (transaction.timeout.ms passed), the last commit at SIGTERM failed,
+    # and the revoke that close() brings then renewed the producer through the processing
+    # thread that had already stopped: the watchdog killed the worker (exit 14) instead of it
+    # exiting 0 with the records left to the next owner.
+    loop, sink = FakeLoop(), FakeTransactionalSink(refuse="fenced", fenced=True)
+    policy, source, epoch = transactional(loop, sink)
+    policy.settle(SettledMany(TP, [10, 11, 12], epoch, "delivered"))
+    policy.end(drained=True)
+    assert policy.ended is False and sink.committed == []
+    released = policy.revoking({TP}, time.monotonic() + 1.0)
+    policy.lost({TP})
+    assert not released.committed and loop.abandoned == [{TP}]
+    assert sink.renewals == 0 and source.seeks == [] and loop.failures == []
+
+
+def test_after_a_committed_last_transaction_the_revoke_commits_nothing_more() -> None:
+    loop, sink = FakeLoop(), FakeTransactionalSink()
+    policy, _, epoch = transactional(loop, sink)
+    policy.settle(SettledMany(TP, [10, 11, 12], epoch, "delivered"))
+    policy.end(drained=True)
+    released = policy.revoking({TP}, time.monotonic() + 1.0)
+    assert released.committed and sink.committed == [{TP: 13}] and loop.abandoned == []

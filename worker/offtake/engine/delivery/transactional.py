@@ -152,12 +152,21 @@ class Transactional(DeliveryMode):
         self.source = source
         self.drain_timeout = drain_timeout  # each transaction's drain gets the drain budget
         self.aborted_in_a_row = 0  # transactions aborted since the last one that committed
+        # How the last transaction ended at shutdown (end()), None before. After it there is
+        # nothing to commit or recover: the processing thread, the producer's owner, has
+        # stopped, so a renewal could only wait out its timeouts until the watchdog kills us.
+        self.ended: bool | None = None
 
     def step(self, now: float) -> None:
         if self.committer.schedule.due(now):
             self._commit_transaction()
 
     def revoking(self, partitions: set[TopicPartition], deadline: float) -> Released:
+        if self.ended is not None:
+            # The revoke that leaving the group brings, after end(): its outcome stands.
+            if not self.ended:
+                self.loop.abandon(partitions)
+            return Released(self.ended, self.ended)
         # One transaction holds every partition: commit it whole, or consume it all again.
         committed = self._commit_transaction()
         if not committed:
@@ -165,6 +174,8 @@ class Transactional(DeliveryMode):
         return Released(committed, committed)
 
     def lost(self, partitions: set[TopicPartition]) -> None:
+        if self.ended is not None:
+            return  # no transaction is open after end(): nothing to abort or recover
         # The open transaction holds records of these partitions and can no longer commit
         # their offsets; the records of the partitions we keep go down with it and are
         # consumed again.
@@ -180,7 +191,10 @@ class Transactional(DeliveryMode):
         # partitions' next owner, so a graceful stop still exits 0.
         if not drained:
             self.committer.abort("drain budget spent at shutdown")
-        elif not self.committer.commit():
+            self.ended = False
+            return
+        self.ended = self.committer.commit()
+        if not self.ended:
             log.warning(
                 "exactly-once: the last transaction aborted (%s); its records go to "
                 "the partitions' next owner",
