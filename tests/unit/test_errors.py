@@ -17,9 +17,6 @@ OUTSIDE = {
     # Derives from BaseException on purpose, like SystemExit: the engine's `except Exception`
     # must not turn a simulated SIGKILL into error handling that talks to the broker.
     "offtake.kafka.memory.errors.ClientKilled": "a simulated SIGKILL, not an error",
-    # sinks/spark/schema_columns.py's registry handling is changed by another branch this
-    # session (RegistryUnreachable and formats' RegistryUnavailable become one idea).
-    "offtake.sinks.spark.schema_columns.RegistryUnreachable": "sinks/spark: another change",
 }
 
 

@@ -156,13 +156,13 @@ def test_values_a_processor_reshaped_fall_back_to_inferred_columns() -> None:
 
 def test_a_registry_that_cannot_be_reached_is_a_sink_outage_not_a_bad_batch() -> None:
     from offtake.config.spec import SchemaRegistrySpec
+    from offtake.formats.errors import RegistryUnavailable
     from offtake.schema_registry import make_client
     from offtake.sinks.spark.errors import unavailable
-    from offtake.sinks.spark.schema_columns import RegistryUnreachable
     from offtake_testbed.process import free_port
 
     port = free_port()  # closed again: nothing listens
     typed = TypedColumns("avro", make_client(SchemaRegistrySpec(f"http://127.0.0.1:{port}")))
-    with pytest.raises(RegistryUnreachable) as caught:
+    with pytest.raises(RegistryUnavailable) as caught:
         typed.columns([{"id": 1}], [b"\x00\x00\x00\x00\x07payload"])
     assert unavailable(caught.value) is not None  # the Spark sink waits it out, attempts unspent

@@ -2,30 +2,23 @@
 lettered with the id and the registry's answer, the next records flow; only a registry that
 refuses every request (the subject listing too) is an outage, and the records wait.
 
-Apicurio here cannot answer 403 for one artifact: its path permissions are fixed when it is
-built (every path needs an authenticated user, testbed/offtake_testbed/apicurio/install.py)
-and its per-artifact authorization (owner-only) needs its OIDC mechanism, which the test bed
-leaves out. So the real registry (Apicurio) sits behind a real HTTP proxy that answers 403 for
-the schema ids a test denies, as a registry with per-schema ACLs does, and forwards every
-other request. A registry that refuses the credentials everywhere is the real Apicurio with a
-wrong password (tests/worker/test_schema_registry_secured.py, 401 for the listing as well).
+The real registry (Apicurio) sits behind a real HTTP proxy that answers 403 for the schema ids
+a test denies (support.registries says why Apicurio cannot itself). A registry that refuses
+the credentials everywhere is the real Apicurio with a wrong password
+(tests/worker/test_schema_registry_secured.py, 401 for the listing as well).
 """
 
 from __future__ import annotations
 
-import http.client
 import json
-import re
-import threading
-import urllib.parse
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from support.schemas import ORDER_AVRO, order, serializer
+from support.registries import DenyingProxy, two_schemas
+from support.schemas import order
 from support.workers import (
     WorkerProcess,
     manifest,
@@ -42,73 +35,11 @@ from offtake.headers import H_ERROR_MESSAGE, H_REASON, H_SCHEMA_ID
 from offtake_testbed.apicurio import ApicurioRegistry
 from offtake_testbed.kafka import KafkaBroker
 
-_BY_ID = re.compile(r"/schemas/ids/([0-9]+)")
-DENIED_BODY = {"error_code": 40301, "message": "User is denied operation Read on this schema"}
-
-
-class DenyingProxy:
-    """A real HTTP server in front of the registry: 403 for ``denied`` schema ids (or for
-    every request while ``deny_all``), every other request forwarded as it came."""
-
-    def __init__(self, upstream: str) -> None:
-        self.upstream = urllib.parse.urlsplit(upstream)
-        self.denied: set[int] = set()
-        self.deny_all = False
-        self.requests: list[str] = []
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                proxy.requests.append(self.path)
-                found = _BY_ID.search(self.path)
-                if proxy.deny_all or (found and int(found.group(1)) in proxy.denied):
-                    self._answer(403, json.dumps(DENIED_BODY).encode())
-                    return
-                conn = http.client.HTTPConnection(proxy.upstream.netloc, timeout=30)
-                try:
-                    conn.request("GET", self.path, headers={"Accept": "application/json"})
-                    got = conn.getresponse()
-                    self._answer(got.status, got.read())
-                finally:
-                    conn.close()
-
-            def _answer(self, status: int, body: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}{self.upstream.path}"
-
-    def __enter__(self) -> DenyingProxy:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
 
 @pytest.fixture
 def proxy(schema_registry: ApicurioRegistry) -> Iterator[DenyingProxy]:
     with DenyingProxy(schema_registry.url) as p:
         yield p
-
-
-def two_schemas(url: str, topic: str) -> tuple[Any, Any]:
-    """Encoders of two writer schemas with distinct ids (another team's, and ours)."""
-    theirs = serializer("avro", url, f"{topic}-theirs", {**ORDER_AVRO, "name": "TheirOrder"})
-    ours = serializer("avro", url, topic)
-    return theirs, ours
 
 
 def test_one_refused_id_fails_its_record_and_a_refusing_registry_is_an_outage(

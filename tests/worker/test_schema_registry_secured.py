@@ -7,7 +7,6 @@ wait), not the records' fault."""
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,8 @@ from typing import Any
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
+from support import registries
+from support.registries import registry_secret
 from support.schemas import order, serializer
 from support.workers import (
     WorkerProcess,
@@ -29,44 +30,17 @@ from offtake.config.spec import SchemaRegistrySpec, SecretRef
 from offtake.formats.errors import RegistryUnavailable
 from offtake.formats.resolve import schema_decoder
 from offtake.schema_registry import SECRET_DIR_ENV, make_client
-from offtake_testbed._pki import CertificateAuthority
-from offtake_testbed.apicurio import ApicurioRegistry, ApicurioTestbedError, RegistryTls
+from offtake_testbed.apicurio import ApicurioRegistry
 from offtake_testbed.kafka import KafkaBroker
 
 RECORDS = 50
-USER = "offtake-reader"
 
 
 @pytest.fixture(scope="module")
 def secured_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApicurioRegistry]:
     folder = tmp_path_factory.mktemp("registry-tls")
-    ca = CertificateAuthority("registry-test-ca")
-    pair = ca.server("apicurio", ("127.0.0.1", "localhost"))
-    (folder / "ca.crt").write_text(ca.cert_pem)
-    (folder / "tls.crt").write_text(pair.cert_pem)
-    (folder / "tls.key").write_text(pair.key_pem)
-    registry = ApicurioRegistry(
-        tls=RegistryTls(folder / "tls.crt", folder / "tls.key", folder / "ca.crt"),
-        users={USER: secrets.token_urlsafe(16)},
-    )
-    try:
-        registry.start()
-    except ApicurioTestbedError as exc:
-        pytest.fail(f"the secured registry did not start: {exc}", pytrace=False)
-    try:
+    with registries.running(registries.secured_registry(folder)) as registry:
         yield registry
-    finally:
-        registry.stop()
-
-
-def _secret(root: Path, registry: ApicurioRegistry, password: str) -> Path:
-    folder = root / "registry-credentials"
-    folder.mkdir(parents=True)
-    (folder / "username").write_text(USER)
-    (folder / "password").write_text(password)
-    assert registry.tls is not None
-    (folder / "ca.crt").write_text(registry.tls.ca.read_text())
-    return root
 
 
 def test_the_registry_refuses_plain_http_unknown_certificates_and_anonymous_clients(
@@ -99,7 +73,7 @@ def test_a_worker_reads_credentials_and_ca_from_the_secret_and_decodes_everythin
     )
     produce(kafka_broker.bootstrap, src, [encode(order(i)) for i in range(RECORDS)])
     password = next(iter(secured_registry.users.values()))
-    secret_root = _secret(tmp_path / "secrets", secured_registry, password)
+    secret_root = registry_secret(tmp_path / "secrets", secured_registry, password)
     doc = manifest(
         "schema-secured",
         kafka_broker.bootstrap,
@@ -135,7 +109,7 @@ def test_a_worker_reads_credentials_and_ca_from_the_secret_and_decodes_everythin
     assert password not in manifest_path.read_text()
 
     # The Secret with a wrong password: the registry's 401 is an outage, not a dead letter.
-    wrong = _secret(tmp_path / "wrong", secured_registry, "not-the-password")
+    wrong = registry_secret(tmp_path / "wrong", secured_registry, "not-the-password")
     spec = SchemaRegistrySpec(secured_registry.url, SecretRef("registry-credentials"))
     decoder = schema_decoder("avro", make_client(spec, str(wrong)))
     with pytest.raises(RegistryUnavailable, match=r"401|nauthorized"):

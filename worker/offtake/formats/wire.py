@@ -78,6 +78,31 @@ def context(topic: str) -> SerializationContext:
     return SerializationContext(topic, MessageField.VALUE)
 
 
+def refused_error(
+    client: SchemaRegistryClient, schema_id: int, exc: Exception
+) -> SchemaDecodeError:
+    """The registry answered 401/403 (``exc``) for ``schema_id``: the record's error (reason
+    SCHEMA_REFUSED, naming the id and the registry's answer) if the registry still answers the
+    subject listing (schema_registry.answers_listing: only this id is refused), else
+    RegistryUnavailable is raised (it refuses every id: the credentials, or it is down).
+    The one rule for every reader of schema ids: the decoders and the Spark sink's columns."""
+    try:
+        only_this_id = answers_listing(client)
+    except Exception as probe:
+        raise RegistryUnavailable(f"schema registry: {exc}; then: {probe}") from exc
+    if not only_this_id:
+        raise RegistryUnavailable(
+            f"schema registry refuses this pipeline's credentials (schema id {schema_id} "
+            f"and the subject listing): {exc}"
+        ) from exc
+    return SchemaDecodeError(
+        f"schema id {schema_id} is refused by the schema registry (it answers this "
+        f"pipeline's other requests): {exc}",
+        schema_id,
+        SCHEMA_REFUSED,
+    )
+
+
 class _NotKnown(OfftakeError):
     """Not for the fast path: read carefully."""
 
@@ -158,24 +183,8 @@ class SchemaDecoder(Decoder):
         return self._client.get_schema(schema_id)
 
     def _refused_error(self, schema_id: int, exc: Exception) -> SchemaDecodeError:
-        """The registry answered 401/403 for ``schema_id``: the record's error if the registry
-        still answers the subject listing (schema_registry.answers_listing: only this id is
-        refused), else RegistryUnavailable is raised (it refuses every id: the credentials)."""
-        try:
-            only_this_id = answers_listing(self._client)
-        except Exception as probe:
-            raise RegistryUnavailable(f"schema registry: {exc}; then: {probe}") from exc
-        if not only_this_id:
-            raise RegistryUnavailable(
-                f"schema registry refuses this pipeline's credentials (schema id {schema_id} "
-                f"and the subject listing): {exc}"
-            ) from exc
-        error = SchemaDecodeError(
-            f"schema id {schema_id} is refused by the schema registry (it answers this "
-            f"pipeline's other requests): {exc}",
-            schema_id,
-            SCHEMA_REFUSED,
-        )
+        """:func:`refused_error`, remembered for REFUSED_FOR_S."""
+        error = refused_error(self._client, schema_id, exc)
         now = time.monotonic()
         if len(self._refused) >= REFUSED_KEPT:
             self._refused = {k: v for k, v in self._refused.items() if v[0] > now}

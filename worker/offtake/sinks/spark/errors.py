@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from offtake.formats.errors import RegistryUnavailable
 from offtake.redact import redact
 
 MAX_CHARS = 600
@@ -94,7 +95,8 @@ def unavailable(exc: BaseException) -> str | None:
     seen = 0
     current: BaseException | None = exc
     while current is not None and seen < 8:
-        if isinstance(current, ConnectionError):
+        # RegistryUnavailable: the schema registry the typed columns read (schema_columns).
+        if isinstance(current, (ConnectionError, RegistryUnavailable)):
             return describe(current)
         if type(current).__name__ in _PYTHON_DOWN_NAMES and type(current).__module__.startswith(
             "psycopg"

@@ -14,6 +14,10 @@ schema_types. The sink keeps the table's columns: the union of the schemas it ha
   table cannot take them, and someone has to decide (a new table, or a compatible schema).
 - protobuf values are decoded with the generated class (``source.protobufMessage``), so its
   descriptor gives the columns for every schema id.
+- A registry that answers 401/403 for one schema id while it answers the pipeline's other
+  requests refuses that id only: its records fail alone (:meth:`TypedColumns.refused`, the
+  decoders' rule, formats.wire.refused_error); one that refuses every id, or does not answer,
+  is an outage: RegistryUnavailable, which the sink waits out (errors.unavailable).
 
 A value a processor reshaped (a field the schema does not have, a value of another type) does
 not fit its schema's columns: that batch's columns are inferred from its values, as for json,
@@ -29,7 +33,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from offtake.schema_registry import is_outage, load_message_class
+from offtake.formats.errors import RegistryUnavailable, SchemaDecodeError
+from offtake.formats.wire import refused_error
+from offtake.schema_registry import is_outage, is_refusal, load_message_class
 from offtake.sinks.base import SinkHalt
 from offtake.sinks.spark.columns import field_name
 from offtake.sinks.spark.schema_types import (
@@ -48,10 +54,6 @@ _MISFIT = (DoesNotFit, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeEr
 
 class SchemaChangeError(SinkHalt):
     """A schema changes the type of a column the table already has."""
-
-
-class RegistryUnreachable(ConnectionError):
-    """The registry did not answer: an outage the sink waits out (errors.unavailable)."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,30 @@ class TypedColumns:
             return None
         return out
 
+    def refused(self, raws: Sequence[bytes | None]) -> dict[int, SchemaDecodeError]:
+        """The values (by index) whose writer schema the registry refuses to this pipeline
+        while it answers its other requests: each fails alone (dead-lettered per the policy,
+        reason ``schema-id-refused``, naming the id and the registry's answer), and the rest
+        of the batch is written. Raises RegistryUnavailable when the registry does not answer
+        or refuses every id (an outage the sink waits out, errors.unavailable). A refused id
+        is asked about again in the next batch, not remembered as the decoders do: records of
+        an id the decoders were refused never reach the sink, so this is an id refused
+        between the decoder's read and the sink's (its permissions changed), a rare one."""
+        refusals: dict[int, SchemaDecodeError] = {}
+        out: dict[int, SchemaDecodeError] = {}
+        for i, raw in enumerate(raws):
+            sid = schema_id_of(raw)
+            if sid is None or sid in self._by_id:
+                continue
+            if sid not in refusals:
+                try:
+                    self._schema(sid)
+                    continue
+                except SchemaDecodeError as exc:
+                    refusals[sid] = exc
+            out[i] = refusals[sid]
+        return out
+
     # -- schemas --------------------------------------------------------------------------
     def _schema(self, sid: int) -> dict[str, Column] | None:
         if sid in self._by_id:
@@ -139,8 +165,12 @@ class TypedColumns:
             try:
                 schema = self._client.get_schema(sid)
             except Exception as exc:
+                # The decoders' rule (formats.wire.refused_error): a 401/403 for this id alone
+                # is its records' error; one for the listing too, or no answer, is an outage.
+                if is_refusal(exc):
+                    raise refused_error(self._client, sid, exc) from None
                 if is_outage(exc):
-                    raise RegistryUnreachable(f"schema registry: {exc}") from exc
+                    raise RegistryUnavailable(f"schema registry: {exc}") from exc
                 raise
             try:
                 mapper = avro_columns if self.fmt == "avro" else jsonschema_columns

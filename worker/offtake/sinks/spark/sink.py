@@ -15,7 +15,10 @@ applies ``errors.policy``. Nothing of a batch is settled as written unless its j
 A record whose field names cannot be column names (identifiers.py: anyone who produces to the
 source topic chooses them, and they reach SQL and Spark expressions) fails in ``submit``
 with an :class:`UnsafeName` naming the field, before it joins a batch: the engine applies
-``errors.policy`` to that record alone, and its batch lands without it.
+``errors.policy`` to that record alone, and its batch lands without it. A record whose writer
+schema the registry refuses to the pipeline (401/403 for that id while it answers the
+pipeline's other requests: schema_columns) fails the same way, when its job starts; a
+registry that refuses every id, or does not answer, is an outage as below.
 
 A job that failed because the sink could not be reached (the database stopped, the Spark
 Connect server gone: ``errors.unavailable``) is an outage, not a bad batch: it is retried
@@ -337,6 +340,10 @@ class SparkSink(Sink):
                 return []
             label = _label(job)
             try:
+                job = self._take_refused(job)
+                if not job:
+                    return []  # every record's schema refused: each settled on its own
+                label = _label(job)
                 abandoned = self._job(job)
             except BatchAbandoned as exc:
                 log.info("%s", exc)
@@ -404,20 +411,54 @@ class SparkSink(Sink):
                     err = SinkError(f"{label}: sink closed while retrying: {why}")
                     return [(b, err) for b in job]
                 continue
-            elapsed = time.monotonic() - began
-            self.metrics.spark_jobs.labels("success").inc()
-            self.metrics.spark_job_seconds.observe(elapsed)
-            for batch in job:
-                self.metrics.spark_batch_records.observe(batch.rows)
-            self.metrics.spark_last_success.set(time.time())
-            log.debug("%s: %d row(s) written in %.2fs", label, sum(b.rows for b in job), elapsed)
-            return [
-                (b, BatchAbandoned(f"batch {b.id}: partition revoked before the swap"))
-                if b.id in abandoned
-                else (b, None)
-                for b in job
-            ]
+            return self._succeeded(job, label, time.monotonic() - began, abandoned)
         raise AssertionError("unreachable")
+
+    def _succeeded(
+        self, job: list[Batch], label: str, elapsed: float, abandoned: set[BatchId]
+    ) -> list[Finished]:
+        """The outcomes of a job that succeeded, counted: each batch written, or abandoned
+        before its swap."""
+        self.metrics.spark_jobs.labels("success").inc()
+        self.metrics.spark_job_seconds.observe(elapsed)
+        for batch in job:
+            self.metrics.spark_batch_records.observe(batch.rows)
+        self.metrics.spark_last_success.set(time.time())
+        log.debug("%s: %d row(s) written in %.2fs", label, sum(b.rows for b in job), elapsed)
+        return [
+            (b, BatchAbandoned(f"batch {b.id}: partition revoked before the swap"))
+            if b.id in abandoned
+            else (b, None)
+            for b in job
+        ]
+
+    def _take_refused(self, job: list[Batch]) -> list[Batch]:
+        """The job without the records whose writer schema the registry refuses to this
+        pipeline alone (TypedColumns.refused): each is settled failed on its own, with its
+        SchemaDecodeError (the DLQ's headers name the id and the reason), and its batch is
+        written without it; a batch left empty is dropped. RegistryUnavailable (the registry
+        refuses every id, or does not answer) is raised: an outage the caller waits out."""
+        if self.typed is None:
+            return job
+        taken: list[tuple[Batch, dict[int, BaseException]]] = []
+        for batch in job:
+            with_values = [i for i, it in enumerate(batch.items) if it.values]
+            raws = [batch.items[i].record.raw_value for i in with_values]
+            refused = self.typed.refused(raws)
+            if refused:
+                taken.append((batch, {with_values[i]: e for i, e in refused.items()}))
+        if not taken:
+            return job
+        with self._cond:  # abandon() counts the running batches' items and the finished ones
+            for batch, errors in taken:
+                if not batch.abandoned:
+                    self._finished.extend(
+                        (Batch(batch.tp, batch.epoch, batch.opened_at, [batch.items[i]]), e)
+                        for i, e in errors.items()
+                    )
+                batch.items[:] = [it for i, it in enumerate(batch.items) if i not in errors]
+            self._cond.notify_all()
+        return [b for b in job if b.items]
 
     def _job(self, job: list[Batch]) -> set[BatchId]:
         """Write the job's batches; the ids of those abandoned before their swap."""
