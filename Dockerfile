@@ -101,7 +101,9 @@ COPY --from=worker-spark-venv /opt/offtake /opt/offtake
 # maps: it starts in about half the time (docs/spark-sink.md, "JVM start"). Made for this
 # image's JVM and jars; its training run's scratch (Ivy, /tmp) is left out of the layer.
 ENV OFFTAKE_SPARK_ARCHIVES=/opt/offtake/spark-archives
-RUN HOME=/tmp/offtake-build offtake spark-archive \
+# SPARK_LOCAL_IP: the run is local[2], and Spark otherwise resolves the build container's
+# hostname, which buildah's chroot isolation does not put in /etc/hosts (UnknownHostException).
+RUN SPARK_LOCAL_IP=127.0.0.1 HOME=/tmp/offtake-build offtake spark-archive \
     && rm -rf /tmp/offtake-build /tmp/offtake-spark-archive-* /tmp/hsperfdata_root
 USER 10001:10001
 # 9100: /metrics, /healthz, /readyz (spec.metrics.port).

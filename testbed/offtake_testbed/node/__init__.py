@@ -26,20 +26,24 @@ with ``sleep infinity`` as entry point, as nothing may be pulled from a registry
 
 Pods get addresses in 10.88.0.0/16 on the bridge ``offtake0`` whose gateway is
 :data:`GATEWAY_IP` (also an address of this host): a service a pod must reach (Kafka,
-Prometheus) listens there. Only one node can run per machine (the cgroup tree and the bridge are
-machine-wide), so a node holds a lock for its lifetime.
+Prometheus) listens there. Every container also mounts the node's shared folder
+(:attr:`Node.shared_dir`, at :data:`SHARED_MOUNT`; containerd's base runtime spec): the shared
+storage pods of one job need (Spark's executors, driver and the worker on one table), where a
+cluster would have a network filesystem or an object store. Only one node can run per machine
+(the cgroup tree and the bridge are machine-wide), so a node holds a lock for its lifetime.
 
 The modules: :mod:`.install` (the binaries and images), :mod:`.service` (the node), :mod:`.cli`.
 """
 
 from .install import CONTAINERD_VERSION, NodeError, NodePaths, image_archive, install_node
-from .service import GATEWAY_IP, NODE_NAME, POD_SUBNET, Node
+from .service import GATEWAY_IP, NODE_NAME, POD_SUBNET, SHARED_MOUNT, Node
 
 __all__ = [
     "CONTAINERD_VERSION",
     "GATEWAY_IP",
     "NODE_NAME",
     "POD_SUBNET",
+    "SHARED_MOUNT",
     "Node",
     "NodeError",
     "NodePaths",

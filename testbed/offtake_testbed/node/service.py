@@ -27,6 +27,8 @@ GATEWAY_IP = "10.88.0.1"
 POD_SUBNET = "10.88.0.0/16"
 BRIDGE = "offtake0"
 NODE_NAME = "offtake-node"
+#: Where every container on the node sees the node's shared folder (:attr:`Node.shared_dir`).
+SHARED_MOUNT = "/offtake-shared"
 
 
 def _containerd_config(work: Path, paths: NodePaths) -> str:
@@ -45,6 +47,8 @@ state = "{work}/containerd/state"
     default_runtime_name = "runc"
     [{cri}.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+      # Every container starts from this spec: containerd's default plus the shared folder.
+      base_runtime_spec = "{work}/base-spec.json"
       [{cri}.containerd.runtimes.runc.options]
         BinaryName = "{paths["runc"]}"
         Root = "{work}/runc"
@@ -151,6 +155,15 @@ class Node(Service):
         assert self._work is not None, "start() the node first"
         return self._work
 
+    @property
+    def shared_dir(self) -> Path:
+        """A folder of this host that every container on the node mounts at
+        :data:`SHARED_MOUNT` (read-write, any uid): the shared storage a cluster's pods would
+        get from a network filesystem or an object store, for what several pods must read and
+        write at one path (Spark's executors, its driver and the worker on one table). It is
+        the node's (containerd's base runtime spec), not the pods': no pod spec names it."""
+        return self.workdir / "shared"
+
     def ctr(self, *args: str) -> subprocess.CompletedProcess[str]:
         paths = self._paths or install_node()
         cmd = [str(paths["ctr"]), "-a", str(self.workdir / "containerd.sock"), "-n", "k8s.io"]
@@ -197,6 +210,7 @@ class Node(Service):
         (work / "cni").mkdir()
         (work / "cni" / "10-offtake.conflist").write_text(_cni_config())
         (work / "containerd.toml").write_text(_containerd_config(work, paths))
+        self._write_base_spec(paths)
         ensure_bridge()
         self._spawn(
             "containerd", [str(paths["containerd"]), "--config", str(work / "containerd.toml")]
@@ -235,6 +249,28 @@ class Node(Service):
             ],
         )
         self._wait(self._ready, f"node {NODE_NAME} Ready", self._ready_timeout)
+
+    def _write_base_spec(self, paths: NodePaths) -> None:
+        """containerd's default OCI spec (``ctr oci spec``) plus a bind mount of
+        :attr:`shared_dir`; the CRI plugin builds every container's spec on it."""
+        shared = self.shared_dir
+        shared.mkdir()
+        shared.chmod(0o1777)  # pods run as many uids; sticky like /tmp
+        result = subprocess.run(
+            [str(paths["ctr"]), "oci", "spec"], capture_output=True, text=True, check=False
+        )
+        if result.returncode != 0:
+            raise NodeError(f"ctr oci spec failed: {result.stderr.strip()}")
+        spec = json.loads(result.stdout)
+        spec.setdefault("mounts", []).append(
+            {
+                "destination": SHARED_MOUNT,
+                "type": "bind",
+                "source": str(shared),
+                "options": ["rbind", "rw"],
+            }
+        )
+        (self.workdir / "base-spec.json").write_text(json.dumps(spec, indent=1))
 
     def _ready(self) -> bool:
         result = self._cp.kubectl("get", "node", NODE_NAME, "-o", "json", check=False)
