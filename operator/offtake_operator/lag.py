@@ -370,7 +370,11 @@ def _measure_cluster(
     try:
         existing = admin.list_topics(timeout=timeout).topics
     except KafkaException as exc:
-        error = KafkaAccessError(f"cannot read topic metadata: {exc.args[0]}")
+        # Named: the status says which brokers failed, as the round's deadline error does
+        # (a tenant's silent broker fails here first when its socket timeout is the shorter).
+        error = KafkaAccessError(
+            f"cannot read topic metadata from {conf.get('bootstrap.servers')!r}: {exc.args[0]}"
+        )
         return [error] * len(pipelines)
     partitions: list[list[TP] | KafkaAccessError] = []
     for pipeline in pipelines:
