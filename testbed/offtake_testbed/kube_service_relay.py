@@ -59,8 +59,10 @@ class KubernetesServiceRelay(Service):
             text=True,
             check=False,
         )
-        # "File exists": a previous run left it; it is ours either way.
-        if added.returncode != 0 and "exists" not in added.stderr:
+        # "File exists" (older iproute2) or "Address already assigned": a previous run that was
+        # killed before stop() left it; it is ours either way.
+        left_over = "exists" in added.stderr or "already assigned" in added.stderr
+        if added.returncode != 0 and not left_over:
             raise RuntimeError(f"ip addr add {SERVICE_IP}/32 dev {_BRIDGE}: {added.stderr}")
         self._added_address = added.returncode == 0
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
