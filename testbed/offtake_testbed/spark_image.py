@@ -34,7 +34,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._cache import cache_dir, cache_lock
+from ._cache import cache_lock
+from .node.install import buildah_command
 
 __all__ = ["SPARK_IMAGE", "WORKER_SPARK_IMAGE", "SparkImageError", "build_spark_image"]
 
@@ -80,22 +81,8 @@ class SparkImageError(RuntimeError):
     """The image could not be built (its base is missing, or a buildah step failed)."""
 
 
-def _buildah() -> list[str]:
-    # scripts/build-image.sh's storage: the node imports images from it.
-    cache = cache_dir("containers")
-    return [
-        "buildah",
-        "--root",
-        str(cache / "storage"),
-        "--runroot",
-        str(cache / "run"),
-        "--storage-driver",
-        "vfs",
-    ]
-
-
 def _run(*args: str) -> str:
-    proc = subprocess.run([*_buildah(), *args], capture_output=True, text=True, check=False)
+    proc = subprocess.run([*buildah_command(), *args], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SparkImageError(f"buildah {' '.join(args)} failed: {proc.stderr.strip()}")
     return proc.stdout.strip()
@@ -104,7 +91,7 @@ def _run(*args: str) -> str:
 def _label(image: str, key: str) -> str | None:
     proc = subprocess.run(
         [
-            *_buildah(),
+            *buildah_command(),
             "inspect",
             "--type",
             "image",
@@ -121,7 +108,7 @@ def _label(image: str, key: str) -> str | None:
 
 def _image_id(image: str) -> str | None:
     proc = subprocess.run(
-        [*_buildah(), "inspect", "--type", "image", "--format", "{{.FromImageID}}", image],
+        [*buildah_command(), "inspect", "--type", "image", "--format", "{{.FromImageID}}", image],
         capture_output=True,
         text=True,
         check=False,
@@ -171,7 +158,7 @@ def build_spark_image() -> str:
             )  # fmt: skip
             _run("commit", "--quiet", box, SPARK_IMAGE)
         finally:
-            subprocess.run([*_buildah(), "rm", box], capture_output=True, check=False)
+            subprocess.run([*buildah_command(), "rm", box], capture_output=True, check=False)
     return SPARK_IMAGE
 
 

@@ -32,7 +32,7 @@ from offtake_testbed._cache import cache_dir
 from offtake_testbed.kafka import KafkaBroker, read_topic
 from offtake_testbed.kube import ControlPlane
 from offtake_testbed.node import GATEWAY_IP, Node, image_archive
-from offtake_testbed.node.install import _buildah
+from offtake_testbed.node.install import buildah_command
 
 os.environ.setdefault("OFFTAKE_TICK_SECONDS", "1")
 
@@ -48,7 +48,7 @@ BEFORE, DURING = 3000, 3000
 
 
 def buildah(*args: str) -> str:
-    proc = subprocess.run([*_buildah(), *args], capture_output=True, text=True, check=True)
+    proc = subprocess.run([*buildah_command(), *args], capture_output=True, text=True, check=True)
     return proc.stdout.strip()
 
 
@@ -69,7 +69,7 @@ def go_app_image() -> str:
         buildah("config", "--entrypoint", json.dumps(entry), "--user", "10001:10001", box)
         buildah("commit", "--quiet", box, APP_IMAGE)
     finally:
-        subprocess.run([*_buildah(), "rm", box], capture_output=True, check=False)
+        subprocess.run([*buildah_command(), "rm", box], capture_output=True, check=False)
     return APP_IMAGE
 
 

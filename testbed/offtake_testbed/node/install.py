@@ -209,7 +209,8 @@ def _build_node(bin_dir: Path, progress: IO[str] | None, say: Callable[[str], No
         say(f"done in {timings['total']} s: {bin_dir}")
 
 
-def _buildah() -> list[str]:
+def buildah_command() -> list[str]:
+    """buildah on scripts/build-image.sh's storage, from which the node imports images."""
     cache = cache_dir("containers")
     return [
         "buildah",
@@ -223,7 +224,7 @@ def _buildah() -> list[str]:
 
 
 def _buildah_run(*args: str) -> str:
-    proc = subprocess.run([*_buildah(), *args], capture_output=True, text=True, check=False)
+    proc = subprocess.run([*buildah_command(), *args], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise NodeError(f"buildah {' '.join(args)} failed: {proc.stderr.strip()}")
     return proc.stdout.strip()
@@ -252,6 +253,6 @@ def image_archive(image: str) -> Path:
 
 def _buildah_has(image: str) -> bool:
     proc = subprocess.run(
-        [*_buildah(), "inspect", "--type", "image", image], capture_output=True, check=False
+        [*buildah_command(), "inspect", "--type", "image", image], capture_output=True, check=False
     )
     return proc.returncode == 0
