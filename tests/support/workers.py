@@ -154,8 +154,21 @@ class WorkerProcess:
         self.proc.send_signal(sig)
 
     def terminate(self, timeout: float = 60) -> int:
+        """SIGTERM, the graceful stop, and the exit code. Sent once the worker takes it: a
+        worker started a moment ago may still be starting its interpreter, before offtake.cli
+        installs its handlers, and then SIGTERM's default action kills it (-15)."""
+        self.wait_until_handles_sigterm(timeout)
         self.signal(signal.SIGTERM)
         return self.wait(timeout)
+
+    def wait_until_handles_sigterm(self, timeout: float = 30) -> float:
+        """Seconds until the process has a SIGTERM handler in place (or has exited)."""
+        assert self.proc is not None
+        started = time.monotonic()
+        while self.proc.poll() is None and not handles_sigterm(self.proc.pid):
+            assert time.monotonic() - started < timeout, "no SIGTERM handler installed"
+            time.sleep(0.002)  # a poll of /proc: the handler comes within the interpreter's start
+        return time.monotonic() - started
 
     def kill(self) -> int:
         self.signal(signal.SIGKILL)
@@ -209,6 +222,16 @@ class WorkerProcess:
 
 #: The worker's log line naming the port it serves /metrics, /healthz and /readyz on (cli.py).
 METRICS_PORT_LINE = re.compile(r"/readyz on port (\d+)")
+
+
+def handles_sigterm(pid: int) -> bool:
+    """Whether the process has installed a SIGTERM handler (its SigCgt mask says so)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
 
 
 def served_port(output: str) -> int | None:

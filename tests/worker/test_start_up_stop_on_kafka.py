@@ -38,27 +38,6 @@ STOPPED_STARTING = re.compile(
 )
 
 
-def handles_sigterm(pid: int) -> bool:
-    """Whether the process has installed a SIGTERM handler (its SigCgt mask says so)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
-    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
-
-
-def wait_for_handler(worker: WorkerProcess, timeout: float = 10.0) -> float:
-    """Seconds from the process's start until its SIGTERM handler was in place."""
-    assert worker.proc is not None
-    started = time.monotonic()
-    while not handles_sigterm(worker.proc.pid):
-        assert worker.proc.poll() is None, worker.output()[-2000:]
-        assert time.monotonic() - started < timeout, "no SIGTERM handler installed"
-        time.sleep(0.002)
-    return time.monotonic() - started
-
-
 @pytest.mark.parametrize("after", [0.0, 0.3], ids=["at-once", "after-300ms"])
 def test_sigterm_while_starting_exits_0_having_consumed_and_committed_nothing(
     after: float, kafka_broker: KafkaBroker, topic_factory: Any, tmp_path: Path
@@ -69,7 +48,7 @@ def test_sigterm_while_starting_exits_0_having_consumed_and_committed_nothing(
     group = doc["spec"]["source"]["groupId"]
     worker = WorkerProcess(write_manifest(tmp_path / "p.yaml", doc), tmp_path / "w.log").start()
     try:
-        took = wait_for_handler(worker)
+        took = worker.wait_until_handles_sigterm(10)
         time.sleep(after)  # the moment of the stop is the parameter: pacing, not a wait
         worker.signal(signal.SIGTERM)
         code = worker.wait(30)

@@ -262,11 +262,6 @@ class CopyUnderFaults:
         self._producer.join(600)
         self.monitor.wait_for(self.records, 600, self.alive)
         recover = max((self.monitor.recovery(t, self.records) for t in faults), default=0.0)
-        # A worker started again just now may still be starting its interpreter, before it
-        # takes SIGTERM (the default action kills it: -15). Its log naming its port says that
-        # it is past that point; only then does "SIGTERM means exit 0" apply.
-        for w in self.workers:
-            w.metrics_port()
         codes = [w.terminate() for w in self.workers]
         assert codes == [0] * len(self.workers), codes
         return recover, *count_output(self.bed.bootstrap, self.out, self.records)
