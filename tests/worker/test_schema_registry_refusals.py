@@ -109,7 +109,7 @@ def test_a_worker_dead_letters_the_refused_id_and_the_next_records_flow(
     assert headers[H_SCHEMA_ID] == str(denied_id)
     assert headers[H_REASON] == SCHEMA_REFUSED
     assert "403" in headers[H_ERROR_MESSAGE] and "denied operation Read" in headers[H_ERROR_MESSAGE]
-    # The outage's log line (engine.processing_stage): never written for a refused id.
+    # The outage's log line (engine/work.py): never written for a refused id.
     assert "records wait, nothing is dead-lettered" not in worker.output()
 
 

@@ -119,7 +119,7 @@ def build_worker(
     delivery = make_delivery(spec, source, stage, sink, metrics)
     # The stage numbers a record's attempts as the delivery mode says (queue mode: from the
     # broker's delivery count); set here, the policy being built with the stage.
-    stage.first_attempt = delivery.first_attempt
+    stage.intake.first_attempt = delivery.first_attempt
     parts = WorkerParts(
         spec, source, stage, settlements, processor, sink, metrics, health, delivery, route
     )

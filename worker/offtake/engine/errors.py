@@ -21,6 +21,10 @@ from offtake.sinks.base import SinkHalt
 log = logging.getLogger("offtake.errors")
 
 MAX_BACKOFF_SECONDS = 60.0
+# The longest wait between two tries of an unreachable dependency (the schema registry, the
+# processor): not the records' failure, so errors.retryBackoffSeconds' schedule is cut short
+# for it, and the worker notices soon that the dependency is back.
+UNAVAILABLE_BACKOFF_CAP = 5.0
 
 
 class ErrorPolicy:

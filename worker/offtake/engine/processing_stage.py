@@ -1,11 +1,13 @@
 """The processing thread: its mailbox, and the steps it runs: decode, then the processor.
 
-Split by job, one step per module: this module is the thread, the mailbox through which the
-poll loop talks to it, decoding a :class:`Work` and running the processor (with its retries
-when the processor is unavailable); :mod:`offtake.engine.routing` sends each outcome on (the
-sink, the error policy, parking) and turns the sink's reports into settlements;
-:mod:`offtake.engine.parking` keeps the records waiting out a delay and the partitions held
-behind them (plain code, unit-tested on its own).
+Split by job, one step per module: this module is the thread and the mailbox through which
+the poll loop talks to it; :mod:`offtake.engine.work` makes a :class:`Work`'s records
+attempts (decoded, numbered, the ones that must not run sent to the error policy);
+:mod:`offtake.engine.processor_runs` runs the processor on them (waiting out an unavailable
+one); :mod:`offtake.engine.routing` sends each outcome on (the sink, the error policy,
+parking) and turns the sink's reports into settlements; :mod:`offtake.engine.parking` keeps
+the records waiting out a delay and the partitions held behind them (plain code, unit-tested
+on its own).
 
 It runs beside the poll loop so that slow user code or a slow sidecar never stops the worker
 from polling (which would get it kicked out of the group). Work arrives in consumption order
@@ -60,14 +62,13 @@ from typing import TypeVar
 
 from offtake.engine.errors import ErrorPolicy
 from offtake.engine.parking import Attempt, Parking
+from offtake.engine.processor_runs import ProcessorRuns
 from offtake.engine.routing import Router
 from offtake.engine.scheduler import Order, Scheduler
 from offtake.engine.settlements import Settlements
-from offtake.errors import OfftakeError
-from offtake.formats.base import Decoded, Decoder
-from offtake.formats.errors import RegistryUnavailable
+from offtake.engine.work import Intake, Work
+from offtake.formats.base import Decoder
 from offtake.health import Health
-from offtake.kafka.protocols import MessageLike
 from offtake.metrics import Metrics
 from offtake.processing.base import Backpressure as SlowDown
 from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
@@ -80,7 +81,6 @@ log = logging.getLogger("offtake.processing")
 
 T = TypeVar("T")
 
-UNAVAILABLE_BACKOFF_CAP = 5.0
 # Records per processor call: bounds one call (a sidecar request, a function process's
 # timeout covers one call), large enough to amortise a sidecar round trip. A Work's results
 # still go to the sink together, as one batch: it settles once.
@@ -90,33 +90,6 @@ CHUNK = 100
 SINK_SERVICE_INTERVAL = 0.005
 IDLE_WAIT = 0.1
 FLUSH_SLICE = 0.1  # one sink.drain() call while a flush is requested; the loop keeps asking
-
-
-@dataclass(slots=True)
-class Work:
-    """Records of one partition from one poll, in offset order: the unit the engine moves.
-
-    The poll loop registered them with the offset tracker as one chunk (``offsets``); they go
-    to the sink as one :class:`~offtake.sinks.base.SinkBatch`, and when all of them are
-    delivered they settle with one entry in :class:`Settlements`.
-    """
-
-    tp: TopicPartition
-    epoch: int  # of the partition's assignment they were consumed in
-    messages: list[MessageLike]
-    offsets: list[int]
-
-
-class DeliveredTooOften(OfftakeError):
-    """Queue mode: a record delivered more often than errors.maxRetries + 1 attempts allow
-    (its earlier deliveries ended without an outcome: the workers that had it stopped or
-    crashed), so errors.policy applies without another attempt."""
-
-    def __init__(self, deliveries: int) -> None:
-        super().__init__(
-            f"delivered {deliveries} times without an outcome (errors.maxRetries exceeded: "
-            "the workers that had it stopped or crashed)"
-        )
 
 
 class ProcessingStage:
@@ -136,18 +109,12 @@ class ProcessingStage:
         order: Order = "key",
         chunk: int = 1,
     ) -> None:
-        self.processor = processor
-        # A record's first attempt number, as the delivery mode says
-        # (DeliveryMode.first_attempt; set by build_worker); None: every record starts at 1.
-        self.first_attempt: Callable[[MessageLike], int] | None = None
         # Told when the processor is unavailable and when it answers again (readiness).
         self.health = health
         self.sink = sink
         self.policy = policy
-        self.decoder = decoder
         self.settlements = settlements
         self.metrics = metrics
-        self.max_retries = max_retries
         self.strict = strict_ordering
         # Pass-through (no processor, format bytes) into a sink that can write consumed
         # records as they are: a poll's records of a partition go to the sink as one batch of
@@ -179,6 +146,12 @@ class ProcessingStage:
             lanes=order if calls is not None else None,
         )
         self.abort = threading.Event()  # set to give up on queued work (drain budget spent)
+        # A Work's records made attempts (engine/work.py): decoded, numbered, the ones that
+        # must not run sent to the policy or held; build_worker sets its first_attempt.
+        self.intake = Intake(decoder, policy, self.parking, max_retries, self.abort, self._serve)
+        # The processor called at concurrency 1, an unavailable one waited out
+        # (engine/processor_runs.py); the concurrent path asks it how long to wait.
+        self.runs = ProcessorRuns(processor, policy, metrics, health, self.abort, self._serve)
         self._current: Mapping[TopicPartition, int] = MappingProxyType({})
         self._queue: deque[Work] = deque()
         self._cond = threading.Condition()
@@ -421,63 +394,10 @@ class ProcessingStage:
             self.router.submit(batch)
             self._serve()
             return
-        decoded_all = self._decode(work)
-        if decoded_all is None:
+        todo = self.intake.attempts(work)
+        if todo is None:
             return  # given up while the registry was unreachable (drain budget spent)
-        parking = self.parking
-        todo: list[Attempt]
-        if self.first_attempt is None and parking.hold_of(work.tp, epoch) is None:
-            # The common case, one comprehension: nothing held on the partition, attempts
-            # start at 1; only records that failed to decode go to the policy one by one.
-            todo = [(record, epoch, 1) for record, error in decoded_all if error is None]
-            if len(todo) < len(decoded_all):
-                for record, error in decoded_all:
-                    if error is not None:
-                        self.policy.give_up(record, epoch, error, 1, "decode")
-        else:
-            todo = self._attempts(work, decoded_all)
         self._process(todo)  # one settlement per Work: _process calls the processor per CHUNK
-
-    def _attempts(self, work: Work, decoded_all: list[Decoded]) -> list[Attempt]:
-        """The records to process, each with its attempt number; the others go to the policy or
-        wait behind the parked record of their partition."""
-        epoch = work.epoch
-        todo: list[Attempt] = []
-        parking = self.parking
-        first = self.first_attempt
-        for (record, decode_error), msg in zip(decoded_all, work.messages, strict=True):
-            # Past the last attempt (its earlier ones made elsewhere: DeliveryMode
-            # .first_attempt) a record goes to the policy unrun.
-            attempt = first(msg) if first is not None else 1
-            hold = parking.hold_of(record.tp, epoch)
-            if hold is not None:  # behind a parked record of its partition
-                failed = None if decode_error is None else Outcome([], decode_error, False)
-                parking.hold_behind(hold, (record, epoch, attempt, failed))
-            elif decode_error is not None:
-                self.policy.give_up(record, epoch, decode_error, attempt, "decode")
-            elif attempt > self.max_retries + 1:
-                self.policy.exhausted(record, epoch, DeliveredTooOften(attempt), attempt, "process")
-            else:
-                todo.append((record, epoch, attempt))
-        return todo
-
-    def _decode(self, work: Work) -> list[Decoded] | None:
-        """The poll's decoded records; while the schema registry is unreachable this waits and
-        retries with backoff (not the record's fault: no dead letter), and the in-flight bound then
-        pauses the partitions (backpressure). None once the stage aborts."""
-        outage = 0
-        while True:
-            try:
-                return self.decoder.records(work.messages, *work.tp)
-            except RegistryUnavailable as exc:
-                outage += 1
-                delay = min(max(self.policy.backoff(outage), 0.1), UNAVAILABLE_BACKOFF_CAP)
-                log.warning(
-                    "%s; retrying in %.1fs (records wait, nothing is dead-lettered)", exc, delay
-                )
-                self._serve()  # deliveries already under way still complete meanwhile
-                if self.abort.wait(delay):
-                    return None
 
     def _process(self, todo: list[Attempt]) -> None:
         """Run the processor on records (a call per ``CHUNK``), route the results together,
@@ -488,7 +408,7 @@ class ProcessingStage:
             return  # started by _start_calls, as the scheduler allows
         outcomes: list[Outcome] = []
         for i in range(0, len(todo), CHUNK):
-            done = self._run_processor(todo[i : i + CHUNK])
+            done = self.runs.run(todo[i : i + CHUNK])
             if done is None:
                 return  # given up (the drain budget was spent)
             outcomes.extend(done)
@@ -502,46 +422,6 @@ class ProcessingStage:
             for tp in settled:
                 self._release(tp)
         self._serve()
-
-    def _run_processor(self, todo: list[Attempt]) -> list[Outcome] | None:
-        """The processor's outcomes of ``todo``, waiting out an unavailable processor; None
-        once the stage aborts."""
-        unavailable = 0
-        while not self.abort.is_set():
-            started = time.monotonic()
-            try:
-                outcomes = self.processor.process([r for r, _, _ in todo])
-            except ProcessorUnavailable as exc:
-                unavailable += 1
-                delay = self._unavailable_for(exc, unavailable, len(todo))
-                self._serve()  # deliveries already under way still complete meanwhile
-                self.abort.wait(delay)
-                continue
-            except Exception as exc:  # the processor itself broke: every record failed
-                outcomes = [Outcome([], exc)] * len(todo)
-            if unavailable and self.health is not None:
-                self.health.set_processor_unavailable(None)
-            self.metrics.processing_seconds.observe(time.monotonic() - started)
-            if self.abort.is_set():
-                # Given up while the call ran (the drain budget was spent): the poll loop has
-                # let these records go (uncommitted, or released to a share group), so sending
-                # them on now would only duplicate what the next worker sends.
-                return None
-            return outcomes
-        return None
-
-    def _unavailable_for(self, exc: ProcessorUnavailable, times: int, records: int) -> float:
-        """The processor could not be reached ``times`` calls in a row: say so (readiness, the
-        log) and return how long to wait before ``records`` record(s) are tried again."""
-        if self.health is not None:
-            self.health.set_processor_unavailable(f"processor unavailable: {exc}")
-        delay = min(self.policy.backoff(times), UNAVAILABLE_BACKOFF_CAP)
-        # A processor that said how long to wait (HTTP Retry-After) knows best.
-        delay = max(delay, getattr(exc, "retry_after", None) or 0.0)
-        log.warning(
-            "processor unavailable (%s); retrying %d record(s) in %.1fs", exc, records, delay
-        )
-        return delay
 
     # -- processor.concurrency > 1: calls in flight, the scheduler deciding ---------------------
     def _calls_idle(self) -> bool:
@@ -581,7 +461,7 @@ class ProcessingStage:
             started, items = entry
             scheduler.returned(len(items))
             if self.abort.is_set():
-                continue  # given up (the drain budget was spent): see _run_processor
+                continue  # given up (the drain budget was spent): see ProcessorRuns.run
             self.metrics.processing_seconds.observe(now - started)
             if isinstance(result, ProcessorUnavailable):
                 self._wait_unavailable(items, result, now)
@@ -618,7 +498,7 @@ class ProcessingStage:
         """The processor could not be reached: park the call's records (no attempt charged)
         for the backoff; their lanes stay busy, the other lanes go on."""
         self._unavailable += 1
-        delay = self._unavailable_for(exc, self._unavailable, len(items))
+        delay = self.runs.unavailable_for(exc, self._unavailable, len(items))
         for record, epoch, attempt in items:
             self.parking.park(record, epoch, attempt, now + delay)
 

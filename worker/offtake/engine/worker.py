@@ -27,10 +27,11 @@ from offtake.engine.backpressure import InFlightGate, PartitionPauser
 from offtake.engine.delivery.base import DeliveryMode
 from offtake.engine.exit_codes import EXIT_FATAL, EXIT_OK, EXIT_STOPPED_ON_ERROR
 from offtake.engine.lag import LagGauges
-from offtake.engine.processing_stage import ProcessingStage, Work
+from offtake.engine.processing_stage import ProcessingStage
 from offtake.engine.retry_topics import RetryRoute
 from offtake.engine.settlements import Settled, Settlements
 from offtake.engine.watchdog import armed as watchdog_armed
+from offtake.engine.work import Work
 from offtake.health import Health
 from offtake.kafka.protocols import MessageLike
 from offtake.kafka.source import Source, SourceFatal, StartPosition
