@@ -100,3 +100,13 @@ def test_a_template_variable_replaces_the_operators_of_that_name() -> None:
     # The operator's others stay: the token from its Secret.
     assert "OFFTAKE_SPARK_CONNECT_TOKEN" in names
 
+
+def test_the_spark_pods_do_not_carry_the_workers_label() -> None:
+    # The Spark operator copies the SparkConnect's labels onto every executor pod; the workers'
+    # Deployment, Service, PodDisruptionBudget and scale selector select the pipeline label.
+    body = pipeline_body(sink=SPARK_K8S)
+    spark_connect = render.render_spark_connect(body, parse_pipeline(worker_manifest(body)))
+    labels = spark_connect["metadata"]["labels"]
+    assert "offtake.dev/pipeline" not in labels
+    assert labels["app.kubernetes.io/instance"] == "orders"
+    assert labels["app.kubernetes.io/managed-by"] == "offtake-operator"
