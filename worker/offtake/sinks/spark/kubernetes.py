@@ -31,9 +31,11 @@ from offtake.sinks.spark.session import (
     CONNECT_PORT,
     CONNECT_TOKEN_ENV,
     CONNECT_URL_ENV,
+    TOKEN_KEY,
     kubernetes_connect_url,
     session_config,
     spark_connect_name,
+    token_secret_name,
 )
 
 __all__ = [
@@ -53,8 +55,6 @@ __all__ = [
 
 #: Where Spark Connect's server reads its pre-shared token from.
 SERVER_TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
-#: The key of the token in the pipeline's token Secret.
-TOKEN_KEY = "token"
 #: Labels of the Spark pods: which pipeline's server or executor a pod is.
 SPARK_POD_LABEL = "offtake.dev/spark-connect"
 SPARK_ROLE_LABEL = "offtake.dev/spark-role"
@@ -82,11 +82,6 @@ SPARK_CONTAINER_SECURITY: dict[str, Any] = {
     "capabilities": {"drop": ["ALL"]},
     "seccompProfile": {"type": "RuntimeDefault"},
 }
-
-
-def token_secret_name(pipeline: str) -> str:
-    """The Secret (made and owned by the operator) with the pipeline's Connect token."""
-    return f"{spark_connect_name(pipeline)}-token"
 
 
 def spark_pod_labels(pipeline: str, role: str) -> dict[str, str]:
