@@ -325,7 +325,11 @@ def test_a_pipeline_in_kubernetes_mode_writes_through_a_connect_server_and_execu
         except AssertionError:
             pytest.fail(explain(), pytrace=False)
         caught_up = round(time.monotonic() - began, 1)
+        # The workers' selector (Deployment, Service, PodDisruptionBudget) selects workers
+        # only: the Spark operator copies the SparkConnect's labels onto the executors.
         worker_pods = _pods(kubectl, ns, f"offtake.dev/pipeline={name}")
+        roles = [p["metadata"]["labels"].get("offtake.dev/spark-role") for p in worker_pods]
+        assert worker_pods and roles == [None] * len(worker_pods), roles
         worker_logs = "".join(
             kubectl("logs", "-n", ns, p["metadata"]["name"], check=False, timeout=60).stdout
             for p in worker_pods
