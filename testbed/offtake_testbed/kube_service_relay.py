@@ -75,10 +75,13 @@ class KubernetesServiceRelay(Service):
         return self
 
     def _accept(self) -> None:
-        assert self._listener is not None
+        # Its own reference: stop() sets self._listener to None as it closes it, and reading
+        # the attribute again here raised AttributeError in this thread instead of returning.
+        listener = self._listener
+        assert listener is not None
         while True:
             try:
-                client, _ = self._listener.accept()
+                client, _ = listener.accept()
             except OSError:
                 return  # closed by stop()
             try:

@@ -28,9 +28,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -39,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.connect_token import ask, port_open
 from support.kube import consumer_pipeline, get, operator_running, patch, wait_for
 from support.reports import lost_and_duplicated, report
 from support.workers import produce, wait_caught_up
@@ -156,38 +154,6 @@ def _pipeline(name: str, bootstrap: str, topic: str) -> dict[str, Any]:
     )
 
 
-# Connects as the worker does (session._connect_session), once per token ("-": none), and
-# prints each answer or error (tests/spark/test_connect_token.py does the same locally).
-CLIENT = """
-import logging, os, sys
-from offtake.sinks.spark.session import SessionConfig, _connect_session
-cfg = SessionConfig(mode="kubernetes", master="", connect_url=sys.argv[1], app_name="t")
-for token in sys.argv[2:]:
-    os.environ.pop("OFFTAKE_SPARK_CONNECT_TOKEN", None)
-    if token != "-":
-        os.environ["OFFTAKE_SPARK_CONNECT_TOKEN"] = token
-    session = _connect_session(cfg)
-    try:
-        print("ANSWER", session.sql("SELECT 41 + 1 AS x").collect()[0]["x"], flush=True)
-    except Exception as exc:
-        print("REFUSED", type(exc).__name__, " ".join(str(exc).split())[:600], flush=True)
-    finally:
-        session.stop()
-"""
-
-
-def _client(url: str, *tokens: str | None) -> list[str]:
-    env = {k: v for k, v in os.environ.items() if "CONNECT_AUTHENTICATE_TOKEN" not in k}
-    env.pop("OFFTAKE_SPARK_CONNECT_TOKEN", None)
-    done = subprocess.run(
-        [sys.executable, "-c", CLIENT, url, *(t or "-" for t in tokens)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    lines = [line for line in done.stdout.splitlines() if line.startswith(("ANSWER", "REFUSED"))]
-    assert len(lines) == len(tokens), done.stdout[-2000:] + done.stderr[-3000:]
-    return lines
-
-
 def _pods(kubectl: Kubectl, ns: str, selector: str) -> list[dict[str, Any]]:
     return list(get(kubectl, "pods", "-n", ns, "-l", selector)["items"])
 
@@ -254,8 +220,15 @@ def test_a_pipeline_in_kubernetes_mode_writes_through_a_connect_server_and_execu
         server_log = kubectl(
             "logs", "-n", ns, f"{name}-spark-server", "--tail=40", check=False, timeout=60
         ).stdout
+        # An executor that exits says why last (it could not reach the driver, say).
+        executor_logs = "".join(
+            f"{p['metadata']['name']}:\n"
+            + kubectl("logs", "-n", ns, p["metadata"]["name"], "--tail=8", check=False).stdout
+            for p in _pods(kubectl, ns, "offtake.dev/spark-role=executor")
+        )
         return (
             f"pods:\n{pods}\nevents:\n{events[-3000:]}\nserver log:\n{server_log}\n"
+            f"executor logs:\n{executor_logs[-4000:]}\n"
             f"spark-operator log:\n{spark_operator.log_tail(20)}"
         )
 
@@ -291,14 +264,22 @@ def test_a_pipeline_in_kubernetes_mode_writes_through_a_connect_server_and_execu
             server["metadata"]["labels"]["sparkoperator.k8s.io/launched-by-spark-operator"]
             == "true"
         )
+
+        def registered_executors() -> list[dict[str, Any]] | None:
+            """The executor pods running and registered with the server (Spark's driver): a
+            pod runs before its JVM reaches the driver, and one that cannot reach it exits."""
+            found = _running(_pods(kubectl, ns, "offtake.dev/spark-role=executor"))
+            if len(found) != EXECUTORS:
+                return None
+            log = kubectl("logs", "-n", ns, server_name, check=False, timeout=60).stdout
+            ids = [p["metadata"]["labels"].get("spark-exec-id") for p in found]
+            return found if all(f"with ID {eid}," in log for eid in ids) else None
+
+        server_name = f"{name}-spark-server"
         executors = wait_for(
-            lambda: (
-                len(found := _running(_pods(kubectl, ns, "offtake.dev/spark-role=executor")))
-                == EXECUTORS
-                and found
-            ),
+            registered_executors,
             timeout=600,
-            what=f"{EXECUTORS} executor pods running",
+            what=f"{EXECUTORS} executor pods running and registered with the server",
             explain=explain,
         )
         for pod in [server, *executors]:
@@ -314,8 +295,19 @@ def test_a_pipeline_in_kubernetes_mode_writes_through_a_connect_server_and_execu
         url = f"sc://{server['status']['podIP']}:15002"
         token_secret = get(kubectl, "secret", f"{name}-spark-token", "-n", ns)
         token = base64.b64decode(token_secret["data"]["token"]).decode()
+        # The server's JVM opens its Connect port once its SparkContext is up.
+        wait_for(
+            lambda: port_open(url),
+            timeout=300,
+            what=f"the Connect server listening at {url}",
+            explain=explain,
+        )
         # From this host, which no NetworkPolicy admits and none here stops: the token does.
-        missing, wrong, right = _client(url, None, "another-pipelines-token", token)
+        (missing, wrong, right), _ = ask(
+            url,
+            [("no token", None), ("another pipeline's token", "another-pipelines-token"),
+             ("the pipeline's token", token)],
+        )  # fmt: skip
         for answer in (missing, wrong):
             assert answer.startswith("REFUSED"), answer
             assert "UNAUTHENTICATED" in answer or "authentication" in answer.lower(), answer
@@ -333,7 +325,11 @@ def test_a_pipeline_in_kubernetes_mode_writes_through_a_connect_server_and_execu
         except AssertionError:
             pytest.fail(explain(), pytrace=False)
         caught_up = round(time.monotonic() - began, 1)
+        # The workers' selector (Deployment, Service, PodDisruptionBudget) selects workers
+        # only: the Spark operator copies the SparkConnect's labels onto the executors.
         worker_pods = _pods(kubectl, ns, f"offtake.dev/pipeline={name}")
+        roles = [p["metadata"]["labels"].get("offtake.dev/spark-role") for p in worker_pods]
+        assert worker_pods and roles == [None] * len(worker_pods), roles
         worker_logs = "".join(
             kubectl("logs", "-n", ns, p["metadata"]["name"], check=False, timeout=60).stdout
             for p in worker_pods

@@ -85,3 +85,28 @@ def test_worker_pods_mount_no_api_token() -> None:
         rendered(pipeline_body())["spec"]["template"]["spec"]["automountServiceAccountToken"]
         is False
     )
+
+
+def test_a_template_variable_replaces_the_operators_of_that_name() -> None:
+    # Two entries of one name in a container's env: the API server's apply refuses the whole
+    # Deployment ("duplicate entries for key"), so no worker ran (the node tier's Spark test,
+    # whose pods reach the server at its pod IP, found it).
+    url = {"name": "OFFTAKE_SPARK_CONNECT_URL", "value": "sc://10.88.0.56:15002"}
+    body = pipeline_body(sink=SPARK_K8S, template={"spec": {"env": [url, {"name": "X"}]}})
+    env = rendered(body)["spec"]["template"]["spec"]["containers"][0]["env"]
+    names = [e["name"] for e in env]
+    assert len(names) == len(set(names)), names
+    assert url in env and {"name": "X"} in env
+    # The operator's others stay: the token from its Secret.
+    assert "OFFTAKE_SPARK_CONNECT_TOKEN" in names
+
+
+def test_the_spark_pods_do_not_carry_the_workers_label() -> None:
+    # The Spark operator copies the SparkConnect's labels onto every executor pod; the workers'
+    # Deployment, Service, PodDisruptionBudget and scale selector select the pipeline label.
+    body = pipeline_body(sink=SPARK_K8S)
+    spark_connect = render.render_spark_connect(body, parse_pipeline(worker_manifest(body)))
+    labels = spark_connect["metadata"]["labels"]
+    assert "offtake.dev/pipeline" not in labels
+    assert labels["app.kubernetes.io/instance"] == "orders"
+    assert labels["app.kubernetes.io/managed-by"] == "offtake-operator"

@@ -6,40 +6,23 @@ client without the token, or with another pipeline's, is refused before any plan
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from support.connect_token import ask
 
 from .connect_server import ConnectServer
 
 pytestmark = pytest.mark.spark
-ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "pipeline-token-5f1d0c"
-
-# Connects as the worker does (session._connect_session), once per token given (none: "-"),
-# in a process of its own (a Connect session switches the whole process's pyspark; one process
-# for all tokens because importing pyspark takes seconds), and prints each answer or error.
-CLIENT = """
-import logging, os, sys
-from offtake.sinks.spark.session import SessionConfig, _connect_session
-logging.basicConfig(level=logging.INFO)  # the session's log lines, on stderr
-cfg = SessionConfig(mode="kubernetes", master="", connect_url=sys.argv[1], app_name="t")
-for token in sys.argv[2:]:
-    os.environ.pop("OFFTAKE_SPARK_CONNECT_TOKEN", None)
-    if token != "-":
-        os.environ["OFFTAKE_SPARK_CONNECT_TOKEN"] = token
-    session = _connect_session(cfg)
-    try:
-        print("ANSWER", session.sql("SELECT 41 + 1 AS x").collect()[0]["x"], flush=True)
-    except Exception as exc:
-        print("REFUSED", type(exc).__name__, " ".join(str(exc).split())[:600], flush=True)
-    finally:
-        session.stop()
-"""
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -53,21 +36,12 @@ def token_server() -> Iterator[ConnectServer]:
     server.stop()
 
 
-def client(url: str, *tokens: str | None) -> tuple[list[str], str]:
-    """(one answer per token, the client's log)."""
-    env = {k: v for k, v in os.environ.items() if "CONNECT_AUTHENTICATE_TOKEN" not in k}
-    env.pop("OFFTAKE_SPARK_CONNECT_TOKEN", None)
-    done = subprocess.run(
-        [sys.executable, "-c", CLIENT, url, *(t or "-" for t in tokens)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    lines = [line for line in done.stdout.splitlines() if line.startswith(("ANSWER", "REFUSED"))]
-    assert len(lines) == len(tokens), done.stdout[-2000:] + done.stderr[-3000:]
-    return lines, done.stderr
-
-
 def test_the_server_answers_only_the_pipelines_token(token_server: ConnectServer) -> None:
-    (missing, wrong, right), _ = client(token_server.url, None, "another-pipelines-token", TOKEN)
+    (missing, wrong, right), _ = ask(
+        token_server.url,
+        [("no token", None), ("another pipeline's token", "another-pipelines-token"),
+         ("the pipeline's token", TOKEN)],
+    )  # fmt: skip
     assert right == "ANSWER 42"
     for answer in (missing, wrong):
         assert answer.startswith("REFUSED"), answer
@@ -75,8 +49,50 @@ def test_the_server_answers_only_the_pipelines_token(token_server: ConnectServer
 
 
 def test_a_token_in_the_url_is_not_logged(token_server: ConnectServer) -> None:
-    (answer,), log = client(f"{token_server.url}/;token={TOKEN}", TOKEN)
+    (answer,), log = ask(f"{token_server.url}/;token={TOKEN}", [("the pipeline's token", TOKEN)])
     assert answer == "ANSWER 42"
     # The address is logged, the token masked (offtake.redact, as on every log line).
     assert f"connecting to Spark Connect at {token_server.url}" in log, log
     assert TOKEN not in log
+
+
+def _worker_job(url: str, token: str | None, path: Path) -> tuple[dict[str, Any], float]:
+    """A SparkSink of submit.mode kubernetes (tests/spark/connect_job.py, a process of its own)
+    given the server's URL and ``token`` as the Deployment gives them: (its summary, seconds)."""
+    env = {k: v for k, v in os.environ.items() if "CONNECT_AUTHENTICATE_TOKEN" not in k}
+    env.pop("OFFTAKE_SPARK_CONNECT_TOKEN", None)
+    env["OFFTAKE_SPARK_CONNECT_URL"] = url
+    if token is not None:
+        env["OFFTAKE_SPARK_CONNECT_TOKEN"] = token
+    spark = {"format": "parquet", "path": str(path), "submit": {"mode": "kubernetes"}}
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.spark.connect_job",
+         json.dumps({"spark": spark, "start": 0, "stop": 20})],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1]), time.monotonic() - began
+
+
+@pytest.mark.parametrize(
+    ("token", "says"),
+    [
+        ("another-pipelines-token", "$OFFTAKE_SPARK_CONNECT_TOKEN: the Spark Connect server at"),
+        (None, "$OFFTAKE_SPARK_CONNECT_TOKEN: not set (key 'token' of the Secret"),
+    ],
+    ids=["another-token", "no-token"],
+)
+def test_a_refused_token_halts_the_sink_naming_the_setting(
+    token_server: ConnectServer, tmp_path: Path, token: str | None, says: str
+) -> None:
+    # The server's UNAUTHENTICATED is neither an outage to wait out nor a fault of the batch:
+    # no retries, no dead letters (the sink halts, the engine stops the pipeline whatever
+    # errors.policy says), and an error that names where the token comes from.
+    out, _ = _worker_job(token_server.url, token, tmp_path / "lake")
+    assert (out["ok"], out["failed"]) == (0, 20), out
+    (error,) = out["errors"]
+    assert error.startswith("batch ") and says in error, error
+    assert "'spark-test-spark-token'" in error and "UNAUTHENTICATED" in error, error
+    assert TOKEN not in error
+    assert not (tmp_path / "lake").exists() or not any((tmp_path / "lake").rglob("*.parquet"))

@@ -12,6 +12,7 @@ import pytest
 from offtake.config import ConfigError
 from offtake.sinks.spark.kubernetes import (
     SPARK_VERSION,
+    USE_DRIVER_POD_IP,
     kubernetes_connect_url,
     render_spark_connect_spec,
 )
@@ -59,6 +60,14 @@ def test_spark_connect_spec_carries_every_submit_field() -> None:
     assert "org.apache.hadoop:hadoop-aws:3.4.1" in packages
     assert any(p.startswith("io.delta:delta-spark_2.13:") for p in packages)
     assert all(isinstance(v, str) for v in conf.values())  # the CRD's sparkConf is string-valued
+
+
+def test_executors_reach_the_server_at_its_pod_ip_not_its_bind_address() -> None:
+    # The Spark operator starts the server with spark.driver.bindAddress=0.0.0.0 and
+    # spark.driver.host=<pod IP>; Spark >= 4.1 gives executors the bind address unless told
+    # otherwise, and they dial 0.0.0.0 (tests/node/test_spark_on_kubernetes.py runs it).
+    conf = render_spark_connect_spec(_spec())["sparkConf"]
+    assert conf[USE_DRIVER_POD_IP] == "false"
 
 
 def test_defaults_and_the_server_spark_matches_the_workers() -> None:

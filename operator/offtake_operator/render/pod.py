@@ -49,7 +49,9 @@ def http_probe(path: str, port: str, **timing: int) -> JSON:
 
 def worker_env(body: Mapping[str, Any], pipeline: PipelineSpec) -> list[JSON]:
     """The worker container's environment: the pod's own names, HOME, Spark Connect's URL and
-    token, the ``*SecretRef`` variables, then spec.template.spec.env."""
+    token, the ``*SecretRef`` variables, then spec.template.spec.env. A template variable of
+    a name set above replaces it (a second entry of one name is refused by the API server's
+    apply: the Deployment was never written, and the operator retried without end)."""
     template_spec = (body["spec"].get("template") or {}).get("spec") or {}
     env: list[JSON] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -78,8 +80,9 @@ def worker_env(body: Mapping[str, Any], pipeline: PipelineSpec) -> list[JSON]:
             }
         )
     env += secret_key_env(pipeline)
-    env += copy.deepcopy(template_spec.get("env") or [])
-    return env
+    template_env = copy.deepcopy(template_spec.get("env") or [])
+    overridden = {e.get("name") for e in template_env}
+    return [e for e in env if e["name"] not in overridden] + template_env
 
 
 def worker_mounts(pipeline: PipelineSpec) -> list[JSON]:

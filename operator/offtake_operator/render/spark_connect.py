@@ -23,10 +23,17 @@ def uses_spark_connect(pipeline: PipelineSpec) -> bool:
 def render_spark_connect(body: Mapping[str, Any], pipeline: PipelineSpec) -> JSON:
     """The pipeline's Spark Connect server, a SparkConnect of the Kubeflow Spark operator."""
     name, _ = meta(body)
+    metadata = child_metadata(body, spark_k8s.spark_connect_name(name), "spark-connect")
+    # The Spark operator copies a SparkConnect's labels onto every executor pod (as
+    # spark.kubernetes.executor.label.*). With the pipeline's label there the workers'
+    # selectors took the executors for workers: the PodDisruptionBudget failed ("pods does
+    # not implement the scale subresource"), and the Service and the scale selector matched
+    # them. Its pods carry offtake.dev/spark-connect instead (spark_k8s.spark_pod_labels).
+    metadata["labels"].pop(names.PIPELINE_LABEL)
     return {
         "apiVersion": spark_k8s.API_VERSION,
         "kind": spark_k8s.KIND,
-        "metadata": child_metadata(body, spark_k8s.spark_connect_name(name), "spark-connect"),
+        "metadata": metadata,
         "spec": spark_k8s.render_spark_connect_spec(pipeline),
     }
 

@@ -114,6 +114,26 @@ def unavailable(exc: BaseException) -> str | None:
     return None
 
 
+def refused_credentials(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Spark Connect server refusing the client's token (gRPC status
+    UNAUTHENTICATED): neither an outage to wait out nor a fault of the batch. The Connect
+    client does not retry it (its policy retries UNAVAILABLE), so it arrives at once."""
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 8:
+        for getter in ("getGrpcStatusCode", "code"):
+            method = getattr(current, getter, None)
+            if callable(method):
+                try:
+                    if getattr(method(), "name", None) == "UNAUTHENTICATED":
+                        return True
+                except Exception:
+                    pass
+        current = current.__cause__ or current.__context__
+        seen += 1
+    return False
+
+
 def _pyspark_down(exc: BaseException) -> bool:
     """A grpc status UNAVAILABLE (grpc.RpcError, or pyspark's SparkConnectGrpcException that
     carries it), or a Spark Connect session the server forgot."""

@@ -31,9 +31,11 @@ from offtake.sinks.spark.session import (
     CONNECT_PORT,
     CONNECT_TOKEN_ENV,
     CONNECT_URL_ENV,
+    TOKEN_KEY,
     kubernetes_connect_url,
     session_config,
     spark_connect_name,
+    token_secret_name,
 )
 
 __all__ = [
@@ -53,8 +55,6 @@ __all__ = [
 
 #: Where Spark Connect's server reads its pre-shared token from.
 SERVER_TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
-#: The key of the token in the pipeline's token Secret.
-TOKEN_KEY = "token"
 #: Labels of the Spark pods: which pipeline's server or executor a pod is.
 SPARK_POD_LABEL = "offtake.dev/spark-connect"
 SPARK_ROLE_LABEL = "offtake.dev/spark-role"
@@ -84,14 +84,12 @@ SPARK_CONTAINER_SECURITY: dict[str, Any] = {
 }
 
 
-def token_secret_name(pipeline: str) -> str:
-    """The Secret (made and owned by the operator) with the pipeline's Connect token."""
-    return f"{spark_connect_name(pipeline)}-token"
-
-
 def spark_pod_labels(pipeline: str, role: str) -> dict[str, str]:
     return {SPARK_POD_LABEL: pipeline, SPARK_ROLE_LABEL: role}
 
+
+#: Spark's switch between the driver's bind address and spark.driver.host for executors.
+USE_DRIVER_POD_IP = "spark.kubernetes.executor.useDriverPodIP"
 
 API_VERSION = "sparkoperator.k8s.io/v1alpha1"
 KIND = "SparkConnect"
@@ -116,6 +114,13 @@ def server_conf(pipeline: PipelineSpec) -> dict[str, str]:
     local_paths = ("spark.jars.ivy", "spark.jars.ivySettings")
     conf = {k: v for k, v in cfg.conf.items() if k not in local_paths}
     conf["spark.jars.ivy"] = "/tmp/.ivy2"  # a writable place in the server pod
+    # Since Spark 4.1 (default true) executors are told the driver's *bind* address, and the
+    # Spark operator's server binds 0.0.0.0 (spark.driver.bindAddress) and names its pod IP in
+    # spark.driver.host: every executor dialled 0.0.0.0:7078, was refused, exited, and after
+    # four of them the server stopped (found on the node tier's first run). False: the
+    # executors use spark.driver.host, the server pod's IP. A pipeline cannot set it
+    # (spark.kubernetes.* is refused: config/spark_conf.py).
+    conf[USE_DRIVER_POD_IP] = "false"
     if cfg.packages:
         conf["spark.jars.packages"] = ",".join(cfg.packages)
     return conf

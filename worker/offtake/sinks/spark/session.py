@@ -46,6 +46,33 @@ def spark_connect_name(pipeline: str) -> str:
     return f"{pipeline}-spark"
 
 
+#: The key of the token in the pipeline's token Secret.
+TOKEN_KEY = "token"
+
+
+def token_secret_name(pipeline: str) -> str:
+    """The Secret (made and owned by the operator) with the pipeline's Connect token."""
+    return f"{spark_connect_name(pipeline)}-token"
+
+
+def token_refused(cfg: SessionConfig, pipeline: str) -> str:
+    """What a Spark Connect server's UNAUTHENTICATED means for ``cfg``: which setting holds
+    the token it refused, or that none was sent."""
+    server = f"the Spark Connect server at {redact(cfg.connect_url or '')}"
+    status = "(gRPC status UNAUTHENTICATED)"
+    if cfg.token_env is not None:
+        return f"sink.spark.submit.tokenSecretRef: {server} refused the token {status}"
+    if cfg.mode == "kubernetes":
+        secret = f"key {TOKEN_KEY!r} of the Secret {token_secret_name(pipeline)!r}"
+        if environment.value(CONNECT_TOKEN_ENV):
+            return (
+                f"${CONNECT_TOKEN_ENV}: {server} refused the token ({secret}, which the "
+                f"operator makes for the pipeline's server) {status}"
+            )
+        return f"${CONNECT_TOKEN_ENV}: not set ({secret}), and {server} requires it {status}"
+    return f"sink.spark.submit.tokenSecretRef: not set, and {server} requires a token {status}"
+
+
 def kubernetes_connect_url(pipeline: str, namespace: str) -> str:
     """The Service the spark-operator makes for the SparkConnect (``<name>-server``)."""
     return f"sc://{spark_connect_name(pipeline)}-server.{namespace}.svc:{CONNECT_PORT}"

@@ -46,11 +46,11 @@ from offtake.records import TopicPartition
 from offtake.sinks.base import OnSettled, Sink, SinkBatch, SinkError, SinkHalt, SinkItem
 from offtake.sinks.spark.batching import Batch, Batcher, BatchId
 from offtake.sinks.spark.columns import column_name
-from offtake.sinks.spark.errors import describe, unavailable
+from offtake.sinks.spark.errors import describe, refused_credentials, unavailable
 from offtake.sinks.spark.identifiers import NameCheck, dialect_of
 from offtake.sinks.spark.rows import batch_table
 from offtake.sinks.spark.schema_columns import TypedColumns, existing_value_types
-from offtake.sinks.spark.session import create_session, session_config
+from offtake.sinks.spark.session import create_session, session_config, token_refused
 from offtake.sinks.spark.transform import make_transform
 from offtake.sinks.spark.writers import (
     BATCH_COLUMN,
@@ -95,6 +95,7 @@ class SparkSink(Sink):
         self.backoff = spec.errors.retry_backoff_seconds
         self.value_format = spec.source.format
         self.session_config = session_config(self.spec, spec.name, spec.namespace)
+        self._pipeline = spec.name
         # Load the transform now: a wrong module:callable is a configuration error at start,
         # not a failure of every batch.
         self.transform = make_transform(self.spec.transform, self.spec.sql)
@@ -349,12 +350,7 @@ class SparkSink(Sink):
                 log.info("%s", exc)
                 return [(b, exc) for b in job]
             except SinkHalt as exc:
-                # Not a failure a retry can fix: this batch and every later one stay unwritten.
-                if self._halted is None:
-                    log.error("%s: the sink halts: %s", label, exc)
-                self._halted = exc
-                self.metrics.spark_jobs.labels("failure").inc()
-                return [(b, exc) for b in job]
+                return self._halt(job, label, exc)
             except Exception as exc:
                 why = describe(exc)
                 elapsed = time.monotonic() - began
@@ -363,6 +359,14 @@ class SparkSink(Sink):
                 if self._stopping.is_set():
                     err = SinkError(f"{label}: abandoned after a failed attempt: {why}")
                     return [(b, err) for b in job]
+                if refused_credentials(exc):
+                    # A wrong or missing token fails every batch alike, and retrying or
+                    # dead-lettering cannot fix it: the pipeline stops, naming the setting.
+                    halt = SinkHalt(
+                        f"{label}: {token_refused(self.session_config, self._pipeline)}"
+                    )
+                    halt.__cause__ = exc
+                    return self._halt(job, label, halt)
                 down = unavailable(exc)
                 if down is not None:
                     attempt -= 1  # an outage is no fault of the batch: the attempt is not spent
@@ -413,6 +417,14 @@ class SparkSink(Sink):
                 continue
             return self._succeeded(job, label, time.monotonic() - began, abandoned)
         raise AssertionError("unreachable")
+
+    def _halt(self, job: list[Batch], label: str, exc: SinkHalt) -> list[Finished]:
+        """Not a failure a retry can fix: this job's batches and every later one stay unwritten."""
+        if self._halted is None:
+            log.error("%s: the sink halts: %s", label, exc)
+        self._halted = exc
+        self.metrics.spark_jobs.labels("failure").inc()
+        return [(b, exc) for b in job]
 
     def _succeeded(
         self, job: list[Batch], label: str, elapsed: float, abandoned: set[BatchId]
