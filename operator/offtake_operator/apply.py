@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .errors import OperatorError
 from .kubeapi import JSON, ApiError, KubeApi, Resource
 from .names import APPLIED_ANNOTATION, KIND, MANAGED_BY, PIPELINE_LABEL
 
@@ -55,7 +56,7 @@ class Taken:
         return f"{self.kind} {self.where} already exists and {self.why}"
 
 
-class NotOursError(Exception):
+class NotOursError(OperatorError):
     """Children's names are taken by objects this pipeline did not make: Offtake leaves them
     alone. ``taken`` names each (kind, namespace/name) for the condition and the Event."""
 

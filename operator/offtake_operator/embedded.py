@@ -21,13 +21,14 @@ import kopf
 
 from .context import MEMO_KEY, OperatorContext
 from .ensure import settled
+from .errors import OperatorError
 from .kafka_gateway import KafkaGateway
 from .settings import OperatorConfig
 
 log = logging.getLogger("offtake.operator")
 
 
-class OperatorError(RuntimeError):
+class OperatorThreadError(OperatorError, RuntimeError):
     """The embedded operator failed to start, crashed, or did not stop in time."""
 
 
@@ -77,9 +78,11 @@ class OperatorThread:
     def start(self, timeout: float = 30.0) -> OperatorContext:
         self._thread.start()
         if not self._ready.wait(timeout):
-            raise OperatorError(f"the operator did not start within {timeout:g} s")
+            raise OperatorThreadError(f"the operator did not start within {timeout:g} s")
         if self._error is not None:
-            raise OperatorError(f"the operator failed to start: {self._error!r}") from self._error
+            raise OperatorThreadError(
+                f"the operator failed to start: {self._error!r}"
+            ) from self._error
         return self.ctx
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -99,9 +102,9 @@ class OperatorThread:
         self._stop.set()
         self._thread.join(timeout)
         if self._thread.is_alive():
-            raise OperatorError(f"the operator did not stop within {timeout:g} s")
+            raise OperatorThreadError(f"the operator did not stop within {timeout:g} s")
         if self._error is not None:
-            raise OperatorError(f"the operator crashed: {self._error!r}") from self._error
+            raise OperatorThreadError(f"the operator crashed: {self._error!r}") from self._error
 
     @property
     def alive(self) -> bool:

@@ -11,14 +11,15 @@ from typing import Any, TypeVar
 
 from .apply import Applied, NotOursError, Taken, apply_claimed, claim
 from .context import OperatorContext
+from .errors import OperatorError
 from .kubeapi import JSON, ApiError, Resource
 
 
-class ChildRejectedError(Exception):
+class ChildRejectedError(OperatorError):
     """The API server refused a rendered child (e.g. a malformed image reference)."""
 
 
-class NamespaceTerminatingError(Exception):
+class NamespaceTerminatingError(OperatorError):
     """The pipeline's namespace is being deleted: no child can be (re)created there."""
 
 

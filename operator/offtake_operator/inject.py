@@ -32,6 +32,7 @@ from typing import Any
 from offtake.contract import PipelineSpec
 
 from . import names, render
+from .errors import OperatorError
 from .security import DEFAULT_UID
 from .settings import OperatorConfig
 
@@ -44,7 +45,7 @@ API_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 NO_API_TOKEN_VOLUME = "no-api-token"
 
 
-class InjectionError(Exception):
+class InjectionError(OperatorError):
     """The pod cannot get the worker; the message says why (the webhook's rejection)."""
 
 

@@ -32,6 +32,7 @@ from typing import Any
 from kubernetes import config
 from kubernetes.client import ApiClient, Configuration
 
+from .errors import OperatorError
 from .names import GROUP, KIND, PLURAL, VERSION
 
 JSON = dict[str, Any]
@@ -106,7 +107,7 @@ SPARKCONNECTS = Resource("sparkoperator.k8s.io", "v1alpha1", "sparkconnects", "S
 PODS = Resource("", "v1", "pods", "Pod")
 
 
-class ApiError(Exception):
+class ApiError(OperatorError):
     """The API server answered with an error; the message names the request and the object."""
 
     def __init__(self, method: str, path: str, status: int, reason: str, message: str) -> None:

@@ -36,13 +36,15 @@ from offtake.contract import (
 )
 from offtake.contract import TopicPartition as OfftakeTP
 
+from .errors import OperatorError
+
 TP = tuple[str, int]
 
 LATEST: Any = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 EARLIEST: Any = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
 
 
-class KafkaAccessError(RuntimeError):
+class KafkaAccessError(OperatorError, RuntimeError):
     """The broker could not answer; the message names the pipeline's group or topic."""
 
 

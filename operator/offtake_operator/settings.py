@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import OperatorError
+
 # The Dockerfile's targets: `worker` (no JRE, no pyspark) and `worker-spark` (both).
 DEFAULT_WORKER_IMAGE = "ghcr.io/offtake/offtake-worker:0.1.0"
 DEFAULT_WORKER_SPARK_IMAGE = "ghcr.io/offtake/offtake-worker-spark:0.1.0"
@@ -32,7 +34,7 @@ DEFAULT_WORKER_SPARK_RESOURCES: dict[str, Any] = {
 _RESOURCE_SECTIONS = ("requests", "limits")
 
 
-class SettingsError(ValueError):
+class SettingsError(OperatorError, ValueError):
     """An OFFTAKE_* environment variable has a value the operator cannot use."""
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from .process import file_lock
 
@@ -24,6 +25,32 @@ def cache_lock(name: str) -> contextlib.AbstractContextManager[None]:
     """An exclusive inter-process lock named ``name`` in the cache, so that parallel test runs
     do not build the same thing twice."""
     return file_lock(cache_dir("locks") / f"{name}.lock")
+
+
+# The file a finished install leaves in its folder, a JSON object: what was built (versions,
+# the recipe, timings). A rerun that finds the versions and the recipe it would build returns
+# at once; a bumped version or recipe builds again.
+INSTALL_MARKER = ".installed.json"
+
+
+def installed(
+    folder: Path, expected: Mapping[str, object], *artefacts: Path
+) -> dict[str, Any] | None:
+    """The install marker of ``folder`` if it records a finished install of ``expected`` (each
+    key with that value) and every one of ``artefacts`` exists; None otherwise (no marker, an
+    unreadable one, another version or recipe, an artefact gone)."""
+    try:
+        marker = json.loads((folder / INSTALL_MARKER).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    if not isinstance(marker, dict) or any(marker.get(k) != v for k, v in expected.items()):
+        return None
+    return marker if all(artefact.exists() for artefact in artefacts) else None
+
+
+def mark_installed(folder: Path, marker: Mapping[str, object]) -> None:
+    """Record a finished install in ``folder`` (read back by :func:`installed`)."""
+    (folder / INSTALL_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
 
 
 def folder_size(path: Path) -> tuple[int, int]:

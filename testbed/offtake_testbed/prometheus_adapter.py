@@ -16,14 +16,13 @@ so the selected dependency versions are its own).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from ._cache import cache_dir, cache_lock
+from ._cache import cache_dir, cache_lock, installed, mark_installed
 from .gobuild import KubeBuildError, go_build, init_module, run_go, write_tools
 
 __all__ = ["PROMETHEUS_ADAPTER_VERSION", "install_prometheus_adapter"]
@@ -32,19 +31,11 @@ PROMETHEUS_ADAPTER_VERSION = "v0.12.0"
 _MODULE = "sigs.k8s.io/prometheus-adapter"
 _PACKAGE = f"{_MODULE}/cmd/adapter"
 _RECIPE = 1
-_MARKER = ".installed.json"
 
 
 def _installed(bin_dir: Path) -> bool:
-    try:
-        marker = json.loads((bin_dir / _MARKER).read_text())
-    except (FileNotFoundError, ValueError):
-        return False
-    return bool(
-        marker.get("recipe") == _RECIPE
-        and marker.get("version") == PROMETHEUS_ADAPTER_VERSION
-        and (bin_dir / "prometheus-adapter").exists()
-    )
+    expected = {"recipe": _RECIPE, "version": PROMETHEUS_ADAPTER_VERSION}
+    return installed(bin_dir, expected, bin_dir / "prometheus-adapter") is not None
 
 
 def install_prometheus_adapter(*, progress: IO[str] | None = None) -> Path:
@@ -83,7 +74,7 @@ def install_prometheus_adapter(*, progress: IO[str] | None = None) -> Path:
             "version": PROMETHEUS_ADAPTER_VERSION,
             "build_seconds": {"download": download, "build": build},
         }
-        (bin_dir / _MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        mark_installed(bin_dir, marker)
         say(f"built in {round(time.monotonic() - started, 1)} s: {binary}")
         return binary
 

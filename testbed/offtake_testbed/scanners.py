@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ._cache import Progress, cache_dir, cache_lock
+from ._cache import Progress, cache_dir, cache_lock, installed, mark_installed
 from .gobuild import KubeBuildError, run_go
 from .kube.install import KUBE_VERSION
 
@@ -53,7 +53,6 @@ CHECKOV_VERSION = "3.3.30"
 
 # Bump when a recipe below changes, so that cached installs are redone.
 _RECIPE = 2
-_MARKER = ".installed.json"
 
 
 @dataclass(frozen=True)
@@ -66,16 +65,7 @@ class ScannerPaths:
 
 
 def _installed(folder: Path, key: str, version: str, artefact: Path) -> bool:
-    try:
-        marker = json.loads((folder / _MARKER).read_text())
-    except (FileNotFoundError, ValueError):
-        return False
-    return (
-        isinstance(marker, dict)
-        and marker.get(key) == version
-        and marker.get("recipe") == _RECIPE
-        and artefact.exists()
-    )
+    return installed(folder, {key: version, "recipe": _RECIPE}, artefact) is not None
 
 
 def _cached(
@@ -101,7 +91,7 @@ def _cached(
         with say.timed(f"installing {name} {version} (log: {log})"):
             build(folder, log)
         marker = {"recipe": _RECIPE, name: version, "seconds": round(time.monotonic() - started)}
-        (folder / _MARKER).write_text(json.dumps(marker) + "\n")
+        mark_installed(folder, marker)
     return path
 
 

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
-from offtake_testbed._cache import cache_dir, cache_lock
+from offtake_testbed._cache import cache_dir, cache_lock, installed, mark_installed
 from offtake_testbed._service import Service
 from offtake_testbed.gobuild import KubeBuildError, run_go
 from offtake_testbed.process import die_with_parent, file_tail, free_port, terminate
@@ -48,7 +48,6 @@ _CRD_FILES = (
 )
 _PACKAGE = "./cmd/operator"
 _RECIPE = 1
-_MARKER = ".installed.json"
 
 
 def _module_dir(home: Path, version: str) -> Path:
@@ -78,15 +77,8 @@ def spark_connect_crd(version: str = VERSION) -> Path:
 
 
 def _installed(bin_dir: Path, version: str) -> bool:
-    try:
-        marker = json.loads((bin_dir / _MARKER).read_text())
-    except (FileNotFoundError, ValueError):
-        return False
-    return bool(
-        marker.get("recipe") == _RECIPE
-        and marker.get("version") == version
-        and (bin_dir / "spark-operator").exists()
-    )
+    expected = {"recipe": _RECIPE, "version": version}
+    return installed(bin_dir, expected, bin_dir / "spark-operator") is not None
 
 
 def install_spark_operator(version: str = VERSION, *, progress: bool = False) -> Path:
@@ -130,7 +122,7 @@ def install_spark_operator(version: str = VERSION, *, progress: bool = False) ->
         tmp.replace(binary)
         seconds = round(time.monotonic() - started, 1)
         marker = {"recipe": _RECIPE, "version": version, "build_seconds": seconds}
-        (bin_dir / _MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        mark_installed(bin_dir, marker)
         shutil.rmtree(src)
         say(f"built in {seconds} s: {binary}")
         return binary

@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka.schema_registry import Schema
 from fastavro import schemaless_reader, schemaless_writer
 
-from offtake.formats import avro_fast
+from offtake.formats import avro_fast, avro_readers
 from offtake.formats.avro import AvroDecoder, AvroEncoder, parsed
 from offtake.formats.avro_fast import build_reader, build_writer
 from offtake.formats.errors import NotFast, OutOfBounds, SchemaDecodeError
@@ -517,16 +517,16 @@ def test_a_named_type_is_built_once_however_often_it_is_referred_to(
     depth = 40
     schema = parsed(json.dumps(_nested(depth)))
     built: list[str] = []
-    for name in ("_reader_record", "_writer_record"):
+    for name in ("reader_record", "writer_record"):
         real = getattr(avro_fast, name)
         monkeypatch.setattr(
             avro_fast, name, lambda *a, _real=real, _name=name: built.append(_name) or _real(*a)
         )
     read, write = build_reader(schema), build_writer(schema)
     assert read is not None and write is not None
-    assert built.count("_reader_record") == depth + 1
+    assert built.count("reader_record") == depth + 1
     # the writer: each record once outside a union's validation, once inside
-    assert built.count("_writer_record") <= 2 * (depth + 1)
+    assert built.count("writer_record") <= 2 * (depth + 1)
     value = {"a": None, "b": {"a": None, "b": None}}
     data = _fa_write(schema, value)
     assert read(data, 0)[0] == _fa_read(schema, data) == value
@@ -573,7 +573,7 @@ def test_zero_width_items_past_the_values_budget_fail_that_value_alone(name: str
         with pytest.raises(OutOfBounds, match="zero-width items"):
             read(data, 0)
     # within the budget: the value fastavro reads
-    fine = _zigzag(avro_fast.ZERO_WIDTH_ITEMS_FLOOR) + b"\x00"
+    fine = _zigzag(avro_readers.ZERO_WIDTH_ITEMS_FLOOR) + b"\x00"
     if name != "arrays of zero-width items":
         assert read(fine, 0)[0] == _fa_read(schema, fine)
     decoder = AvroDecoder(_OneSchema(SCHEMAS[name]))

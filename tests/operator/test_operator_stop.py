@@ -57,7 +57,7 @@ async def test_stop_cancels_a_step_in_flight_and_reports_no_crash(tmp_path: Path
                 settled(apply_in_a_terminating_namespace()), runner._loop
             )
 
-            await asyncio.to_thread(runner.stop, 15)  # raises OperatorError on a crash
+            await asyncio.to_thread(runner.stop, 15)  # raises OperatorThreadError on a crash
 
     assert ended == ["cancelled before kopf stopped"]
     assert isinstance(step.result(0), NamespaceTerminatingError)

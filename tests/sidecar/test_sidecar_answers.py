@@ -19,11 +19,10 @@ from offtake.processing.sidecar import (
     SidecarBusy,
     SidecarProcessor,
     SidecarProtocolError,
-    SidecarRecordError,
     SidecarUnavailable,
     parse_retry_after,
-    record_to_wire,
 )
+from offtake.processing.sidecar_wire import SidecarRecordError, record_to_wire
 from offtake.records import Record
 
 Make = Callable[..., SidecarProcessor]

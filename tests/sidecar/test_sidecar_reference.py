@@ -15,9 +15,9 @@ from offtake.processing.base import ProcessorUnavailable
 from offtake.processing.sidecar import (
     SidecarProcessor,
     SidecarProtocolError,
-    SidecarRecordError,
     SidecarUnavailable,
 )
+from offtake.processing.sidecar_wire import SidecarRecordError
 from offtake.records import Record
 from offtake_testbed.process import free_port
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from support.waiting import wait_for
 
 from offtake.metrics import Metrics
 from offtake.sinks.spark.batching import BatchId
@@ -199,9 +200,20 @@ def test_a_stopped_database_is_an_outage_waited_out_not_a_failed_batch(spark: An
             psycopg.connect(server.dsn, connect_timeout=5)
         assert unavailable(refused.value) is not None  # psycopg's view (Connect mode's swap)
         assert unavailable(ValueError("bad column")) is None
-        restart = threading.Timer(4.0, server.start_again)
-        restart.start()
         metrics = Metrics("test")
+
+        def start_again_once_refused() -> None:
+            # Back once the sink was refused at least once: a fixed 4 s raced the Spark job's
+            # start, and on a loaded machine the first try came after the restart.
+            wait_for(
+                lambda: metric(metrics, "offtake_spark_jobs_total", result="retry") >= 1,
+                timeout=120,
+                what="the sink to be refused by the stopped database",
+            )
+            server.start_again()
+
+        restart = threading.Thread(target=start_again_once_refused, daemon=True)
+        restart.start()
         try:
             done, _ = run_sink(spec, spark, [items(range(100))], timeout=120, metrics=metrics)
         finally:

@@ -51,6 +51,17 @@ def test_a_blank_variable_is_unset_and_a_folder_falls_back_to_its_default(
     monkeypatch.setenv(environment.KAFKA_SECRET_DIR_ENV, "  ")
     assert environment.value(environment.KAFKA_SECRET_DIR_ENV) is None
     assert environment.directory(environment.KAFKA_SECRET_DIR_ENV, "/etc/x") == Path("/etc/x")
+    # A caller's own folder wins over the variable and the default; None or "" is no folder.
+    monkeypatch.setenv(environment.KAFKA_SECRET_DIR_ENV, "/from/env")
+    assert environment.directory(environment.KAFKA_SECRET_DIR_ENV, "/etc/x", "/mine") == Path(
+        "/mine"
+    )
+    assert environment.directory(environment.KAFKA_SECRET_DIR_ENV, "/etc/x", "") == Path(
+        "/from/env"
+    )
+    assert environment.directory(environment.KAFKA_SECRET_DIR_ENV, "/etc/x", None) == Path(
+        "/from/env"
+    )
     # The documented variable still points the worker at a mounted Secret's folder.
     (tmp_path / "sasl.password").write_text("s3cret\n")
     monkeypatch.setenv(environment.KAFKA_SECRET_DIR_ENV, str(tmp_path))

@@ -4,9 +4,7 @@ changed meaning), and the ones a user acts on are importable from ``offtake`` it
 
 from __future__ import annotations
 
-import importlib
-import inspect
-import pkgutil
+from support.exception_classes import exception_classes as find_exception_classes
 
 import offtake
 from offtake import OfftakeError
@@ -21,18 +19,7 @@ OUTSIDE = {
 
 
 def exception_classes() -> dict[str, type[BaseException]]:
-    """Every exception class defined (not imported) in a module of the offtake package."""
-    found: dict[str, type[BaseException]] = {}
-    for info in pkgutil.walk_packages(offtake.__path__, "offtake."):
-        module = importlib.import_module(info.name)
-        for value in vars(module).values():
-            if (
-                inspect.isclass(value)
-                and issubclass(value, BaseException)
-                and value.__module__ == module.__name__
-            ):
-                found[f"{value.__module__}.{value.__qualname__}"] = value
-    return found
+    return find_exception_classes(offtake)
 
 
 def test_every_exception_class_derives_from_offtake_error() -> None:

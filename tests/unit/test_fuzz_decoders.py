@@ -70,7 +70,7 @@ AVRO_SCHEMAS: dict[str, Any] = {
     },
     "array of nulls": {"type": "array", "items": "null"},
     # Zero-width items of every kind (each item takes no byte, so only the value's budget
-    # bounds a count: avro_fast's _reader_zero_width_array), at the top and inside a record.
+    # bounds a count: avro_readers.reader_zero_width_array), at the top and inside a record.
     "array of empty records": {
         "type": "array",
         "items": {"type": "record", "name": "Empty", "fields": []},

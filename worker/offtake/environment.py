@@ -29,9 +29,10 @@ def value(variable: str) -> str | None:
     return found or None
 
 
-def directory(variable: str, default: str) -> Path:
-    """A folder named by ``variable``, else ``default``."""
-    return Path(value(variable) or default)
+def directory(variable: str, default: str, override: str | None = None) -> Path:
+    """``override`` when given (a caller's explicit folder: a test, a local run), else the
+    folder named by ``variable``, else ``default``."""
+    return Path(override or value(variable) or default)
 
 
 def cache_root() -> Path:

@@ -40,7 +40,7 @@ def registry_config(spec: SchemaRegistrySpec, secret_dir: str | None = None) -> 
     }
     if spec.secret_ref is None:
         return conf
-    folder = Path(secret_dir) if secret_dir else environment.directory(SECRET_DIR_ENV, SECRET_DIR)
+    folder = environment.directory(SECRET_DIR_ENV, SECRET_DIR, secret_dir)
     path = folder / spec.secret_ref.name
     if not path.is_dir():
         raise ValueError(

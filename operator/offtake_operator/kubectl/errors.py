@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+from ..errors import OperatorError
 
-class PluginError(Exception):
+
+class PluginError(OperatorError):
     """A failure worth one line on stderr and a non-zero exit; never a traceback."""
 
     exit_code = 1

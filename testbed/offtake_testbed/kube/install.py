@@ -9,9 +9,9 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-from .._cache import cache_dir, cache_lock
+from .._cache import cache_dir, cache_lock, installed, mark_installed
 from ..gobuild import KubeBuildError, go_build, init_module, required_version, run_go, write_tools
 
 __all__ = [
@@ -34,7 +34,6 @@ HELM_VERSION = "v3.19.5"
 
 # Bump when the build recipe changes so that cached installs are rebuilt.
 _RECIPE = 1
-_MARKER = ".installed.json"
 _COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kubectl")
 
 
@@ -51,14 +50,6 @@ class Paths:
     etcd: Path
 
 
-def _read_marker(bin_dir: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((bin_dir / _MARKER).read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("recipe") == _RECIPE else None
-
-
 def _paths(version: str, etcd_version: str, bin_dir: Path) -> Paths:
     return Paths(
         version=version,
@@ -72,10 +63,11 @@ def _paths(version: str, etcd_version: str, bin_dir: Path) -> Paths:
 
 
 def _installed(bin_dir: Path, version: str, etcd_version: str | None) -> Paths | None:
-    marker = _read_marker(bin_dir)
-    if marker is None or marker.get("kubernetes") != version:
-        return None
-    if etcd_version is not None and marker.get("etcd") != etcd_version:
+    expected: dict[str, object] = {"recipe": _RECIPE, "kubernetes": version}
+    if etcd_version is not None:
+        expected["etcd"] = etcd_version
+    marker = installed(bin_dir, expected)
+    if marker is None:
         return None
     paths = _paths(version, str(marker["etcd"]), bin_dir)
     binaries = (paths.kube_apiserver, paths.kube_controller_manager, paths.kubectl, paths.etcd)
@@ -208,7 +200,7 @@ def install_control_plane(
             "build_seconds": timings,
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
-        (bin_dir / _MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        mark_installed(bin_dir, marker)
         say(f"done in {timings['total']} s: {bin_dir}")
         return _paths(version, etcd_version, bin_dir)
 
@@ -250,18 +242,10 @@ def install_helm(version: str = HELM_VERSION, *, progress: IO[str] | None = None
     """
     bin_dir = cache_dir("helm", version, "bin")
     helm = bin_dir / "helm"
-    marker = bin_dir / _MARKER
 
     def done() -> bool:
-        try:
-            found = json.loads(marker.read_text())
-        except (FileNotFoundError, ValueError):
-            return False
-        return (
-            found.get("helm") == version
-            and found.get("recipe") == _HELM_RECIPE
-            and os.access(helm, os.X_OK)
-        )
+        found = installed(bin_dir, {"helm": version, "recipe": _HELM_RECIPE})
+        return found is not None and os.access(helm, os.X_OK)
 
     if done():
         if progress is not None:
@@ -293,9 +277,7 @@ def install_helm(version: str = HELM_VERSION, *, progress: IO[str] | None = None
             extra_env={"GOBIN": str(bin_dir), "GOFLAGS": "-trimpath -buildvcs=false"},
         )
         seconds = round(time.monotonic() - started, 1)
-        marker.write_text(
-            json.dumps({"helm": version, "recipe": _HELM_RECIPE, "build_seconds": seconds}) + "\n"
-        )
+        mark_installed(bin_dir, {"helm": version, "recipe": _HELM_RECIPE, "build_seconds": seconds})
         if progress is not None:
             print(f"[offtake kube] built helm in {seconds} s", file=progress, flush=True)
         return helm

@@ -3,7 +3,6 @@ imports (see :mod:`offtake_testbed.node`)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import IO
 
 from .. import kube
-from .._cache import cache_dir, cache_lock
+from .._cache import cache_dir, cache_lock, installed, mark_installed
 from ..gobuild import go_build, init_module, run_go, write_tools
 from ..kube.install import kube_version_ldflags
 from ..prometheus_adapter import install_prometheus_adapter
@@ -39,7 +38,6 @@ PAUSE_IMAGE = "localhost/offtake-pause:0.1.0"
 BASE_IMAGE = "localhost/offtake-base:bookworm"
 
 _RECIPE = 1
-_MARKER = ".installed.json"
 _CNI_PLUGINS = ("main/bridge", "ipam/host-local", "main/loopback", "meta/portmap")
 
 
@@ -118,11 +116,7 @@ def _build_runc(bin_dir: Path, log: Path) -> None:
 
 
 def _installed(bin_dir: Path) -> bool:
-    try:
-        marker = json.loads((bin_dir / _MARKER).read_text())
-    except (FileNotFoundError, ValueError):
-        return False
-    return bool(marker.get("recipe") == _RECIPE and marker.get("kubernetes") == kube.KUBE_VERSION)
+    return installed(bin_dir, {"recipe": _RECIPE, "kubernetes": kube.KUBE_VERSION}) is not None
 
 
 def install_node(*, progress: IO[str] | None = None) -> NodePaths:
@@ -205,7 +199,7 @@ def _build_node(bin_dir: Path, progress: IO[str] | None, say: Callable[[str], No
             "control_plane": str(control.bin_dir),
             "build_seconds": timings,
         }
-        (bin_dir / _MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        mark_installed(bin_dir, marker)
         say(f"done in {timings['total']} s: {bin_dir}")
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from offtake import environment
@@ -43,11 +42,7 @@ SECRET_DIR = "/etc/offtake/kafka-secret"
 
 def secret_properties(directory: str | None = None) -> dict[str, str]:
     """librdkafka properties from a mounted Secret: one file per property (e.g. sasl.password)."""
-    path = (
-        Path(directory)
-        if directory
-        else environment.directory(environment.KAFKA_SECRET_DIR_ENV, SECRET_DIR)
-    )
+    path = environment.directory(environment.KAFKA_SECRET_DIR_ENV, SECRET_DIR, directory)
     if not path.is_dir():
         return {}
     return {

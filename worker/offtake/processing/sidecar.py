@@ -1,9 +1,10 @@
 """Sidecar mode: records are processed by the user's own container, over HTTP on localhost.
 
-This is the worker's side of the protocol in docs/sidecar-protocol.md (version 1). It uses the
-standard library's ``http.client`` with one persistent keep-alive connection: the container is
-on the same host and the worker sends one batch at a time, so a connection pool (urllib3,
-requests) would add a dependency and buy nothing.
+This is the worker's side of the protocol in docs/sidecar-protocol.md (version 1): the HTTP
+exchange (the JSON of a record and of its result: :mod:`offtake.processing.sidecar_wire`). It
+uses the standard library's ``http.client`` with one persistent keep-alive connection: the
+container is on the same host and the worker sends one batch at a time, so a connection pool
+(urllib3, requests) would add a dependency and buy nothing.
 
 How answers map onto the processor contract (offtake.processing.base):
 
@@ -23,8 +24,6 @@ the batch, the answers already received are kept for the engine's retry (one cal
 
 from __future__ import annotations
 
-import base64
-import binascii
 import email.utils
 import http.client
 import json
@@ -36,8 +35,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from offtake.config.spec import ContainerSpec
-from offtake.errors import OfftakeError
 from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
+from offtake.processing.sidecar_wire import (
+    FORMATS,
+    SidecarRecordError,
+    outcome_of,
+    record_id,
+    record_to_wire,
+)
 from offtake.records import Record
 
 log = logging.getLogger("offtake.sidecar")
@@ -50,20 +55,6 @@ HEALTH_PATH = "/healthz"
 MAX_RETRY_AFTER = 60.0
 # How much of an unexpected response body goes into error messages and logs.
 BODY_EXCERPT = 300
-FORMATS = ("json", "string", "bytes")
-
-
-class SidecarRecordError(OfftakeError):
-    """The sidecar failed one record; ``error_type`` and ``message`` are what it said.
-
-    Also for an answer wrong about one record (none for it, bad values): errors name the id.
-    """
-
-    def __init__(self, record_id: str, error_type: str, message: str) -> None:
-        super().__init__(f"{error_type}: {message} (record {record_id})")
-        self.record_id = record_id
-        self.error_type = error_type
-        self.message = message
 
 
 class SidecarUnavailable(ProcessorUnavailable):
@@ -101,60 +92,6 @@ class SidecarStats:
     protocol_errors: int = 0
     reconnects: int = 0
     reused_results: int = 0  # answers kept from a batch that failed part-way, not sent again
-
-
-def record_id(record: Record) -> str:
-    """``<topic>/<partition>/<offset>``: unambiguous, since Kafka topic names cannot hold '/'."""
-    return f"{record.topic}/{record.partition}/{record.offset}"
-
-
-def _b64(data: bytes | None) -> str | None:
-    return None if data is None else base64.b64encode(data).decode("ascii")
-
-
-def _text(data: bytes | None) -> str | None:
-    if data is None:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-
-
-def record_to_wire(record: Record, fmt: str) -> dict[str, Any]:
-    """The JSON object the protocol sends for one record (docs/sidecar-protocol.md, section 2)."""
-    wire: dict[str, Any] = {
-        "id": record_id(record),
-        "topic": record.topic,
-        "partition": record.partition,
-        "offset": record.offset,
-        "timestamp": record.timestamp,
-        "key": _text(record.key),
-        "keyBase64": _b64(record.key),
-    }
-    value = record.value
-    if fmt == "bytes":
-        if value is not None and not isinstance(value, bytes | bytearray | memoryview):
-            raise TypeError(f"format bytes expects a bytes value, got {type(value).__name__}")
-        wire["valueBase64"] = None if value is None else _b64(bytes(value))
-    elif fmt == "string":
-        if value is not None and not isinstance(value, str):
-            raise TypeError(f"format string expects a str value, got {type(value).__name__}")
-        wire["value"] = value
-    else:
-        wire["value"] = value
-    headers = []
-    for name, raw in record.headers:
-        header_value = bytes(raw) if raw is not None else None
-        headers.append(
-            {
-                "key": name if isinstance(name, str) else bytes(name).decode("utf-8", "replace"),
-                "value": _text(header_value),
-                "valueBase64": _b64(header_value),
-            }
-        )
-    wire["headers"] = headers
-    return wire
 
 
 def parse_retry_after(header: str | None, now: float | None = None) -> float | None:
@@ -396,66 +333,11 @@ class SidecarProcessor(Processor):
                 ", ".join(strays[:5]),
             )
         for rid, indices in wanted.items():
-            outcome = self._outcome(rid, by_id.get(rid, []))
+            outcome = outcome_of(rid, by_id.get(rid, []), self.address)
             if outcome.error is not None:
                 self.stats.record_errors += len(indices)
             for i in indices:
                 yield i, outcome
-
-    def _outcome(self, rid: str, items: list[Any]) -> Outcome:
-        def bad(message: str) -> Outcome:
-            return Outcome(
-                [],
-                SidecarRecordError(
-                    rid, "MalformedResponse", f"sidecar at {self.address}: {message}"
-                ),
-            )
-
-        if not items:
-            return bad("the response has no result for this record")
-        if len(items) > 1:
-            return bad(f"the response has {len(items)} results for this record")
-        item = items[0]
-        error = item.get("error")
-        if error is not None:
-            retriable = item.get("retriable", True)
-            if not isinstance(retriable, bool):
-                return bad(f'"retriable" must be true or false, got {retriable!r}')
-            if isinstance(error, str):
-                return Outcome([], SidecarRecordError(rid, "Error", error), retriable=retriable)
-            if not isinstance(error, dict):
-                return bad(f'"error" must be an object with type and message, got {error!r}')
-            etype, message = error.get("type"), error.get("message")
-            return Outcome(
-                [],
-                SidecarRecordError(
-                    rid,
-                    etype if isinstance(etype, str) and etype else "Error",
-                    message if isinstance(message, str) else json.dumps(message),
-                ),
-                retriable=retriable,
-            )
-        values, values_b64 = item.get("values"), item.get("valuesBase64")
-        if values is not None and values_b64 is not None:
-            return bad('a result has either "values" or "valuesBase64", not both')
-        if values_b64 is not None:
-            if not isinstance(values_b64, list):
-                return bad(f'"valuesBase64" must be a list, got {type(values_b64).__name__}')
-            decoded: list[Any] = []
-            for v in values_b64:
-                if v is None:
-                    decoded.append(None)
-                    continue
-                try:
-                    decoded.append(base64.b64decode(v, validate=True))
-                except (TypeError, ValueError, binascii.Error):
-                    return bad(f'"valuesBase64" holds something that is not base64: {v!r:.60}')
-            return Outcome(decoded)
-        if values is None:
-            return Outcome([])  # null or absent: the record is dropped
-        if not isinstance(values, list):
-            return bad(f'"values" must be a list, got {type(values).__name__}')
-        return Outcome(values)
 
     # -- transport ---------------------------------------------------------------------------
 

@@ -1,10 +1,11 @@
 """The memory broker's consumer: ``confluent_kafka.Consumer``'s API and librdkafka's semantics.
 
-Owns one consumer's subscription, assignment, fetch positions, stored offsets, commits and
-the running of its rebalance and commit callbacks. Threading rule: the consumer's state is
-guarded by the broker lock (``Cluster.cond``), as all broker state is; its callbacks
-(``on_assign``, ``on_revoke``, ``on_lost``, ``on_commit``) run on the thread that called
-``consume()``/``poll()``/``close()``/``unsubscribe()``, always with the lock released. Like a
+Owns one consumer's subscription, its group membership, commits and the running of its
+rebalance and commit callbacks; its assigned partitions (fetch positions, pause, stored
+offsets, the fetch) are :mod:`offtake.kafka.memory.assignment`'s. Threading rule: the
+consumer's state is guarded by the broker lock (``Cluster.cond``), as all broker state is; its
+callbacks (``on_assign``, ``on_revoke``, ``on_lost``, ``on_commit``) run on the thread that
+called ``consume()``/``poll()``/``close()``/``unsubscribe()``, always with the lock released. Like a
 confluent-kafka consumer it has one owner: calls from two threads at once are not supported
 (the engine's poll thread owns it; other threads only call :meth:`MemoryConsumer.close` after
 the owner stopped).
@@ -15,18 +16,16 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
-    OFFSET_END,
     OFFSET_INVALID,
     KafkaError,
     KafkaException,
     TopicPartition,
 )
 
+from .assignment import Assignment
 from .cluster import Cluster
 from .coordinator import Member, RebalanceStep
 from .errors import ClientKilled, kafka_error, raise_kafka
@@ -35,7 +34,6 @@ from .messages import (
     MemoryMessage,
     RebalanceCallback,
     error_message,
-    message_of,
     topic_partitions,
     tp_name,
 )
@@ -44,17 +42,6 @@ from .timing import WAIT_SLICE, deadline_of, remaining
 
 CommitResult = tuple[KafkaError | None, list[Any]]
 _JOIN_RETRY = 1.0  # seconds between attempts to join a group that refused this consumer
-
-
-@dataclass
-class _Fetch:
-    position: int | None  # next offset to fetch; None: auto.offset.reset=error, no commit
-    paused: bool = False
-    eof_sent: bool = False
-    # What position() reports: one past the last record returned to the application. Like
-    # librdkafka's, it is unknown (OFFSET_INVALID) after an assign or a seek until a record
-    # of the partition has been returned, even though the fetch position is known.
-    app_position: int | None = None
 
 
 class MemoryConsumer:
@@ -67,8 +54,6 @@ class MemoryConsumer:
         self._on_commit: Callable[[Any, list[Any]], None] | None = conf.pop("on_commit", None)
         self._settings = ConsumerSettings.parse(conf)
         self._group_id = self._settings.group_id
-        self._assignment: dict[TP, _Fetch] = {}
-        self._stored: dict[TP, int] = {}
         self._member: Member | None = None
         self._rejoin_at: float | None = None  # when to retry a join the group refused
         self._subscription: list[str] | None = None
@@ -79,8 +64,9 @@ class MemoryConsumer:
         # Events for the application (errors, or left by the coordinator in the member's
         # mailbox), returned before records by the next consume().
         self._pending_errors: deque[MemoryMessage] = deque()
+        # The assigned partitions: fetch positions, pause, stored offsets (assignment.py).
+        self._assignment = Assignment(cluster, self._settings, self._pending_errors)
         self._rebalance_calls = 0  # (incremental_)(un)assign calls made by the app in a callback
-        self._rotation = 0
         self._last_auto_commit = time.monotonic()
         self._closed = False
         self._killed = False
@@ -170,7 +156,7 @@ class MemoryConsumer:
                     if step is None and not results:
                         out: list[Any] = list(self._pending_errors)
                         self._pending_errors.clear()
-                        out.extend(self._fetch_locked(num_messages - len(out)))
+                        out.extend(self._assignment.fetch_locked(num_messages - len(out)))
                         self._maybe_auto_commit_locked()
                         if out or num_messages == 0:
                             return out
@@ -201,7 +187,7 @@ class MemoryConsumer:
                 self._member = self._join_locked(self._subscription)
             return None
         if member.lost:
-            return ("lost", sorted(self._assignment))
+            return ("lost", sorted(self._assignment.fetches))
         return self._cluster.groups.next_step(member)
 
     def poll(self, timeout: float = -1) -> Any:
@@ -217,52 +203,6 @@ class MemoryConsumer:
         if self._member is not None:
             self._member.waiting = waiting
             self._member.last_poll = time.monotonic()
-
-    def _fetch_locked(self, limit: int) -> list[MemoryMessage]:
-        out: list[MemoryMessage] = []
-        if limit <= 0:
-            return out
-        parts = sorted(tp for tp, f in self._assignment.items() if not f.paused)
-        if not parts:
-            return out
-        # Start at a rotating partition so that no partition starves the others.
-        self._rotation = (self._rotation + 1) % len(parts)
-        for tp in parts[self._rotation :] + parts[: self._rotation]:
-            log_ = self._cluster.store.log(*tp)
-            if log_ is None:
-                continue
-            f = self._assignment[tp]
-            if f.position is None:
-                continue
-            if f.position > len(log_):  # out of range: reset, as librdkafka does
-                f.position = 0 if self._settings.reset == "earliest" else len(log_)
-            while f.position < len(log_) and len(out) < limit:
-                out.append(message_of(tp[0], tp[1], f.position, log_[f.position]))
-                f.position += 1
-                f.app_position = f.position
-                f.eof_sent = False
-                if self._settings.auto_store:
-                    self._stored[tp] = f.position
-            if (
-                self._settings.partition_eof
-                and f.position == len(log_)
-                and not f.eof_sent
-                and len(out) < limit
-            ):
-                f.eof_sent = True
-                out.append(
-                    error_message(
-                        kafka_error(
-                            KafkaError._PARTITION_EOF, f"Broker: No more messages ({tp_name(tp)})"
-                        ),
-                        tp[0],
-                        tp[1],
-                        f.position,
-                    )
-                )
-            if len(out) >= limit:
-                break
-        return out
 
     # -- rebalance callbacks --------------------------------------------------------------
     def _run_rebalance(
@@ -330,7 +270,7 @@ class MemoryConsumer:
             member = self._member
             if member is None:
                 return
-            parts = sorted(member.owned) if not member.lost else sorted(self._assignment)
+            parts = sorted(member.owned) if not member.lost else sorted(self._assignment.fetches)
             kind: Literal["lost", "revoke"] = "lost" if member.lost else "revoke"
             static = closing and member.instance_id is not None
         try:
@@ -349,34 +289,6 @@ class MemoryConsumer:
                 self._member = None
 
     # -- assignment ---------------------------------------------------------------------
-    def _start_position_locked(self, tp: TP, offset: int) -> int | None:
-        if offset >= 0:
-            return offset
-        if offset == OFFSET_BEGINNING:
-            return 0
-        high = self._cluster.store.high_watermark(*tp)
-        if offset == OFFSET_END:
-            return high
-        committed = self._cluster.groups.group(self._group_id).committed.get(tp)
-        if committed is not None:
-            return committed
-        if self._settings.reset == "earliest":
-            return 0
-        if self._settings.reset == "latest":
-            return high
-        self._pending_errors.append(
-            error_message(
-                kafka_error(
-                    KafkaError._AUTO_OFFSET_RESET,
-                    f"no committed offset for {tp_name(tp)} and auto.offset.reset=error",
-                ),
-                tp[0],
-                tp[1],
-                OFFSET_INVALID,
-            )
-        )
-        return None
-
     def _check_protocol(self, incremental: bool) -> None:
         with self._cond:
             g = self._cluster.groups.groups.get(self._group_id)
@@ -396,43 +308,21 @@ class MemoryConsumer:
 
     def _assign_impl(self, partitions: list[Any]) -> None:
         with self._cond:
-            self._assignment = {}
-            self._stored = {}
-            for tp in partitions:
-                key = (tp.topic, tp.partition)
-                self._assignment[key] = _Fetch(self._start_position_locked(key, tp.offset))
+            self._assignment.assign_locked(partitions)
             self._cond.notify_all()
 
     def _unassign_impl(self) -> None:
         with self._cond:
-            self._assignment = {}
-            self._stored = {}
+            self._assignment.clear_locked()
 
     def _incremental_assign_impl(self, partitions: list[Any]) -> None:
         with self._cond:
-            keys = [(tp.topic, tp.partition) for tp in partitions]
-            dup = [k for k in keys if k in self._assignment]
-            if dup:
-                raise_kafka(
-                    KafkaError._CONFLICT,
-                    f"{tp_name(dup[0])} is already part of the current assignment",
-                )
-            for tp, key in zip(partitions, keys, strict=True):
-                self._assignment[key] = _Fetch(self._start_position_locked(key, tp.offset))
+            self._assignment.incremental_assign_locked(partitions)
             self._cond.notify_all()
 
     def _incremental_unassign_impl(self, partitions: list[Any], strict: bool = True) -> None:
         with self._cond:
-            keys = [(tp.topic, tp.partition) for tp in partitions]
-            missing = [k for k in keys if k not in self._assignment]
-            if missing and strict:
-                raise_kafka(
-                    KafkaError._INVALID_ARG,
-                    f"{tp_name(missing[0])} is not part of the current assignment",
-                )
-            for key in keys:
-                self._assignment.pop(key, None)
-                self._stored.pop(key, None)
+            self._assignment.incremental_unassign_locked(partitions, strict)
 
     def assign(self, partitions: list[Any]) -> None:
         self._check_open()
@@ -461,39 +351,24 @@ class MemoryConsumer:
     def assignment(self) -> list[Any]:
         self._check_open()
         with self._cond:
-            return topic_partitions(self._assignment)
+            return topic_partitions(self._assignment.fetches)
 
     def pause(self, partitions: list[Any]) -> None:
         """Stop returning records of these partitions; unassigned ones are ignored."""
         self._check_open()
         with self._cond:
-            for tp in partitions:
-                f = self._assignment.get((tp.topic, tp.partition))
-                if f is not None:
-                    f.paused = True
+            self._assignment.set_paused_locked(partitions, True)
 
     def resume(self, partitions: list[Any]) -> None:
         self._check_open()
         with self._cond:
-            for tp in partitions:
-                f = self._assignment.get((tp.topic, tp.partition))
-                if f is not None:
-                    f.paused = False
+            self._assignment.set_paused_locked(partitions, False)
             self._cond.notify_all()
 
     def seek(self, partition: Any) -> None:
         self._check_open()
         with self._cond:
-            key = (partition.topic, partition.partition)
-            f = self._assignment.get(key)
-            if f is None:
-                raise_kafka(
-                    KafkaError._STATE,
-                    f"Failed to seek: {tp_name(key)} is not assigned to this consumer",
-                )
-            f.position = self._start_position_locked(key, partition.offset)
-            f.app_position = None
-            f.eof_sent = False
+            self._assignment.seek_locked(partition)
             self._cond.notify_all()
 
     def position(self, partitions: list[Any]) -> list[Any]:
@@ -506,8 +381,7 @@ class MemoryConsumer:
         with self._cond:
             out = []
             for tp in partitions:
-                f = self._assignment.get((tp.topic, tp.partition))
-                pos = f.app_position if f is not None else None
+                pos = self._assignment.app_position_locked((tp.topic, tp.partition))
                 out.append(
                     TopicPartition(tp.topic, tp.partition, OFFSET_INVALID if pos is None else pos)
                 )
@@ -528,7 +402,7 @@ class MemoryConsumer:
                         KafkaError._STATE,
                         f"StoreOffsets failed: {t}[{p}] is not assigned to this consumer",
                     )
-                self._stored[(t, p)] = o
+                self._assignment.stored[(t, p)] = o
 
     def _offsets_from(self, message: Any, offsets: list[Any] | None) -> list[tuple[str, int, int]]:
         if offsets is not None:
@@ -554,7 +428,9 @@ class MemoryConsumer:
         else:
             with self._cond:
                 entries = [
-                    (t, p, o) for (t, p), o in self._stored.items() if (t, p) in self._assignment
+                    (t, p, o)
+                    for (t, p), o in self._assignment.stored.items()
+                    if (t, p) in self._assignment
                 ]
         # Logical offsets (negative) are not committed, as in librdkafka.
         valid = [(t, p, o) for t, p, o in entries if o >= 0]
@@ -581,7 +457,7 @@ class MemoryConsumer:
         committed = self._cluster.groups.committed(self._group_id)
         offsets = [
             (t, p, o)
-            for (t, p), o in self._stored.items()
+            for (t, p), o in self._assignment.stored.items()
             if (t, p) in member.owned
             and (parts is None or (t, p) in parts)
             and committed.get((t, p)) != o
@@ -656,7 +532,7 @@ class MemoryConsumer:
         finally:
             with self._cond:
                 self._closed = True
-                self._assignment = {}
+                self._assignment.fetches = {}
                 self._cond.notify_all()
 
     def __enter__(self) -> MemoryConsumer:

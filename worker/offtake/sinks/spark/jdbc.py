@@ -83,11 +83,7 @@ def _read_key(path: Path) -> str | None:
 
 def secret_credentials(directory: str | None = None) -> dict[str, str]:
     """``user`` and ``password`` from the mounted ``jdbc.secretRef`` (one file per key)."""
-    path = (
-        Path(directory)
-        if directory
-        else environment.directory(environment.JDBC_SECRET_DIR_ENV, SECRET_DIR)
-    )
+    path = environment.directory(environment.JDBC_SECRET_DIR_ENV, SECRET_DIR, directory)
     out: dict[str, str] = {}
     user = next((v for k in _USER_KEYS if (v := _read_key(path / k)) is not None), None)
     if user is not None:

@@ -371,47 +371,14 @@ class SparkSink(Sink):
                 if down is not None:
                     attempt -= 1  # an outage is no fault of the batch: the attempt is not spent
                     outage += 1
-                    delay = min(UNAVAILABLE_BACKOFF_CAP, self.backoff * 2 ** (outage - 1))
-                    if self._session_gone():
-                        # The server answered: it is back, and forgot the session after a
-                        # restart. Nothing to wait out: a new session and the batch, at once.
-                        delay = 0.0
-                    self.metrics.spark_jobs.labels("retry").inc()
-                    log.warning(
-                        "%s: the sink is unavailable (try %d), retrying in %.1fs: %s",
-                        label,
-                        outage,
-                        delay,
-                        down,
-                    )
-                    if self._stopping.wait(delay):
+                    if self._wait_out_outage(label, outage, down):
                         err = SinkError(f"{label}: sink closed while unavailable: {why}")
                         return [(b, err) for b in job]
                     continue
                 outage = 0
                 if attempt == attempts:
-                    self.metrics.spark_jobs.labels("failure").inc()
-                    log.error("%s: Spark job failed %d time(s), giving up: %s", label, attempt, why)
-                    failed: list[Finished] = []
-                    for batch in job:
-                        batch.items[:] = [item._replace(attempts=attempt) for item in batch.items]
-                        err = SinkError(
-                            f"batch {batch.id}: Spark job failed after {attempt} attempt(s): {why}"
-                        )
-                        err.__cause__ = exc
-                        failed.append((batch, err))
-                    return failed
-                self.metrics.spark_jobs.labels("retry").inc()
-                delay = min(MAX_BACKOFF_SECONDS, self.backoff * 2 ** (attempt - 1))
-                log.warning(
-                    "%s: Spark job failed (attempt %d of %d), retrying in %.1fs: %s",
-                    label,
-                    attempt,
-                    attempts,
-                    delay,
-                    why,
-                )
-                if self._stopping.wait(delay):
+                    return self._gave_up(job, label, attempt, why, exc)
+                if self._wait_to_retry(label, attempt, attempts, why):
                     err = SinkError(f"{label}: sink closed while retrying: {why}")
                     return [(b, err) for b in job]
                 continue
@@ -425,6 +392,54 @@ class SparkSink(Sink):
         self._halted = exc
         self.metrics.spark_jobs.labels("failure").inc()
         return [(b, exc) for b in job]
+
+    def _wait_out_outage(self, label: str, outage: int, down: str) -> bool:
+        """The sink was unreachable ``outage`` tries in a row (``down`` says how): wait before
+        the next try, which spends no attempt; True if the sink was closed meanwhile."""
+        delay = min(UNAVAILABLE_BACKOFF_CAP, self.backoff * 2 ** (outage - 1))
+        if self._session_gone():
+            # The server answered: it is back, and forgot the session after a
+            # restart. Nothing to wait out: a new session and the batch, at once.
+            delay = 0.0
+        self.metrics.spark_jobs.labels("retry").inc()
+        log.warning(
+            "%s: the sink is unavailable (try %d), retrying in %.1fs: %s",
+            label,
+            outage,
+            delay,
+            down,
+        )
+        return self._stopping.wait(delay)
+
+    def _wait_to_retry(self, label: str, attempt: int, attempts: int, why: str) -> bool:
+        """Attempt ``attempt`` of ``attempts`` failed (``why``): back off before the next; True
+        if the sink was closed meanwhile."""
+        self.metrics.spark_jobs.labels("retry").inc()
+        delay = min(MAX_BACKOFF_SECONDS, self.backoff * 2 ** (attempt - 1))
+        log.warning(
+            "%s: Spark job failed (attempt %d of %d), retrying in %.1fs: %s",
+            label,
+            attempt,
+            attempts,
+            delay,
+            why,
+        )
+        return self._stopping.wait(delay)
+
+    def _gave_up(
+        self, job: list[Batch], label: str, attempt: int, why: str, exc: Exception
+    ) -> list[Finished]:
+        """The job's last attempt failed with ``exc`` (``why``: described): each batch fails,
+        its records carrying the attempts made, for the error policy."""
+        self.metrics.spark_jobs.labels("failure").inc()
+        log.error("%s: Spark job failed %d time(s), giving up: %s", label, attempt, why)
+        failed: list[Finished] = []
+        for batch in job:
+            batch.items[:] = [item._replace(attempts=attempt) for item in batch.items]
+            err = SinkError(f"batch {batch.id}: Spark job failed after {attempt} attempt(s): {why}")
+            err.__cause__ = exc
+            failed.append((batch, err))
+        return failed
 
     def _succeeded(
         self, job: list[Batch], label: str, elapsed: float, abandoned: set[BatchId]
