@@ -69,20 +69,33 @@ FAMILIES = (
     "offtake-c1",
     "offtake-key",
     "offtake-none",
+    "offtake-key-base",
+    "offtake-none-base",
     "offtake-threads",
     "arroyo",
     "pc-key",
     "pc-none",
 )
-DEFAULT_FAMILIES = tuple(f for f in FAMILIES if f != "offtake-threads")
+# --baseline DIR: another checkout (e.g. /work/main) whose worker runs as offtake-key-base and
+# offtake-none-base beside this one's: before and after in one run, on one broker and service.
+BASELINES = ("offtake-key-base", "offtake-none-base")
+BASELINE: Path | None = None
+DEFAULT_FAMILIES = tuple(f for f in FAMILIES if f != "offtake-threads" and f not in BASELINES)
 # Which Parallel Consumer a contender is read against: the same N, the same order.
 PC_ANCHOR = {
     "offtake-key": "pc-key",
     "offtake-none": "pc-none",
+    "offtake-key-base": "pc-key",
+    "offtake-none-base": "pc-none",
     "offtake-threads": "pc-none",
     "arroyo": "pc-none",
 }
-KEY_ORDERED = ("offtake-key", "pc-key")
+KEY_ORDERED = ("offtake-key", "offtake-key-base", "pc-key")
+# --cpus LIST: every contender's process held to these CPUs (taskset -c), as in
+# bench/passthrough.py: the rate where the CPU is the limit, the broker and the service free.
+PINNED: str | None = None
+# --profile DIR: py-spy records each Offtake run (--gil, collapsed stacks) into DIR.
+PROFILE_DIR: Path | None = None
 ARROYO_REQUIREMENT = "sentry-arroyo==2.48.0"  # as bench/passthrough.py pins it
 
 
@@ -179,11 +192,41 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         "--records", type=int, help="input records per workload (200,000; --quick 20,000)"
     )
     parser.add_argument("--json", type=Path, help="where to write the figures")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout (e.g. the main branch's) whose worker runs as offtake-key-base "
+        "and offtake-none-base beside this one's: before and after in the same run",
+    )
+    parser.add_argument(
+        "--cpus",
+        help="hold every contender's process to these CPUs (taskset -c, e.g. 1): the rate "
+        "where the CPU is the limit; the broker and the service stay free",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="py-spy (pip install py-spy) records each Offtake run with --gil into "
+        "DIR/<workload>-<contender>.txt (collapsed stacks)",
+    )
     args = parser.parse_args(argv)
-    families = tuple(args.only.split(",")) if args.only else DEFAULT_FAMILIES
+    global BASELINE, PINNED, PROFILE_DIR
+    BASELINE = args.baseline.resolve() if args.baseline is not None else None
+    PINNED = args.cpus
+    PROFILE_DIR = args.profile
+    if PROFILE_DIR is not None:
+        PROFILE_DIR.mkdir(parents=True, exist_ok=True)
+    if BASELINE is not None and not (BASELINE / "worker" / "offtake").is_dir():
+        parser.error(f"--baseline: {BASELINE} has no worker/offtake (not an Offtake checkout)")
+    if args.only:
+        families = tuple(args.only.split(","))
+    else:
+        families = DEFAULT_FAMILIES + (BASELINES if BASELINE is not None else ())
     unknown = sorted(set(families) - set(FAMILIES))
     if unknown:
         parser.error(f"--only: unknown families {unknown} (known: {', '.join(FAMILIES)})")
+    if BASELINE is None and set(families) & set(BASELINES):
+        parser.error(f"--only: {', '.join(BASELINES)} need --baseline DIR (another checkout)")
     quick = bool(args.quick)
     try:
         ns = _ints(args.n) if args.n else ((64,) if quick else (64, 256, 1024))
@@ -325,8 +368,8 @@ def goals(
         row = summary.get(w.name, {})
         for name, e in row.items():
             family = e["family"]
-            if not family.startswith("offtake") or family == "offtake-c1":
-                continue
+            if not family.startswith("offtake") or family in ("offtake-c1", *BASELINES):
+                continue  # the goals are this checkout's (a baseline is read beside it)
             if w.partitions == 1 and w.latency_ms == 20 and w.keys >= 1000:
                 x = e["x_ceiling"]
                 add(
@@ -392,6 +435,10 @@ def render(report: dict[str, Any]) -> str:
         "",
         "ceiling: the bare asyncio client alone against the service, calls/s",
     ]
+    if report.get("baseline"):
+        lines.insert(2, f"offtake-*-base: the worker of {report['baseline']}")
+    if report.get("pinned_cpus"):
+        lines.insert(2, f"every contender held to CPUs {report['pinned_cpus']} (taskset)")
     for latency, by_n in report["bare_client"].items():
         cells = ", ".join(f"N={n}: {rate:,.0f}" for n, rate in by_n.items() if rate)
         lines.append(f"  {latency} ms: {cells}")
@@ -443,13 +490,28 @@ class Sampled:
     0.2 s (the process's totals only: reading a thousand threads' files would cost the
     contenders CPU on a 2-core machine); stopped with SIGTERM, then SIGKILL."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], work: Path, label: str) -> None:
+    def __init__(
+        self, argv: list[str], env: dict[str, str], work: Path, label: str, profile: bool = False
+    ) -> None:
         self.log_path = work / f"{label}.log"
         self._out = self.log_path.open("wb")
         # cwd outside the repository: its operator/ folder must not shadow anything.
         self.proc = subprocess.Popen(
             argv, stdout=self._out, stderr=subprocess.STDOUT, env=env, cwd=work
         )
+        self._profiler: subprocess.Popen[bytes] | None = None
+        if profile and PROFILE_DIR is not None:
+            # py-spy attaches to the running worker and writes its profile when it exits:
+            # collapsed stacks of the time a thread held the GIL (--gil), one file per run.
+            spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+            self._profiler = subprocess.Popen(
+                [
+                    *(spy, "record", "--gil", "--format", "raw", "--rate", "250", "--threads"),
+                    *("-o", str(PROFILE_DIR / f"{label}.txt"), "--pid", str(self.proc.pid)),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         self.samples: list[tuple[float, float, int]] = []  # (wall ms, CPU s, RSS bytes)
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
@@ -489,6 +551,11 @@ class Sampled:
                 self.proc.kill()
                 self.proc.wait(30)
                 killed = True
+        if self._profiler is not None:
+            try:
+                self._profiler.wait(60)  # writes its file once the worker is gone
+            except subprocess.TimeoutExpired:
+                self._profiler.kill()
         self._out.close()
         return self.proc.returncode, killed
 
@@ -591,13 +658,33 @@ def command(
     service_url: str,
     work: Path,
 ) -> tuple[list[str], dict[str, str]]:
+    """argv and environment of contender ``c``, held to ``--cpus`` if given."""
+    argv, env = _command(c, prepared, bootstrap, source, output, group, service_url, work)
+    return (argv if PINNED is None else ["taskset", "-c", PINNED, *argv]), env
+
+
+def _command(
+    c: Contender,
+    prepared: Prepared,
+    bootstrap: str,
+    source: str,
+    output: str,
+    group: str,
+    service_url: str,
+    work: Path,
+) -> tuple[list[str], dict[str, str]]:
     env = dict(os.environ)
     env["OFFTAKE_BENCH_SERVICE"] = service_url
     if c.family.startswith("offtake"):
         manifest = work / f"{group}.yaml"
         # JSON is YAML: no YAML library needed to write the manifest.
         manifest.write_text(json.dumps(offtake_manifest(c, bootstrap, source, output, group)))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), str(BENCH)) if p)
+        # A *-base contender: the worker of the --baseline checkout instead of this one's.
+        ours = env.get("PYTHONPATH", "")
+        if c.family in BASELINES:
+            assert BASELINE is not None
+            ours = str(BASELINE / "worker")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (ours, str(BENCH)) if p)
         argv = [sys.executable, "-m", "offtake.cli", "worker", "--pipeline", str(manifest)]
         return [*argv, "--metrics-port", "0", "--log-level", "WARNING"], env
     if c.family == "arroyo":
@@ -664,7 +751,7 @@ def run_one(
     group = f"bench-{tag}-{uuid.uuid4().hex[:6]}"
     service.reset(w.latency_ms)
     argv, env = command(c, prepared, broker.bootstrap, source, output, group, service.url, work)
-    process = Sampled(argv, env, work, tag)
+    process = Sampled(argv, env, work, tag, profile=c.family.startswith("offtake"))
     status = "ok"
     began = time.monotonic()
     # (wall ms, calls answered): the service's count, sampled as the run goes.
@@ -824,6 +911,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()
         },
         "records": settings.records,
+        "baseline": None if BASELINE is None else str(BASELINE),
+        "pinned_cpus": PINNED,
         "seconds_per_run": settings.seconds,
         "warmup_seconds": settings.warmup,
         "versions": prepared.versions,

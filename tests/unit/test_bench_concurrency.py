@@ -65,6 +65,28 @@ def test_only_and_lists_are_parsed_and_checked() -> None:
         bench.parse_args(["--latency-ms", "twenty"])
 
 
+def test_baseline_runs_the_other_checkouts_worker_beside_this_one(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):  # a *-base family needs a checkout to run
+        bench.parse_args(["--only", "offtake-key-base"])
+    with pytest.raises(SystemExit):  # a folder that is no Offtake checkout
+        bench.parse_args(["--baseline", str(tmp_path)])
+    (tmp_path / "worker" / "offtake").mkdir(parents=True)
+    s = bench.parse_args(["--baseline", str(tmp_path), "--n", "256", "--cpus", "1"])
+    assert "offtake-key-base" in s.families and "offtake-none-base" in s.families
+    base = bench.Contender("offtake-key-base", 256)
+    assert base.order == "key" and bench.PC_ANCHOR[base.family] == "pc-key"
+    prepared = bench.Prepared(versions={}, unavailable={})
+    argv, env = bench.command(
+        base, prepared, "b:9092", "in", "out", "g", "http://127.0.0.1:1", tmp_path
+    )
+    assert argv[:3] == ["taskset", "-c", "1"]
+    assert env["PYTHONPATH"].split(":")[0] == str(tmp_path.resolve() / "worker")
+    ours = bench.Contender("offtake-key", 256)
+    _, env = bench.command(ours, prepared, "b:9092", "in", "out", "g", "http://x", tmp_path)
+    assert str(tmp_path.resolve() / "worker") not in env["PYTHONPATH"]
+    bench.parse_args([])  # leave the module's globals as a plain run has them
+
+
 def test_ceiling_is_the_smaller_of_n_per_latency_and_the_bare_client() -> None:
     assert bench.ceiling(64, 20, None) == pytest.approx(3200)
     assert bench.ceiling(64, 20, 1500.0) == pytest.approx(1500)

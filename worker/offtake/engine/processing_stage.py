@@ -72,7 +72,7 @@ from offtake.health import Health
 from offtake.metrics import Metrics
 from offtake.processing.base import Backpressure as SlowDown
 from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
-from offtake.processing.calls import Call, Calls
+from offtake.processing.calls import Call, Calls, Finished
 from offtake.processing.function import PassThrough
 from offtake.records import TopicPartition
 from offtake.sinks.base import Sink, SinkBatch
@@ -130,7 +130,7 @@ class ProcessingStage:
         self.scheduler = Scheduler(order, concurrency * chunk) if calls is not None else None
         self.concurrency = concurrency
         self.chunk = chunk  # records per call: 1, or CHUNK for a batch function or a sidecar
-        self._finished: deque[tuple[int, list[Outcome] | BaseException]] = deque()
+        self._finished: deque[Finished] = deque()
         self._running: OrderedDict[int, tuple[float, list[Attempt]]] = OrderedDict()
         self._tokens = itertools.count()
         self._unavailable = 0  # calls in a row the processor was unavailable for
@@ -174,9 +174,10 @@ class ProcessingStage:
             self.calls.open(self._call_finished)
         self._thread.start()
 
-    def _call_finished(self, token: int, result: list[Outcome] | BaseException) -> None:
-        """A call finished (on the executor's thread): queue it for this stage's thread."""
-        self._finished.append((token, result))
+    def _call_finished(self, finished: list[Finished]) -> None:
+        """Calls finished (on the executor's thread): queue them for this stage's thread, with
+        one wake-up for the list."""
+        self._finished.extend(finished)
         with self._cond:
             self._cond.notify()
 
@@ -434,13 +435,18 @@ class ProcessingStage:
         assert scheduler is not None and calls is not None
         if self.abort.is_set():
             return
-        started: list[Call] = []
-        now = time.monotonic()
-        while len(self._running) < self.concurrency and (items := scheduler.take(self.chunk)):
-            token = next(self._tokens)
-            self._running[token] = (now, items)
-            started.append((token, [record for record, _, _ in items]))
-        if started:
+        free = self.concurrency - len(self._running)
+        # One take for every free call, cut into calls of ``chunk`` records: the calls of one
+        # chunk each, in the scheduler's order, as taking a chunk at a time would make them.
+        items = scheduler.take(free * self.chunk) if free > 0 else []
+        if items:
+            now, chunk, running, tokens = time.monotonic(), self.chunk, self._running, self._tokens
+            started: list[Call] = []
+            for i in range(0, len(items), chunk):
+                part = items[i : i + chunk]
+                token = next(tokens)
+                running[token] = (now, part)
+                started.append((token, [record for record, _, _ in part]))
             calls.start(started)
         self._gauge()
 

@@ -1,10 +1,17 @@
 """Calls of the processor off the processing thread, many at once (processor.concurrency).
 
 Two executors, one interface (:class:`Calls`): the processing thread starts calls, each a
-token and its records (one record, or a chunk for a batch function or a sidecar), and each
-finished call is handed to the ``done`` callback given to :meth:`Calls.open`, on the executor's
-own thread, with the call's outcomes (or the exception the processor raised). The callback
-only queues it: the processing thread stays the one that routes outcomes and calls the sink.
+token and its records (one record, or a chunk for a batch function or a sidecar), and finished
+calls are handed to the ``done`` callback given to :meth:`Calls.open`, on the executor's own
+thread, as a list of (token, the call's outcomes or the exception the processor raised). The
+callback only queues them: the processing thread stays the one that routes outcomes and calls
+the sink.
+
+Crossing threads costs more than the bookkeeping of a call (a lock, a wake-up of the other
+thread, the GIL handed over and back), so it is done a batch at a time both ways: the
+processing thread hands a list of calls to :meth:`Calls.start`, and :class:`AsyncCalls` hands
+back the calls that finished in one pass of the event loop as one list (one wake-up of the
+processing thread, however many calls a pass finished).
 
 - :class:`AsyncCalls`: ``async def`` functions, as tasks on the worker's event loop
   (:mod:`offtake.processing.event_loop`); as many at once as the scheduler hands out.
@@ -18,7 +25,6 @@ Neither decides what runs: that is the scheduler's job (:mod:`offtake.engine.sch
 from __future__ import annotations
 
 import asyncio
-import functools
 import queue
 import threading
 from abc import ABC, abstractmethod
@@ -29,7 +35,9 @@ from offtake.processing.function import AsyncFunctionProcessor
 from offtake.records import Record
 
 # A finished call: its token and its outcomes, or what the processor raised.
-Done = Callable[[int, "list[Outcome] | BaseException"], None]
+Finished = tuple[int, "list[Outcome] | BaseException"]
+# Where finished calls go, a list at a time.
+Done = Callable[[list[Finished]], None]
 Call = tuple[int, Sequence[Record]]
 
 
@@ -40,7 +48,8 @@ class Calls(ABC):
 
     @abstractmethod
     def start(self, calls: list[Call]) -> None:
-        """Start these calls; each finishes through the ``done`` callback, in any order."""
+        """Start these calls; each finishes through the ``done`` callback, in any order, alone
+        or with others that finished at about the same time."""
 
     @abstractmethod
     def close(self, timeout: float) -> None:
@@ -58,7 +67,10 @@ class AsyncCalls(Calls):
     def __init__(self, processor: AsyncFunctionProcessor) -> None:
         self.processor = processor
         self._done: Done | None = None
-        self._tasks: set[asyncio.Task[list[Outcome]]] = set()  # strong references until done
+        # On the loop only: the calls running, by token (strong references: the loop keeps
+        # only weak ones to its tasks), and the calls finished since the last hand-back.
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._finished: list[Finished] = []
 
     def open(self, done: Done) -> None:
         self._done = done
@@ -69,20 +81,34 @@ class AsyncCalls(Calls):
         self.processor.event_loop.loop.call_soon_threadsafe(self._spawn, calls)
 
     def _spawn(self, calls: list[Call]) -> None:  # on the loop
+        loop = self.processor.event_loop.loop
+        tasks, call = self._tasks, self._call
         for token, records in calls:
-            task = asyncio.ensure_future(self.processor.aprocess(records))
-            self._tasks.add(task)
-            task.add_done_callback(functools.partial(self._finished, token))
+            tasks[token] = loop.create_task(call(token, records))
 
-    def _finished(self, token: int, task: asyncio.Task[list[Outcome]]) -> None:  # on the loop
-        self._tasks.discard(task)
+    async def _call(self, token: int, records: Sequence[Record]) -> None:  # on the loop
+        try:
+            result: list[Outcome] | BaseException = await self.processor.aprocess(records)
+        except asyncio.CancelledError as exc:  # abandoned at close: handed back all the same
+            self._finish(token, exc)
+            raise
+        except Exception as exc:  # handed back: the processing thread decides
+            result = exc
+        self._finish(token, result)
+
+    def _finish(self, token: int, result: list[Outcome] | BaseException) -> None:  # on the loop
+        del self._tasks[token]
+        finished = self._finished
+        finished.append((token, result))
+        if len(finished) == 1:
+            # The first of this pass: hand back at the start of the loop's next pass, with
+            # every call that finishes in this one.
+            self.processor.event_loop.loop.call_soon(self._hand_back)
+
+    def _hand_back(self) -> None:  # on the loop
+        finished, self._finished = self._finished, []
         assert self._done is not None
-        if task.cancelled():
-            self._done(token, asyncio.CancelledError())
-        elif (exc := task.exception()) is not None:
-            self._done(token, exc)
-        else:
-            self._done(token, task.result())
+        self._done(finished)
 
     def close(self, timeout: float) -> None:
         # The tasks are cancelled with the loop, which the processor owns (its close, at the
@@ -132,7 +158,7 @@ class ThreadCalls(Calls):
                 result: list[Outcome] | BaseException = process(records)
             except BaseException as exc:  # handed back: the processing thread decides
                 result = exc
-            done(token, result)
+            done([(token, result)])
 
     def close(self, timeout: float) -> None:
         try:

@@ -230,6 +230,8 @@ class AsyncFunctionProcessor(_Awaits, Processor):
         """The outcomes of ``records``; on the event loop."""
         if self.batch:
             return await self._batch(list(records))
+        if len(records) == 1:  # concurrency's calls: one record, no comprehension's coroutine
+            return [await self._one(records[0])]
         return [await self._one(record) for record in records]
 
     async def _one(self, record: Record) -> Outcome:
