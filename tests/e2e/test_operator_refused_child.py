@@ -4,8 +4,10 @@ Deployment retried 26 times while status said Paused).
 
 On the real kube-apiserver: a pipeline whose template's env names a variable twice makes a
 Deployment that server-side apply refuses (a 500 naming the field path, kubernetes#121575); a
-ResourceQuota full for ConfigMaps refuses the pipeline's ConfigMap (403), and raising the quota,
-without touching the pipeline, lets the next pass through.
+ResourceQuota full for ConfigMaps refuses the pipeline's ConfigMap (403), and a
+ValidatingAdmissionPolicy (the API server's own admission, refusing as a webhook would) its
+PodDisruptionBudget; raising the quota or deleting the policy, without touching the pipeline,
+lets the next pass through.
 """
 
 from __future__ import annotations
@@ -165,3 +167,91 @@ def test_a_quota_that_refuses_the_configmap_is_said_and_clears_when_raised(
     assert conds["Ready"]["reason"] == "Paused", conds
     assert exists(kubectl, "configmap", "billing-pipeline", "-n", ns)
     assert exists(kubectl, "deployment", "billing", "-n", ns)
+
+
+def admission_policy(ns: str) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy (the API server's own admission, as a webhook would refuse)
+    that denies PodDisruptionBudgets in ``ns`` only, and its binding."""
+    name = f"no-pdbs-{ns}"
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": ["policy"],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE", "UPDATE"],
+                            "resources": ["poddisruptionbudgets"],
+                        }
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": "false",
+                        "messageExpression": (
+                            "'PDBs are the platform team\\'s: ' + object.metadata.name"
+                        ),
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}
+                },
+            },
+        },
+    ]
+
+
+def test_an_admission_policys_denial_is_said_and_clears_when_lifted(
+    kubectl: Kubectl, kube_namespace: str, operator: None
+) -> None:
+    ns = kube_namespace
+    policy = yaml.safe_dump_all(admission_policy(ns))
+    kubectl("apply", "-f", "-", input=policy)
+    try:
+        manifest = pipeline("audit", [{"name": "EXTRA_SETTING", "value": "a"}])
+
+        def denies() -> bool:  # the policy is in force once the API server's cache has it
+            probe = {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": "probe"},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"a": "b"}}},
+            }
+            done = kubectl(
+                "create", "-n", ns, "--dry-run=server", "-f", "-",
+                input=yaml.safe_dump(probe), check=False,
+            )  # fmt: skip
+            return done.returncode != 0 and "platform team" in done.stderr
+
+        wait_for(denies, timeout=60, what="the admission policy in force")
+        kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(manifest))
+        status = wait_for(lambda: refused(kubectl, ns, "audit"), timeout=60, what="rejected")
+        assert status["phase"] == "Failed", status
+        message = conditions(kubectl, ns, "audit")["Degraded"]["message"]
+        assert message.startswith("PodDisruptionBudget audit was rejected by the API server"), (
+            message
+        )
+        assert "PDBs are the platform team's: audit" in message, message
+    finally:
+        kubectl("delete", "-f", "-", "--ignore-not-found", input=policy)
+
+    def applied() -> dict[str, Any] | None:
+        conds = conditions(kubectl, ns, "audit")
+        return conds if (conds.get("Degraded") or {}).get("status") == "False" else None
+
+    wait_for(applied, timeout=60, what="Degraded False once the policy is gone")
+    assert exists(kubectl, "pdb", "audit", "-n", ns)
