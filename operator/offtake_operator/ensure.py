@@ -12,11 +12,14 @@ from typing import Any, TypeVar
 from .apply import Applied, NotOursError, Taken, apply_claimed, claim
 from .context import OperatorContext
 from .errors import OperatorError
-from .kubeapi import JSON, ApiError, Resource
+from .kubeapi import JSON, SECRETS, ApiError, Resource
+from .refusal import refusal_message, secret_values
 
 
 class ChildRejectedError(OperatorError):
-    """The API server refused a rendered child (e.g. a malformed image reference)."""
+    """The API server refused a rendered child (a malformed image reference, two env entries
+    of one name, a quota, an admission webhook, RBAC): the message
+    (:func:`.refusal.refusal_message`) names the child and what the server refused."""
 
 
 class NamespaceTerminatingError(OperatorError):
@@ -42,7 +45,9 @@ async def settled(step: Awaitable[T]) -> T | Exception:
 
 
 def describe_error(res: Resource, obj: Mapping[str, Any], exc: ApiError) -> str:
-    return f"{res.kind} {obj['metadata']['name']} was rejected: {exc.reason}: {exc.message}"
+    secret = res == SECRETS
+    hidden = secret_values(obj) if secret else ()
+    return refusal_message(res.kind, obj["metadata"]["name"], exc, hidden, secret=secret)
 
 
 async def claim_all(
@@ -96,7 +101,7 @@ async def ensure_child(
             actual = await claim(ctx.api, res, obj)
         applied = await apply_claimed(ctx.api, res, obj, actual)
     except ApiError as exc:
-        if exc.retriable:
+        if exc.retriable:  # not a refusal (server-side apply's typed-patch 500 is one)
             raise
         if exc.status == 403 and "being terminated" in exc.message:
             # The namespace is going away, and the pipeline with it: nothing to repair.

@@ -107,21 +107,84 @@ SPARKCONNECTS = Resource("sparkoperator.k8s.io", "v1alpha1", "sparkconnects", "S
 PODS = Resource("", "v1", "pods", "Pod")
 
 
+@dataclass(frozen=True)
+class Cause:
+    """One of the API server's ``details.causes``: the field it refused and why."""
+
+    field: str
+    message: str
+    #: The server's machine-readable reason (FieldValueDuplicate, FieldValueInvalid, ...).
+    reason: str = ""
+
+
+#: At most this many causes are kept, each field and message cut to CAUSE_TEXT_LIMIT: the
+#: answer may come from an admission webhook, which can say anything at any length.
+CAUSES_KEPT = 20
+CAUSE_TEXT_LIMIT = 500
+
+#: The start of the message server-side apply gives (as a 500) for a body it cannot type
+#: against the kind's schema, such as two env entries of one name (kubernetes#121575).
+TYPED_PATCH_REFUSED = "failed to create typed patch object"
+#: The 500s of server-side apply that the body (or the object it applies to) causes, the same
+#: on every try: TYPED_PATCH_REFUSED, an object that already holds such duplicates (made by a
+#: create), a value its Go type cannot hold ("quantities must match the regular expression").
+#: Seen on kube-apiserver 1.34.
+APPLY_REFUSED = (
+    TYPED_PATCH_REFUSED,
+    "failed to create typed live object",
+    "failed to convert new object",
+)
+
+
 class ApiError(OperatorError):
     """The API server answered with an error; the message names the request and the object."""
 
-    def __init__(self, method: str, path: str, status: int, reason: str, message: str) -> None:
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        status: int,
+        reason: str,
+        message: str,
+        causes: tuple[Cause, ...] = (),
+    ) -> None:
         super().__init__(f"{method} {path}: {status} {reason}: {message}")
         self.method = method
         self.path = path
         self.status = status
         self.reason = reason
         self.message = message
+        self.causes = causes
+
+    @property
+    def body_refused(self) -> bool:
+        """Server-side apply could not make an object of the body (:data:`APPLY_REFUSED`). It
+        answers that with a 500, but the body is at fault: the same body fails again."""
+        return self.status == 500 and self.message.startswith(APPLY_REFUSED)
 
     @property
     def retriable(self) -> bool:
         """Worth another try later: conflicts, throttling, server-side and auth hiccups."""
+        if self.body_refused:
+            return False
         return self.status in (401, 409, 429) or self.status >= 500
+
+
+def causes_of(payload: Any) -> tuple[Cause, ...]:
+    """The ``details.causes`` of an error answer (a Status), bounded (:data:`CAUSES_KEPT`)."""
+    details = payload.get("details") if isinstance(payload, dict) else None
+    listed = details.get("causes") if isinstance(details, dict) else None
+    if not isinstance(listed, list):
+        return ()
+    return tuple(
+        Cause(
+            field=str(c.get("field") or "")[:CAUSE_TEXT_LIMIT],
+            message=str(c.get("message") or "")[:CAUSE_TEXT_LIMIT],
+            reason=str(c.get("reason") or "")[:CAUSE_TEXT_LIMIT],
+        )
+        for c in listed[:CAUSES_KEPT]
+        if isinstance(c, dict)
+    )
 
 
 class KubeApi:
@@ -175,13 +238,17 @@ class KubeApi:
         text = resp.read().decode()  # type: ignore[no-untyped-call]
         if resp.status >= 400:
             reason, message = resp.reason or "", text
+            causes: tuple[Cause, ...] = ()
             try:
                 payload = json.loads(text)
                 reason = payload.get("reason") or reason
                 message = payload.get("message") or message
-            except ValueError:
+                causes = causes_of(payload)
+            except (ValueError, AttributeError):  # not JSON, or JSON but not an object
                 pass
-            raise ApiError(method, path, resp.status, str(reason), str(message)[:2000])
+            raise ApiError(
+                method, path, resp.status, str(reason)[:200], str(message)[:2000], causes
+            )
         if not text:
             return {}
         result = json.loads(text)

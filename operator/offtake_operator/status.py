@@ -38,8 +38,9 @@ class Observed:
     invalid: str | None = None
     #: The API server refused a child object the operator rendered, or its name is taken.
     failed: str | None = None
-    #: The Degraded condition's reason for ``failed``: ChildRejected (the default), NameTaken
-    #: (an object the pipeline did not make holds a child's name; it was left alone).
+    #: The Ready (False) and Degraded (True) conditions' reason for ``failed``: ChildRejected
+    #: (the default), NameTaken (an object the pipeline did not make holds a child's name; it
+    #: was left alone).
     failed_reason: str = ""
     #: A rewind in progress: its status message.
     rewinding: str | None = None
@@ -208,11 +209,12 @@ def compute_status(
 
     enough = counts.ready >= desired and (desired > 0 or counts.replicas == 0)
     workers = f"{counts.ready}/{desired} workers ready"
-    if seen.failed and degraded_reason == NAME_TAKEN:
-        # The workers (if any run) are not this pipeline's to count: not ready until it can
-        # make its own children.
+    if seen.failed:
+        # Not ready until the pipeline's children are all applied: a refused child leaves the
+        # workers (if any run) on an earlier rendering, or a paused pipeline's still running;
+        # with NameTaken they are not this pipeline's to count. As phase Failed says.
         ready = _condition(
-            old_conditions, "Ready", False, NAME_TAKEN, seen.failed, seen.generation, now
+            old_conditions, "Ready", False, degraded_reason, seen.failed, seen.generation, now
         )
     elif seen.paused:
         ready = _condition(

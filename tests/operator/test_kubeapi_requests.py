@@ -15,7 +15,15 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from offtake_operator.kubeapi import DEPLOYMENTS, JOBS, ApiError, KubeApi
+from offtake_operator.kubeapi import (
+    CAUSE_TEXT_LIMIT,
+    CAUSES_KEPT,
+    DEPLOYMENTS,
+    JOBS,
+    ApiError,
+    Cause,
+    KubeApi,
+)
 
 
 @dataclass
@@ -165,6 +173,39 @@ def test_an_error_names_the_request_and_the_servers_reason(server: FakeApiServer
         'Deployment "d" is invalid: spec'
     )
     assert not caught.value.retriable
+
+
+def test_an_errors_causes_are_kept_bounded_whatever_the_answer_holds(
+    server: FakeApiServer,
+) -> None:
+    """The causes name the refused fields; an answer relayed from an admission webhook may
+    hold any number of them, of any length: CAUSES_KEPT, each cut to CAUSE_TEXT_LIMIT."""
+    env = "spec.template.spec.containers[0].env[0].name"
+    flood = [{"field": "f" * 10_000, "message": "m" * 10_000}] * 5_000
+    answers = [
+        [{"reason": "FieldValueRequired", "message": "Required value", "field": env}],
+        flood,
+    ]
+    caught: list[ApiError] = []
+
+    async def run() -> None:
+        api = logged_in(server.url)
+        try:
+            for causes in answers:
+                body = {"reason": "Invalid", "message": "m", "details": {"causes": causes}}
+                server.answer = (422, body)
+                try:
+                    await api.apply(DEPLOYMENTS, "ns", "d", {"metadata": {"name": "d"}})
+                except ApiError as exc:
+                    caught.append(exc)
+        finally:
+            await api.close()
+
+    asyncio.run(run())
+    assert caught[0].causes == (Cause(env, "Required value", "FieldValueRequired"),)
+    assert len(caught[1].causes) == CAUSES_KEPT
+    assert {len(c.field) for c in caught[1].causes} == {CAUSE_TEXT_LIMIT}
+    assert {len(c.message) for c in caught[1].causes} == {CAUSE_TEXT_LIMIT}
 
 
 def test_a_call_before_the_login_says_so() -> None:

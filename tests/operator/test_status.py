@@ -109,6 +109,19 @@ def test_rejected_child_is_failed_and_stuck_rollout_is_degraded() -> None:
     assert failed["phase"] == "Failed"
     assert cond(failed, "Degraded")["reason"] == "ChildRejected"
     assert events[0].type == "Warning"
+    # Paused or not, nothing of the spec was applied: Failed, and not Ready, saying why.
+    paused, _ = compute_status(
+        {}, Observed("p", 1, 0, paused=True, failed="Deployment p was rejected by ...")
+    )
+    assert paused["phase"] == "Failed"
+    ready = cond(paused, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ChildRejected")
+    assert ready["message"] == "Deployment p was rejected by ..."
+    # A pass that applies them clears it.
+    cleared, _ = compute_status(paused, Observed("p", 2, 0, paused=True))
+    assert cleared["phase"] == "Paused"
+    assert cond(cleared, "Ready")["reason"] == "Paused"
+    assert cond(cleared, "Degraded")["status"] == "False"
     stuck = dep(
         2,
         1,
