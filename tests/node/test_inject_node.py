@@ -27,6 +27,7 @@ import yaml
 from confluent_kafka import Producer
 from support.inject import install_crd, operator_with_webhook
 from support.kube import get, wait_for
+from support.workers import wait_caught_up
 
 from offtake_testbed._cache import cache_dir
 from offtake_testbed.kafka import KafkaBroker, read_topic
@@ -81,11 +82,27 @@ def broker(kube_node: Node) -> Iterator[KafkaBroker]:
         yield kafka
 
 
-def produce(bootstrap: str, first: int, count: int, per_second: float | None = None) -> None:
+def produce(
+    bootstrap: str,
+    first: int,
+    count: int,
+    per_second: float | None = None,
+    underway: threading.Event | None = None,
+) -> None:
+    """Produce ``count`` records keyed k<first>...; with ``per_second``, paced (the pause is
+    the pace, not a wait), setting ``underway`` once a tenth of them is acknowledged."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    acked = 0
+
+    def delivered(err: Any, _msg: Any) -> None:
+        nonlocal acked
+        acked += err is None
+        if underway is not None and acked >= count // 10:
+            underway.set()
+
     for i in range(first, first + count):
         value = json.dumps({"name": f"n{i}", "i": i}).encode()
-        producer.produce("orders", key=f"k{i}".encode(), value=value)
+        producer.produce("orders", key=f"k{i}".encode(), value=value, on_delivery=delivered)
         if per_second:
             producer.poll(0)
             time.sleep(1 / per_second)
@@ -181,9 +198,14 @@ def test_records_flow_through_the_injected_worker_exactly_once_across_a_rolling_
 
         # More records while the Deployment rolls both pods (a template change, as a new
         # image or config would).
-        writer = threading.Thread(target=produce, args=(broker.bootstrap, BEFORE, DURING, 100.0))
+        underway = threading.Event()
+        writer = threading.Thread(
+            target=produce, args=(broker.bootstrap, BEFORE, DURING, 100.0, underway)
+        )
         writer.start()
-        time.sleep(5)
+        # The roll starts once the writer's records are reaching the broker, so that records
+        # arrive while the pods roll.
+        assert underway.wait(120), "the writer's first records were not acknowledged"
         old = {
             p["metadata"]["name"]
             for p in get(kubectl, "pods", "-n", ns, "-l", "app=scorer")["items"]
@@ -199,8 +221,11 @@ def test_records_flow_through_the_injected_worker_exactly_once_across_a_rolling_
             out = read_topic(broker.bootstrap, "scored", timeout=30)
             return out if len(out) >= total else None
 
-        out = wait_for(delivered, timeout=180, what=f"{total} records in the output topic")
-        time.sleep(5)  # anything delivered twice would show up now
+        wait_for(delivered, timeout=180, what=f"{total} records in the output topic")
+        # Once the group's committed offsets reach the input's log end, no record can be
+        # processed again (the sink flushes before a commit), so what the output holds now is
+        # final: a duplicate would already be in it.
+        wait_caught_up(broker.bootstrap, f"{ns}.orders-score", "orders", 2, timeout=120)
         out = read_topic(broker.bootstrap, "scored", timeout=30)
         counts = Counter(m.key().decode() for m in out)
         assert set(counts) == {f"k{i}" for i in range(total)}
