@@ -22,11 +22,13 @@ from typing import Any
 
 import pytest
 from support.delivery_fakes import (
+    Clock,
     FakeConsumerSide,
     FakeLoop,
     FakeSource,
     FakeStage,
     FakeTransactionalSink,
+    Listener,
 )
 
 from offtake.engine.commits import Committer
@@ -38,7 +40,6 @@ from offtake.engine.offsets import OffsetTracker
 from offtake.engine.settlements import Settled, SettledMany
 from offtake.kafka.memory import MemoryBroker
 from offtake.kafka.share_source import ShareSource, group_settings
-from offtake.kafka.source import StartPosition
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
 
@@ -141,29 +142,6 @@ class TransactionalMode(OffsetMode):
     def committed_position(self) -> int | None:
         positions = [c[TP] for c in self.sink.committed if TP in c]
         return max(positions) if positions else None
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Listener:
-    """The worker's part: a partition the share source hears of is assigned in the tracker."""
-
-    def __init__(self, tracker: OffsetTracker) -> None:
-        self.tracker = tracker
-
-    def assigned(self, starts: dict[TopicPartition, StartPosition]) -> None:
-        for tp in starts:
-            self.tracker.assign(tp)
-
-    def revoking(self, partitions: set[TopicPartition]) -> None: ...
-    def lost(self, partitions: set[TopicPartition]) -> None: ...
-    def committed(self, offsets: Any, error: str | None) -> None: ...
 
 
 class QueueMode(Mode):

@@ -1,13 +1,15 @@
 """Fakes of the Kafka client side and of the poll loop for the delivery modes
 (engine/delivery/): tests/unit/test_delivery_modes.py and tests/contract/
 test_delivery_contract.py. Queue mode needs none of the client fakes: its share source runs
-on the memory broker's share groups."""
+on the memory broker's share groups, with a :class:`Clock` and the worker's :class:`Listener`
+(also tests/unit/test_delivery_queue.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from offtake.engine.offsets import OffsetTracker
+from offtake.kafka.source import StartPosition
 from offtake.records import TopicPartition
 from offtake.sinks.base import SinkError
 from offtake.sinks.kafka_transactional import TransactionFailed
@@ -54,6 +56,31 @@ class FakeLoop:
 
     def assignment_changed(self) -> None:
         self.changes += 1
+
+
+class Clock:
+    """The share source's clock, moved by the test (``now``)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Listener:
+    """The worker's part: a partition the share source hears of is assigned in the tracker."""
+
+    def __init__(self, tracker: OffsetTracker) -> None:
+        self.tracker = tracker
+
+    def assigned(self, starts: dict[TopicPartition, StartPosition]) -> None:
+        for tp in starts:
+            self.tracker.assign(tp)
+
+    def revoking(self, partitions: set[TopicPartition]) -> None: ...
+    def lost(self, partitions: set[TopicPartition]) -> None: ...
+    def committed(self, offsets: Any, error: str | None) -> None: ...
 
 
 class FakeTransactionalSink:

@@ -5,24 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from support.delivery_fakes import Clock, Listener
+
 from offtake.engine.delivery.queue import Queue
 from offtake.engine.offsets import OffsetTracker
 from offtake.engine.settlements import Settled, SettledMany
 from offtake.kafka.memory import MemoryBroker
 from offtake.kafka.share_source import ShareSource, group_settings
-from offtake.kafka.source import StartPosition
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
 
 TP = TopicPartition("jobs", 0)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class FakeLoop:
@@ -41,21 +34,6 @@ class FakeLoop:
 
     def assignment_changed(self) -> None:
         self.changes += 1
-
-
-class Listener:
-    """The worker's part: a partition heard of is assigned in the tracker."""
-
-    def __init__(self, tracker: OffsetTracker) -> None:
-        self.tracker = tracker
-
-    def assigned(self, starts: dict[TopicPartition, StartPosition]) -> None:
-        for tp in starts:
-            self.tracker.assign(tp)
-
-    def revoking(self, partitions: set[TopicPartition]) -> None: ...
-    def lost(self, partitions: set[TopicPartition]) -> None: ...
-    def committed(self, offsets: Any, error: str | None) -> None: ...
 
 
 def queue(n: int = 5) -> tuple[Queue, ShareSource, MemoryBroker, FakeLoop, Clock, list[Any]]:
