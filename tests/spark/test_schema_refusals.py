@@ -23,6 +23,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from support import registries
 from support.registries import DenyingProxy, two_schemas
 from support.schemas import order
+from support.servers import started
 
 from offtake.config.loader import parse_pipeline
 from offtake.config.spec import PipelineSpec
@@ -34,7 +35,7 @@ from offtake.metrics import Metrics
 from offtake.records import Record
 from offtake.sinks.base import SinkBatch, SinkItem
 from offtake.sinks.spark import SparkSink
-from offtake_testbed.apicurio import ApicurioRegistry
+from offtake_testbed.apicurio import ApicurioRegistry, ApicurioTestbedError
 
 from .support import Collector, metric
 
@@ -48,7 +49,7 @@ DENIED_AT = (3, 7)  # offsets whose values are of the denied (another team's) sc
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApicurioRegistry]:
     folder = tmp_path_factory.mktemp("registry-tls")
-    with registries.running(registries.secured_registry(folder)) as registry:
+    with started(registries.secured_registry(folder), ApicurioTestbedError) as registry:
         yield registry
 
 

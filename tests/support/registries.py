@@ -13,7 +13,6 @@ password is its 401 for every request, the listing included).
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import re
@@ -21,15 +20,13 @@ import secrets
 import ssl
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from offtake_testbed._pki import CertificateAuthority
-from offtake_testbed.apicurio import ApicurioRegistry, ApicurioTestbedError, RegistryTls
+from offtake_testbed.apicurio import ApicurioRegistry, RegistryTls
 from support.schemas import ORDER_AVRO, serializer
 
 #: The one user of :func:`secured_registry`.
@@ -52,20 +49,6 @@ def secured_registry(folder: Path) -> ApicurioRegistry:
         tls=RegistryTls(folder / "tls.crt", folder / "tls.key", folder / "ca.crt"),
         users={USER: secrets.token_urlsafe(16)},
     )
-
-
-@contextlib.contextmanager
-def running(registry: ApicurioRegistry) -> Iterator[ApicurioRegistry]:
-    """``registry`` started, stopped on the way out; a start that fails is the test's
-    failure, named as such (not an error of the fixture's code)."""
-    try:
-        registry.start()
-    except ApicurioTestbedError as exc:
-        pytest.fail(f"the secured registry did not start: {exc}", pytrace=False)
-    try:
-        yield registry
-    finally:
-        registry.stop()
 
 
 def registry_secret(root: Path, registry: ApicurioRegistry, password: str) -> Path:

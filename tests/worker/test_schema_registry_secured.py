@@ -17,6 +17,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from support import registries
 from support.registries import registry_secret
 from support.schemas import order, serializer
+from support.servers import started
 from support.workers import (
     WorkerProcess,
     manifest,
@@ -30,7 +31,7 @@ from offtake.config.spec import SchemaRegistrySpec, SecretRef
 from offtake.formats.errors import RegistryUnavailable
 from offtake.formats.resolve import schema_decoder
 from offtake.schema_registry import SECRET_DIR_ENV, make_client
-from offtake_testbed.apicurio import ApicurioRegistry
+from offtake_testbed.apicurio import ApicurioRegistry, ApicurioTestbedError
 from offtake_testbed.kafka import KafkaBroker
 
 RECORDS = 50
@@ -39,7 +40,7 @@ RECORDS = 50
 @pytest.fixture(scope="module")
 def secured_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApicurioRegistry]:
     folder = tmp_path_factory.mktemp("registry-tls")
-    with registries.running(registries.secured_registry(folder)) as registry:
+    with started(registries.secured_registry(folder), ApicurioTestbedError) as registry:
         yield registry
 
 
