@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support.inject import install_crd
+from support.inject import install_crd, webhook_admission_config
 from support.kube import consumer_pipeline, get, operator_running, wait_for
 
 from offtake_testbed.kube import ControlPlane, install_control_plane
@@ -102,40 +102,13 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     assert mwc["webhooks"][0]["clientConfig"]["service"] == {
         "name": SERVICE, "namespace": RELEASE_NS, "path": "/inject-worker", "port": 443,
     }  # fmt: skip
-    (folder / "webhook-kubeconfig.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "users": [
-                    {
-                        "name": USER,  # and no "*": only this service reference gets it
-                        "user": {
-                            "client-certificate": secret_file(
-                                client, "tls.crt", folder / "client.crt"
-                            ),
-                            "client-key": secret_file(client, "tls.key", folder / "client.key"),
-                        },
-                    }
-                ],
-            }
-        )
-    )
-    webhook_admission = {
-        "apiVersion": "apiserver.config.k8s.io/v1",
-        "kind": "WebhookAdmissionConfiguration",
-        "kubeConfigFile": str(folder / "webhook-kubeconfig.yaml"),
-    }
-    (folder / "admission.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "apiserver.config.k8s.io/v1",
-                "kind": "AdmissionConfiguration",
-                "plugins": [
-                    {"name": "MutatingAdmissionWebhook", "configuration": webhook_admission}
-                ],
-            }
-        )
+    # The user is only this service reference, no "*": only it gets the certificate.
+    admission = webhook_admission_config(
+        folder,
+        USER,
+        secret_file(client, "tls.crt", folder / "client.crt"),
+        secret_file(client, "tls.key", folder / "client.key"),
+        ("MutatingAdmissionWebhook",),
     )
     address, port = host_address(), free_port()
     # The control: the same webhook behind the same Service on another port, for the other
@@ -173,7 +146,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     }
     cp = ControlPlane(
         install_control_plane(_kube_version()),
-        extra_apiserver_args=[f"--admission-control-config-file={folder / 'admission.yaml'}"],
+        extra_apiserver_args=[f"--admission-control-config-file={admission}"],
     )
     with cp:
         install_crd(cp.kubectl)

@@ -29,7 +29,13 @@ from typing import Any
 
 import pytest
 import yaml
-from support.inject import install_crd, make_namespace, webhook_configured, webhook_settings
+from support.inject import (
+    install_crd,
+    make_namespace,
+    webhook_admission_config,
+    webhook_configured,
+    webhook_settings,
+)
 from support.kube import consumer_pipeline, get, operator_running, wait_for
 
 from offtake_testbed._pki import CertificateAuthority, KeyPair
@@ -88,43 +94,16 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     (folder / "client.key").write_text(client.key_pem)
     (folder / "client-ca.crt").write_text(client_ca)
     # The API server presents this certificate to every webhook ("*").
-    (folder / "webhook-kubeconfig.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "users": [
-                    {
-                        "name": "*",
-                        "user": {
-                            "client-certificate": str(folder / "client.crt"),
-                            "client-key": str(folder / "client.key"),
-                        },
-                    }
-                ],
-            }
-        )
-    )
-    webhook_admission = {
-        "apiVersion": "apiserver.config.k8s.io/v1",
-        "kind": "WebhookAdmissionConfiguration",
-        "kubeConfigFile": str(folder / "webhook-kubeconfig.yaml"),
-    }
-    (folder / "admission.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "apiserver.config.k8s.io/v1",
-                "kind": "AdmissionConfiguration",
-                "plugins": [
-                    {"name": "MutatingAdmissionWebhook", "configuration": webhook_admission},
-                    {"name": "ValidatingAdmissionWebhook", "configuration": webhook_admission},
-                ],
-            }
-        )
+    admission = webhook_admission_config(
+        folder,
+        "*",
+        str(folder / "client.crt"),
+        str(folder / "client.key"),
+        ("MutatingAdmissionWebhook", "ValidatingAdmissionWebhook"),
     )
     cp = ControlPlane(
         install_control_plane(_kube_version()),
-        extra_apiserver_args=[f"--admission-control-config-file={folder / 'admission.yaml'}"],
+        extra_apiserver_args=[f"--admission-control-config-file={admission}"],
     )
     with cp:
         install_crd(cp.kubectl)

@@ -87,6 +87,43 @@ def webhook_settings(folder: Path) -> tuple[str, dict[str, Any]]:
     }
 
 
+def webhook_admission_config(
+    folder: Path, user: str, cert: str, key: str, plugins: tuple[str, ...]
+) -> Path:
+    """The API server's admission configuration for webhooks, written into ``folder``: the
+    client certificate ``cert``/``key`` (file paths) it presents to the webhooks that
+    kubeconfig user ``user`` names ("*": every webhook; a service's DNS name: that one), for
+    the admission ``plugins`` (MutatingAdmissionWebhook, ValidatingAdmissionWebhook). Returns
+    the file for --admission-control-config-file."""
+    kubeconfig = folder / "webhook-kubeconfig.yaml"
+    credentials = {"client-certificate": cert, "client-key": key}
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "users": [{"name": user, "user": credentials}],
+            }
+        )
+    )
+    webhook_admission = {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "WebhookAdmissionConfiguration",
+        "kubeConfigFile": str(kubeconfig),
+    }
+    admission = folder / "admission.yaml"
+    admission.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "apiserver.config.k8s.io/v1",
+                "kind": "AdmissionConfiguration",
+                "plugins": [{"name": p, "configuration": webhook_admission} for p in plugins],
+            }
+        )
+    )
+    return admission
+
+
 @contextlib.contextmanager
 def webhook_configured(
     control_plane: ControlPlane, namespace: str, port: int, ca_pem: str
