@@ -3,9 +3,9 @@
 # one line, what it is for and the command that installs it. Exit 1 if anything is missing.
 #
 #   scripts/prereqs.sh          what the demo needs: Python >= 3.11 with venv, Java 17+, Maven
-#   scripts/prereqs.sh --all    also what the tests need: Go >= 1.24 (builds the Kubernetes test
-#                               bed), and apt-get as root or with sudo if Prometheus or
-#                               PostgreSQL is not installed yet
+#   scripts/prereqs.sh --all    also what the tests need (--tests: the same): Go >= 1.24
+#                               (builds the Kubernetes test bed), and apt-get as root or with
+#                               sudo if Prometheus or PostgreSQL is not installed yet
 #   scripts/prereqs.sh --node   also what the real-node tier (tests/node) builds with: gcc,
 #                               pkg-config and libseccomp-dev for runc (cgo + seccomp), from
 #                               apt-get like Prometheus and PostgreSQL
@@ -52,7 +52,7 @@ go_minor() {
 
 check_prereqs() {
   local all=0 node=0 sudo="sudo " missing=() found=() major minor
-  [[ ${1:-} == --all ]] && all=1
+  [[ ${1:-} == --all || ${1:-} == --tests ]] && all=1
   [[ ${1:-} == --node ]] && all=1 node=1
   ((EUID == 0)) && sudo=""
 

@@ -11,6 +11,12 @@
 #                             the Kubernetes control plane and helm built from the Go module
 #                             proxy, and the manifest scanners scripts/lint.sh runs
 #                             (kube-score, kubeconform, checkov)
+#   scripts/setup.sh --tests  --all as scripts/test.sh needs it: the Kubernetes control plane,
+#                             the long pole of a bare machine (10-20 minutes of Go builds on
+#                             two cores), goes on building in the background while the tests
+#                             that do not need it run; those that do wait for it (the fixtures
+#                             of offtake_testbed.pytest_plugin_kube). Its output goes to
+#                             ~/.cache/offtake/kube/background-build.log
 #   scripts/setup.sh --node   --all, and the real node's parts for tests/node (kubelet,
 #                             containerd, runc, CNI plugins, prometheus-adapter from the Go
 #                             module proxy; gcc, pkg-config, libseccomp-dev from Debian)
@@ -108,7 +114,7 @@ PY="$VENV/bin/python"
 step "Apache Kafka (Maven Central jars)"
 "$PY" -m offtake_testbed.kafka install >/dev/null # its progress and what it found: stderr
 
-if [[ $MODE == --all || $MODE == --node ]]; then
+if [[ $MODE == --all || $MODE == --node || $MODE == --tests ]]; then
   # The test bed's parts do not depend on each other, and a bare machine spends minutes on
   # each: downloads (Maven Central, Debian, PyPI) and builds (Go, a JVM's training run). They
   # run side by side, each with its output in a log of its own that is printed when it ends,
@@ -146,13 +152,34 @@ if [[ $MODE == --all || $MODE == --node ]]; then
   debian_parts() {
     "$PY" -m offtake_testbed.prometheus install && "$PY" -m offtake_testbed.postgres install
   }
+  # --tests: the control plane is built by a process of its own, detached from this script
+  # (setsid, no terminal, its output in the cache), so that it goes on after this script has
+  # ended; the build holds the cache's lock for it, and install_control_plane() in a test's
+  # fixture waits on that lock. Nothing is started when it is built already.
+  kube_in_background() {
+    "$PY" -c 'import sys; from offtake_testbed.kube import control_plane_installed as done
+sys.exit(0 if done() else 1)' && return 0
+    local log="${OFFTAKE_CACHE:-$HOME/.cache/offtake}/kube/background-build.log"
+    mkdir -p "$(dirname "$log")"
+    # Started from a subshell that ends at once, so it is no child of this script: the `wait`
+    # for the parts below must not wait for it.
+    (setsid "$PY" -m offtake_testbed.kube install --no-helm </dev/null >"$log" 2>&1 &)
+    printf '\n== kube-apiserver, etcd, kube-controller-manager, kubectl (Go module proxy)\n'
+    echo "building in the background while the tests run (log: $log)"
+  }
   part spark-archive "Spark class-data archive (offtake spark-archive: local Spark sessions start faster)" \
     spark_archive
   part debian "Prometheus, promtool and PostgreSQL (Debian)" debian_parts
   part apicurio "Apicurio Registry, the schema registry (built from Maven Central jars)" \
     "$PY" -m offtake_testbed.apicurio install
-  part kube "kube-apiserver, etcd, kube-controller-manager, kubectl, helm (Go module proxy)" \
-    "$PY" -m offtake_testbed.kube install
+  if [[ $MODE == --tests ]]; then
+    # helm stays in the foreground: scripts/lint.sh renders the chart with it.
+    part helm "helm (Go module proxy)" "$PY" -m offtake_testbed.kube install --only-helm
+    kube_in_background
+  else
+    part kube "kube-apiserver, etcd, kube-controller-manager, kubectl, helm (Go module proxy)" \
+      "$PY" -m offtake_testbed.kube install
+  fi
   part scanners "kube-score, kubeconform (Go module proxy) and checkov (PyPI), for scripts/lint.sh" \
     "$PY" -m offtake_testbed.scanners install
   step "the test bed's parts, side by side: ${part_names[*]}"

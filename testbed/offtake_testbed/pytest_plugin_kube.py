@@ -15,7 +15,11 @@ Register with ``pytest_plugins = ["offtake_testbed.pytest_plugin_kube"]`` in a c
   scripts/build-image.sh) imported. Opt-in: only tests that ask for it start it.
 
 The binaries are built during collection when a selected test uses these fixtures, so a cold
-build (10-25 minutes on two cores) does not count against any test's timeout.
+build (10-25 minutes on two cores) does not count against any test's timeout. Unless
+``$OFFTAKE_KUBE_BUILDING`` is set (by scripts/test.sh, to the log of the build that
+``scripts/setup.sh --tests`` left in the background): then collection does not wait for the
+build; the files that need the control plane are handed out last, and their first fixture
+waits for the build outside the tests' timeouts, so the rest of the suite runs meanwhile.
 
 Environment: ``OFFTAKE_KUBE_VERSION`` picks another Kubernetes release;
 ``OFFTAKE_KEEP_KUBE_WORKDIR=1`` keeps the control plane's folder (logs, etcd data) after the
@@ -27,8 +31,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Protocol
 
 import pytest
@@ -38,10 +44,13 @@ from .kube import (
     ControlPlane,
     ControlPlaneError,
     KubeBuildError,
+    control_plane_installed,
     install_control_plane,
     install_helm,
+    wait_for_build,
 )
 from .node import Node, NodeError, install_node
+from .process import file_tail
 
 __all__ = ["Helm", "Kubectl", "control_plane", "helm", "kube_namespace", "kube_node", "kubectl"]
 
@@ -60,10 +69,35 @@ class Kubectl(Protocol):
 
 _BUILD_ERROR = pytest.StashKey[str]()
 _HELM_BUILD_ERROR = pytest.StashKey[str]()
+_CONTROL_PLANE_FIXTURES = frozenset({"control_plane", "kubectl", "kube_namespace", "kube_node"})
+# Set by scripts/test.sh to the log of the control plane's background build (setup.sh --tests).
+_BUILDING_ENV = "OFFTAKE_KUBE_BUILDING"
 
 
 def _kube_version() -> str:
     return os.environ.get("OFFTAKE_KUBE_VERSION", KUBE_VERSION)
+
+
+def _needs_control_plane(item: pytest.Item) -> bool:
+    """A test that starts a control plane: through the fixtures, or itself (marker e2e)."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    return bool(fixtures & _CONTROL_PLANE_FIXTURES) or item.get_closest_marker("e2e") is not None
+
+
+def _after_the_build(items: list[pytest.Item]) -> None:
+    """The control plane is building in the background: hand out the files that need it last
+    (a stable sort: the order of the rest, Spark's files first, stays), and let their tests'
+    timeouts cover the test alone, not the fixture that waits for the build (pytest-timeout's
+    ``func_only``, the test's own timeout kept)."""
+    files = {item.path for item in items if _needs_control_plane(item)}
+    items.sort(key=lambda item: item.path in files)
+    for item in items:
+        if item.path not in files:
+            continue
+        own = item.get_closest_marker("timeout")
+        args, kwargs = (own.args, dict(own.kwargs)) if own is not None else ((), {})
+        kwargs["func_only"] = True
+        item.add_marker(pytest.mark.timeout(*args, **kwargs), append=False)
 
 
 @pytest.hookimpl(trylast=True)
@@ -77,7 +111,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     used: set[str] = set()
     for item in items:
         used.update(getattr(item, "fixturenames", ()))
-    if used & {"control_plane", "kubectl", "kube_namespace", "helm"}:
+    if os.environ.get(_BUILDING_ENV):
+        _after_the_build(items)
+    elif used & {"control_plane", "kubectl", "kube_namespace", "helm"}:
         try:
             install_control_plane(_kube_version(), progress=sys.stderr)
         except KubeBuildError as exc:
@@ -89,12 +125,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             config.stash[_HELM_BUILD_ERROR] = str(exc)
 
 
+def _wait_for_the_background_build(version: str) -> None:
+    """Wait for the build scripts/setup.sh --tests started, if any; fail naming its log if it
+    ended without the binaries (rather than building again here for as long)."""
+    log = os.environ.get(_BUILDING_ENV)
+    if not log or control_plane_installed(version):
+        return
+    print(f"\nwaiting for the control plane's background build (log: {log})", file=sys.stderr)
+    began = time.monotonic()
+    wait_for_build(version)
+    if not control_plane_installed(version):
+        pytest.fail(
+            f"the background build of the Kubernetes {version} test bed failed; {log} ends:\n"
+            f"{file_tail(Path(log), 40)}",
+            pytrace=False,
+        )
+    print(f"the control plane was built {time.monotonic() - began:.0f} s later", file=sys.stderr)
+
+
 @pytest.fixture(scope="session")
 def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     version = _kube_version()
     error = request.config.stash.get(_BUILD_ERROR, None)
     if error is not None:
         pytest.fail(f"could not build the Kubernetes {version} test bed: {error}", pytrace=False)
+    _wait_for_the_background_build(version)
     try:
         paths = install_control_plane(version, progress=sys.stderr)
     except KubeBuildError as exc:

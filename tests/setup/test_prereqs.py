@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 BASH = shutil.which("bash") or "/bin/bash"
 
@@ -53,8 +55,9 @@ def test_a_missing_tool_is_named_with_its_install_command_and_the_check_fails(
     assert "stopped before installing anything" in done.stderr
 
 
-def test_every_missing_tool_gets_its_own_line(tmp_path: Path) -> None:
-    done = check(tools_except(tmp_path, "java", "mvn", "python3", "go"), "--all")
+@pytest.mark.parametrize("mode", ["--all", "--tests"])  # --tests: scripts/test.sh's set-up
+def test_every_missing_tool_gets_its_own_line(tmp_path: Path, mode: str) -> None:
+    done = check(tools_except(tmp_path, "java", "mvn", "python3", "go"), mode)
     assert done.returncode == 1
     missing = [line for line in done.stderr.splitlines() if line.startswith("missing: ")]
     named = [line.removeprefix("missing: ").split(" ")[0] for line in missing]

@@ -37,9 +37,11 @@ from .install import (
     HELM_VERSION,
     KUBE_VERSION,
     Paths,
+    control_plane_installed,
     install_control_plane,
     install_helm,
     trim_go_caches,
+    wait_for_build,
 )
 
 __all__ = [
@@ -52,7 +54,9 @@ __all__ = [
     "KubeBuildError",
     "KubectlError",
     "Paths",
+    "control_plane_installed",
     "install_control_plane",
     "install_helm",
     "trim_go_caches",
+    "wait_for_build",
 ]

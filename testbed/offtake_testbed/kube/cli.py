@@ -50,7 +50,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     install.add_argument("--version", default=KUBE_VERSION, help="Kubernetes release")
     install.add_argument("--etcd-version", default=ETCD_VERSION)
     install.add_argument("--helm-version", default=HELM_VERSION)
-    install.add_argument("--no-helm", action="store_true", help="do not build helm")
+    what = install.add_mutually_exclusive_group()
+    what.add_argument("--no-helm", action="store_true", help="do not build helm")
+    # scripts/setup.sh --tests builds helm (scripts/lint.sh needs it) beside the rest of the test
+    # bed, and the control plane, the long pole, in the background while the tests run.
+    what.add_argument("--only-helm", action="store_true", help="build helm alone")
     install.add_argument("--sizes", action="store_true", help="also report the cache's size")
     run = sub.add_parser("run", help="start a control plane and wait for Ctrl-C")
     run.add_argument("--version", default=KUBE_VERSION, help="Kubernetes release")
@@ -65,10 +69,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "install":
             started = time.monotonic()
-            paths = install_control_plane(
-                args.version, etcd_version=args.etcd_version, progress=sys.stderr
-            )
-            report: dict[str, Any] = {k: str(v) for k, v in asdict(paths).items()}
+            report: dict[str, Any] = {}
+            if not args.only_helm:
+                paths = install_control_plane(
+                    args.version, etcd_version=args.etcd_version, progress=sys.stderr
+                )
+                report.update((k, str(v)) for k, v in asdict(paths).items())
             if not args.no_helm:
                 report["helm"] = str(install_helm(args.helm_version, progress=sys.stderr))
             report["seconds"] = round(time.monotonic() - started, 2)

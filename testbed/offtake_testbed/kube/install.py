@@ -19,10 +19,12 @@ __all__ = [
     "HELM_VERSION",
     "KUBE_VERSION",
     "Paths",
+    "control_plane_installed",
     "install_control_plane",
     "install_helm",
     "kube_version_ldflags",
     "trim_go_caches",
+    "wait_for_build",
 ]
 
 #: Kubernetes release built by default (staging modules are published as v0.34.4).
@@ -74,6 +76,19 @@ def _installed(bin_dir: Path, version: str, etcd_version: str | None) -> Paths |
     if all(os.access(b, os.X_OK) for b in binaries):
         return paths
     return None
+
+
+def control_plane_installed(version: str = KUBE_VERSION, etcd_version: str = ETCD_VERSION) -> bool:
+    """Whether :func:`install_control_plane` would return at once (built and cached)."""
+    return _installed(cache_dir("kube", version, "bin"), version, etcd_version) is not None
+
+
+def wait_for_build(version: str = KUBE_VERSION) -> None:
+    """Block while another process builds the control plane ``version`` (it holds the lock
+    :func:`install_control_plane` builds under), e.g. ``scripts/setup.sh --tests``' background
+    build; return at once when none does."""
+    with cache_lock(f"kube-{version}"):
+        pass
 
 
 def _staging_modules(kubernetes_go_mod: str) -> list[str]:
