@@ -157,8 +157,7 @@ if [[ $MODE == --all || $MODE == --node || $MODE == --tests ]]; then
   # ended; the build holds the cache's lock for it, and install_control_plane() in a test's
   # fixture waits on that lock. Nothing is started when it is built already.
   kube_in_background() {
-    "$PY" -c 'import sys; from offtake_testbed.kube import control_plane_installed as done
-sys.exit(0 if done() else 1)' && return 0
+    "$PY" -m offtake_testbed.kube built && return 0
     local log="${OFFTAKE_CACHE:-$HOME/.cache/offtake}/kube/background-build.log"
     mkdir -p "$(dirname "$log")"
     # Started from a subshell that ends at once, so it is no child of this script: the `wait`

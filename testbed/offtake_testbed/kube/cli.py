@@ -23,6 +23,7 @@ from .install import (
     ETCD_VERSION,
     HELM_VERSION,
     KUBE_VERSION,
+    control_plane_installed,
     install_control_plane,
     install_helm,
     trim_go_caches,
@@ -59,6 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = sub.add_parser("run", help="start a control plane and wait for Ctrl-C")
     run.add_argument("--version", default=KUBE_VERSION, help="Kubernetes release")
     run.add_argument("--kubeconfig", type=Path, help="also copy the kubeconfig here")
+    built = sub.add_parser(
+        "built", help="exit 0 if the control plane is built and cached, 1 if not (builds nothing)"
+    )
+    built.add_argument("--version", default=KUBE_VERSION, help="Kubernetes release")
     sub.add_parser(
         "trim",
         help="delete the Go build and module caches (~5 GB); installed binaries stay, "
@@ -86,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 }
             print(json.dumps(report, indent=2))
             return 0
+        if args.command == "built":
+            return 0 if control_plane_installed(args.version) else 1
         if args.command == "trim":
             trim_go_caches()
             return 0
