@@ -84,7 +84,7 @@ class FusedPass:
         n, start = len(messages), 0
         while start < n:
             started = time.monotonic()
-            items, stop, called = self._pass(messages, start, tp, epoch)
+            items, stop, called = self._pass(messages, offsets, start, tp, epoch)
             now = time.monotonic()
             self.metrics.processing_seconds.observe(now - started)
             if self.abort.is_set():
@@ -105,9 +105,15 @@ class FusedPass:
                 return
 
     def _pass(
-        self, messages: Sequence[MessageLike], start: int, tp: TopicPartition, epoch: int
+        self,
+        messages: Sequence[MessageLike],
+        offsets: Sequence[int],
+        start: int,
+        tp: TopicPartition,
+        epoch: int,
     ) -> Stop:
-        """Records from ``start`` on, up to the first one the pass does not handle."""
+        """Records from ``start`` on, up to the first one the pass does not handle; ``offsets``
+        are theirs, as the poll loop read them (Work.offsets)."""
         topic, partition = tp
         fast, slow_after = self.decoder.fast(topic)
         function = self.processor.function
@@ -130,7 +136,7 @@ class FusedPass:
                 (
                     topic,
                     partition,
-                    msg.offset() or 0,
+                    offsets[i],
                     msg.key(),
                     value,
                     tuple(headers) if headers else (),
