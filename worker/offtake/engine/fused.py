@@ -86,7 +86,8 @@ class FusedPass:
             started = time.monotonic()
             items, stop, called = self._pass(messages, offsets, start, tp, epoch)
             now = time.monotonic()
-            self.metrics.processing_seconds.observe(now - started)
+            if stop > start:  # an empty pass processed no batch
+                self.metrics.processing_seconds.observe(now - started)
             if self.abort.is_set():
                 return  # given up meanwhile (the drain budget was spent): see ProcessorRuns.run
             if items and self.router.current().get(tp) == epoch:  # not revoked meanwhile
