@@ -82,7 +82,7 @@ class FusedPass:
         ``route`` routes records with their outcomes (and parks what is to be retried)."""
         tp, epoch, messages, offsets = work.tp, work.epoch, work.messages, work.offsets
         n, start = len(messages), 0
-        while start < n:
+        while start < n and not self.abort.is_set():  # given up: no call on what is left
             started = time.monotonic()
             items, stop, called = self._pass(messages, offsets, start, tp, epoch)
             now = time.monotonic()
