@@ -7,7 +7,9 @@ attempts (decoded, numbered, the ones that must not run sent to the error policy
 one); :mod:`offtake.engine.routing` sends each outcome on (the sink, the error policy,
 parking) and turns the sink's reports into settlements; :mod:`offtake.engine.parking` keeps
 the records waiting out a delay and the partitions held behind them (plain code, unit-tested
-on its own).
+on its own). At concurrency 1 with a plain per-record function, :mod:`offtake.engine.fused`
+runs a Work's common records through decode, call and routing in one pass, and hands the
+others to these steps.
 
 It runs beside the poll loop so that slow user code or a slow sidecar never stops the worker
 from polling (which would get it kicked out of the group). Work arrives in consumption order
@@ -61,6 +63,7 @@ from types import MappingProxyType
 from typing import TypeVar
 
 from offtake.engine.errors import ErrorPolicy
+from offtake.engine.fused import FusedPass
 from offtake.engine.parking import Attempt, Parking
 from offtake.engine.processor_runs import ProcessorRuns
 from offtake.engine.routing import Router
@@ -73,7 +76,7 @@ from offtake.metrics import Metrics
 from offtake.processing.base import Backpressure as SlowDown
 from offtake.processing.base import Outcome, Processor, ProcessorUnavailable
 from offtake.processing.calls import Call, Calls, Finished
-from offtake.processing.function import PassThrough
+from offtake.processing.function import FunctionProcessor, PassThrough
 from offtake.records import TopicPartition
 from offtake.sinks.base import Sink, SinkBatch
 
@@ -152,6 +155,12 @@ class ProcessingStage:
         # The processor called at concurrency 1, an unavailable one waited out
         # (engine/processor_runs.py); the concurrent path asks it how long to wait.
         self.runs = ProcessorRuns(processor, policy, metrics, health, self.abort, self._serve)
+        # Concurrency 1 and a plain per-record function: a Work's common records decoded,
+        # called and made sink items in one pass (engine/fused.py), the rest as below.
+        self.fused: FusedPass | None = None
+        if calls is None and type(processor) is FunctionProcessor:
+            parts = (self.router, self.parking, self.intake, metrics, self.abort)
+            self.fused = FusedPass(decoder, processor, *parts)
         self._current: Mapping[TopicPartition, int] = MappingProxyType({})
         self._queue: deque[Work] = deque()
         self._cond = threading.Condition()
@@ -395,6 +404,13 @@ class ProcessingStage:
             self.router.submit(batch)
             self._serve()
             return
+        if self.fused is not None and self.fused.applies(work):
+            self.fused.run(work, self._general, self._route)
+            self._serve()
+            return
+        self._general(work)
+
+    def _general(self, work: Work) -> None:
         todo = self.intake.attempts(work)
         if todo is None:
             return  # given up while the registry was unreachable (drain budget spent)
@@ -414,8 +430,11 @@ class ProcessingStage:
                 return  # given up (the drain budget was spent)
             outcomes.extend(done)
             self._serve()  # delivery reports keep settling earlier batches meanwhile
-        if not todo:
-            return
+        if todo:
+            self._route(todo, outcomes)
+
+    def _route(self, todo: list[Attempt], outcomes: list[Outcome]) -> None:
+        """Route processed records, park failures for a retry, let held records go on."""
         retry = self.router.route(todo, outcomes)
         if retry:
             self._park(retry)

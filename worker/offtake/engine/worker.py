@@ -301,17 +301,19 @@ class Worker:
 
     def _apply_settled(self) -> None:
         """Hand what the processing thread settled to the delivery mode; act on stops."""
-        done: Counter[tuple[str, str]] = Counter()
-        for s in self.settlements.take_all():
-            n = self.delivery.settle(s)
-            if n:
-                done[s.tp.topic, s.how] += n
-            elif isinstance(s, Settled) and s.how == "failed" and self._current(s):
-                # A stale assignment's failure stops nothing: its records are consumed again
-                # (by this worker after an exactly-once rewind, or by the partition's new owner).
-                self.fail(EXIT_STOPPED_ON_ERROR, s.reason)
-        for (topic, how), n in done.items():  # one counter update per kind, not per record
-            self.metrics.processed.labels(topic, how).inc(n)
+        settled = self.settlements.take_all()
+        if settled:  # most iterations settle nothing: no Counter made for them
+            done: Counter[tuple[str, str]] = Counter()
+            for s in settled:
+                n = self.delivery.settle(s)
+                if n:
+                    done[s.tp.topic, s.how] += n
+                elif isinstance(s, Settled) and s.how == "failed" and self._current(s):
+                    # A stale assignment's failure stops nothing: its records are consumed
+                    # again (by this worker after an exactly-once rewind, or the new owner).
+                    self.fail(EXIT_STOPPED_ON_ERROR, s.reason)
+            for (topic, how), n in done.items():  # one counter update per kind, not per record
+                self.metrics.processed.labels(topic, how).inc(n)
         for tp, epoch, until in self.settlements.take_slow_downs():
             if self.tracker.epoch(tp) == epoch and tp not in self._revoking:
                 self.pauser.delay(tp, until)

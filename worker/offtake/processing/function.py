@@ -164,6 +164,15 @@ class FunctionProcessor(_Awaits, Processor):
                 append(new_outcome(Outcome, ([result], None, True)))
         return out
 
+    def outcome_of(self, result: Any) -> Outcome:
+        """What :meth:`process` makes of a call's ``result``: awaited if it is awaitable."""
+        try:
+            if isinstance(result, AWAITABLES):  # returned, not awaited: await it here
+                result = self._await(result)
+        except Exception as exc:  # user code: any exception is that record's failure
+            return Outcome([], exc)
+        return Outcome(values_of(result))
+
 
 ProcessBatchFunction = Callable[[list[Record]], Any]
 

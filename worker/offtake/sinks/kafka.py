@@ -114,62 +114,117 @@ class KafkaSink(Sink):
         self._in_flight: dict[TopicPartition, set[_InFlight]] = {}
 
     def submit(self, batch: SinkBatch) -> None:
-        """The one produce loop: every value of the batch, with its record's key and headers."""
-        if batch.messages is None:
+        """The one produce loop: every value of the batch, with its record's key and headers,
+        encoded as it is produced (no row made per value: docs/bench.md, issue 42)."""
+        messages = batch.messages
+        if messages is None:
             expected = sum([len(it.values) for it in batch.items])
             if expected == 0:  # nothing to write: settled at once
                 self.settle(batch)
                 return
         else:
-            expected = len(batch.messages)
+            expected = len(messages)
         pending = _InFlight(self, batch, expected)
         with self._lock:
             self._in_flight.setdefault(batch.tp, set()).add(pending)
-        refused = pending.refused
         produce, topic, on_delivery = self.producer.produce, self.topic, pending.delivered
-        for i, key, value, headers in self._rows(batch, pending):
-            if refused and i in refused:  # an earlier value of this record was refused
+        # Positional (topic, value, key, partition, callback): confluent-kafka parses them in
+        # about 60% of the time keyword arguments take, per record.
+        if messages is not None:  # consumed records as they are (pass-through)
+            for i, msg in enumerate(messages):
+                headers = msg.headers()
+                try:
+                    if headers is None:
+                        produce(topic, msg.value(), msg.key(), -1, on_delivery)
+                    else:
+                        produce(topic, msg.value(), msg.key(), -1, on_delivery, headers=headers)
+                except Exception as exc:  # the local queue full, or this record only
+                    self._not_produced(pending, i, msg.key(), msg.value(), headers, exc)
+            return
+        encode = self.encode
+        for i, (record, values, _, _) in enumerate(batch.items):
+            key, headers = record.key, list(record.headers) if record.headers else None
+            if len(values) != 1:  # none or several (a record fanned out): rarer
+                self._produce_several(pending, i, key, values, headers)
+                continue
+            try:
+                data = encode(values[0])
+            except Exception as exc:  # the value's fault: the encoder's error names the field
+                pending.refuse(i, exc, 1)
+                continue
+            try:
+                if headers is None:
+                    produce(topic, data, key, -1, on_delivery)
+                else:
+                    produce(topic, data, key, -1, on_delivery, headers=headers)
+            except Exception as exc:  # the local queue full, or this record only
+                self._not_produced(pending, i, key, data, headers, exc)
+
+    def _produce_several(
+        self, pending: _InFlight, i: int, key: bytes | None, values: list[Any], headers: Headers
+    ) -> None:
+        """Record ``i``'s values, every one encoded before any is produced: a value that cannot
+        be encoded fails its record with none of it sent."""
+        try:
+            encoded = [self.encode(value) for value in values]
+        except Exception as exc:  # the value's fault: the encoder's error names the field
+            pending.refuse(i, exc, len(values))
+            return
+        produce, topic, on_delivery = self.producer.produce, self.topic, pending.delivered
+        for data in encoded:
+            if i in pending.refused:  # an earlier value of this record was refused
                 pending.skip(1)
                 continue
             try:
-                try:
-                    # Positional (topic, value, key, partition, callback): confluent-kafka
-                    # parses them in about 60% of the time keyword arguments take, per record.
-                    if headers is None:
-                        produce(topic, value, key, -1, on_delivery)
-                    else:
-                        produce(topic, value, key, -1, on_delivery, headers=headers)
-                except BufferError:  # the local queue is full: wait for room
-                    produce_waiting(
-                        self.producer,
-                        topic,
-                        value=value,
-                        key=key,
-                        headers=headers,
-                        on_delivery=on_delivery,
-                    )
-            except Exception as exc:  # this record only (too large, say): it fails, not the rest
-                where = batch.where(i)
-                failed = SinkError(f"record {where}: producing to {topic} failed: {exc}")
-                pending.refuse(i, failed, 1)
+                if headers is None:
+                    produce(topic, data, key, -1, on_delivery)
+                else:
+                    produce(topic, data, key, -1, on_delivery, headers=headers)
+            except Exception as exc:  # the local queue full, or this record only
+                self._not_produced(pending, i, key, data, headers, exc)
 
-    def _rows(self, batch: SinkBatch, pending: _InFlight | None = None) -> list[Row]:
-        """What to produce for ``batch``: consumed records as they are, or each value encoded.
-        A value that cannot be encoded refuses its record (through ``pending``). A list made
-        in one loop, not a generator: resuming one costs more per value than the row does."""
+    def _not_produced(
+        self,
+        pending: _InFlight,
+        i: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        exc: Exception,
+    ) -> None:
+        """``produce`` raised for record ``i``'s value: wait for room if the local queue was
+        full, else (too large, say) the record fails, not the rest."""
+        if isinstance(exc, BufferError):
+            try:
+                produce_waiting(
+                    self.producer,
+                    self.topic,
+                    value=value,
+                    key=key,
+                    headers=headers,
+                    on_delivery=pending.delivered,
+                )
+                return
+            except Exception as again:  # refused below, like the first
+                exc = again
+        where = pending.batch.where(i)
+        failed = SinkError(f"record {where}: producing to {self.topic} failed: {exc}")
+        pending.refuse(i, failed, 1)
+
+    def _rows(self, batch: SinkBatch) -> list[Row]:
+        """What was produced for ``batch``, to match failed delivery reports against: consumed
+        records as they are, or each value encoded (a value that cannot be encoded has no row)."""
         if batch.messages is not None:
             return [(i, m.key(), m.value(), m.headers()) for i, m in enumerate(batch.messages)]
         rows: list[Row] = []
-        append, encode = rows.append, self.encode
+        encode = self.encode
         for i, (record, values, _, _) in enumerate(batch.items):
             key, headers = record.key, list(record.headers) if record.headers else None
-            for n, value in enumerate(values):
-                try:
-                    append((i, key, encode(value), headers))
-                except Exception as exc:  # the value's fault: the encoder's error names the field
-                    if pending is not None:  # this value and the record's later ones are not sent
-                        pending.refuse(i, exc, len(values) - n)
-                    break
+            try:
+                encoded = [encode(value) for value in values]
+            except Exception:  # refused when produced: none of its values was sent
+                continue
+            rows.extend([(i, key, data, headers) for data in encoded])
         return rows
 
     def _take(self, pending: _InFlight) -> bool:
