@@ -88,6 +88,9 @@ CHUNK = 100
 # How long the idle thread sleeps before it serves the sink again while items are out: short,
 # since delivery reports are what frees in-flight capacity and lets offsets be committed.
 SINK_SERVICE_INTERVAL = 0.005
+# The same with calls in flight (processor.concurrency > 1): each finished call wakes the
+# thread and its pass serves the sink, so the timer only bounds the wait when calls are slow.
+CALLS_SERVICE_INTERVAL = 0.025
 IDLE_WAIT = 0.1
 FLUSH_SLICE = 0.1  # one sink.drain() call while a flush is requested; the loop keeps asking
 
@@ -157,6 +160,7 @@ class ProcessingStage:
         self._cond = threading.Condition()
         self._progress = threading.Condition()
         self._progressed = 0  # progress made so far (under _progress): see wait_for_progress
+        self._told = 0  # settlements.posted when the poll loop was last told (this thread)
         self._queued = 0
         self._busy = False
         self._closed = False
@@ -281,6 +285,8 @@ class ProcessingStage:
                 while not self._has_task():
                     outstanding = self._outstanding()
                     wait = SINK_SERVICE_INTERVAL if outstanding else IDLE_WAIT
+                    if self._running:
+                        wait = min(IDLE_WAIT, CALLS_SERVICE_INTERVAL)
                     next_due = self.parking.until_next_due(time.monotonic())
                     if next_due is not None:
                         wait = min(wait, next_due)
@@ -309,7 +315,11 @@ class ProcessingStage:
                     self._queued -= len(work.messages)
                 flush = self._take_flush() if not stop and not work and not retries else None
                 self._busy = True
-            self._progressed_now()
+            if work is not None or abandon or calls or stop or retries or flush is not None:
+                # Room in the queue, or a step a waiting poll loop checks. A pass for finished
+                # calls or the sink's timer tells it only of what it settled (_tell_posted):
+                # the poll loop at the in-flight bound has nothing else to look at.
+                self._progressed_now()
             for partitions in abandon:
                 self.sink.abandon(partitions)
                 self.parking.forget(partitions)
@@ -335,7 +345,7 @@ class ProcessingStage:
                 self.policy.flush(0.05)
             if self.scheduler is not None:
                 self._start_calls()
-            self._serve()
+            self._serve()  # tells the poll loop of what this pass settled (a flush's too)
             with self._cond:
                 self._busy = False
 
@@ -370,12 +380,17 @@ class ProcessingStage:
 
     def _serve(self) -> None:
         """Let the sink, the DLQ and retry sends fire their callbacks (on this thread)."""
-        out = self.router.out
         self.sink.poll()
         self.policy.poll()
-        if self.router.out < out:
-            # Records settled: a poll loop waiting at the in-flight bound can apply them (and
-            # commit, which frees room) now rather than when its wait times out.
+        self._tell_posted()
+
+    def _tell_posted(self) -> None:
+        """Records settled (or a slow-down or a stop was asked for) since the poll loop was
+        last told: a poll loop waiting at the in-flight bound can apply them (and commit, which
+        frees room) now rather than when its wait times out. Nothing new: it is not woken."""
+        posted = self.settlements.posted
+        if posted != self._told:
+            self._told = posted
             self._progressed_now()
 
     def _park(self, retry: list[Attempt]) -> None:
