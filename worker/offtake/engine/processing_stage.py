@@ -130,7 +130,10 @@ class ProcessingStage:
         # loop, the scheduler decides which record starts next, and its lanes are the holds.
         # Without it (concurrency 1): the processor runs here, one call at a time, as always.
         self.calls = calls
-        self.scheduler = Scheduler(order, concurrency * chunk) if calls is not None else None
+        # Handed out at most: the calls running, and those an executor takes to start itself
+        # as others finish (Calls.ahead: the event loop's).
+        self.handout = concurrency + (calls.ahead if calls is not None else 0)
+        self.scheduler = Scheduler(order, self.handout * chunk) if calls is not None else None
         self.concurrency = concurrency
         self.chunk = chunk  # records per call: 1, or CHUNK for a batch function or a sidecar
         self._finished: deque[Finished] = deque()
@@ -445,12 +448,13 @@ class ProcessingStage:
         return self.scheduler is None or (not self._running and not self.scheduler.has_ready())
 
     def _start_calls(self) -> None:
-        """Start what the scheduler hands out, up to ``concurrency`` calls in flight."""
+        """Start what the scheduler hands out, up to ``concurrency`` calls in flight and the
+        executor's ``ahead`` more (waiting for a slot on the event loop)."""
         scheduler, calls = self.scheduler, self.calls
         assert scheduler is not None and calls is not None
         if self.abort.is_set():
             return
-        free = self.concurrency - len(self._running)
+        free = self.handout - len(self._running)
         # One take for every free call, cut into calls of ``chunk`` records: the calls of one
         # chunk each, in the scheduler's order, as taking a chunk at a time would make them.
         items = scheduler.take(free * self.chunk) if free > 0 else []
@@ -511,7 +515,9 @@ class ProcessingStage:
             if isinstance(outcome.error, SlowDown) and self._is_current(record.tp, epoch):
                 continue  # parked by the router: its lane stays busy
             scheduler.done((record, epoch, attempt))
-        self._serve()
+        # The sink is served at the end of this thread's pass, after the next calls started:
+        # each poll of a producer hands the GIL to the busy event loop, and takes up to the
+        # switch interval to get it back, which the next calls would wait for.
 
     def _wait_unavailable(
         self, items: list[Attempt], exc: ProcessorUnavailable, now: float
@@ -538,7 +544,7 @@ class ProcessingStage:
         scheduler = self.scheduler
         assert scheduler is not None
         metrics = self.metrics
-        metrics.calls_in_flight.set(len(self._running))
+        metrics.calls_in_flight.set(min(len(self._running), self.concurrency))
         metrics.records_waiting.set(scheduler.waiting)
         oldest = next(iter(self._running.values()), None)
         metrics.oldest_call_seconds.set(time.monotonic() - oldest[0] if oldest else 0.0)
