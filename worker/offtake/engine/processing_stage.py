@@ -288,8 +288,8 @@ class ProcessingStage:
                 while not self._has_task():
                     outstanding = self._outstanding()
                     wait = SINK_SERVICE_INTERVAL if outstanding else IDLE_WAIT
-                    if self._running:
-                        wait = min(IDLE_WAIT, CALLS_SERVICE_INTERVAL)
+                    if outstanding and self._running:
+                        wait = CALLS_SERVICE_INTERVAL  # not IDLE_WAIT's 100 ms: reports owed
                     next_due = self.parking.until_next_due(time.monotonic())
                     if next_due is not None:
                         wait = min(wait, next_due)
