@@ -96,6 +96,8 @@ KEY_ORDERED = ("offtake-key", "offtake-key-base", "pc-key")
 PINNED: str | None = None
 # --profile DIR: py-spy records each Offtake run (--gil, collapsed stacks) into DIR.
 PROFILE_DIR: Path | None = None
+# The bare client's CPU per call, by latency and N, each round's (bench/concurrency_contenders).
+CEILING_CPU: dict[str, dict[int, list[float | None]]] = {}
 ARROYO_REQUIREMENT = "sentry-arroyo==2.48.0"  # as bench/passthrough.py pins it
 
 
@@ -513,10 +515,16 @@ class Sampled:
                 stderr=subprocess.DEVNULL,
             )
         self.samples: list[tuple[float, float, int]] = []  # (wall ms, CPU s, RSS bytes)
+        # Offtake's threads, each on its own (bench/concurrency_threads.py): (wall ms, counts).
+        self.per_thread = profile
+        self.thread_samples: list[tuple[float, dict[int, tuple[int, int, int]]]] = []
+        self.thread_names: dict[int, str] = {}
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
 
     def _sample(self) -> None:
+        import concurrency_threads  # beside this file (bench/ is the script's folder)
+
         tick = os.sysconf("SC_CLK_TCK")
         stat = Path(f"/proc/{self.proc.pid}/stat")
         while self.proc.poll() is None:
@@ -528,7 +536,27 @@ class Sampled:
             cpu = (int(fields[11]) + int(fields[12])) / tick
             rss = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
             self.samples.append((time.time() * 1000, cpu, rss))
+            if self.per_thread:
+                snap = concurrency_threads.snapshot(self.proc.pid)
+                self.thread_samples.append((time.time() * 1000, snap))
             time.sleep(0.2)
+
+    def name_threads(self) -> None:
+        import concurrency_threads
+
+        self.thread_names = concurrency_threads.names(self.proc.pid)
+
+    def threads_between(self, start_ms: float, end_ms: float, records: int) -> dict[str, Any]:
+        before = [snap for at, snap in self.thread_samples if at <= start_ms]
+        after = [snap for at, snap in self.thread_samples if at >= end_ms]
+        if not before or not after:
+            return {}
+        seconds = (end_ms - start_ms) / 1000
+        import concurrency_threads
+
+        return concurrency_threads.per_record(
+            before[-1], after[0], self.thread_names, records, seconds
+        )
 
     def cpu_between(self, start_ms: float, end_ms: float) -> float | None:
         before = [cpu for at, cpu, _ in self.samples if at <= start_ms]
@@ -756,8 +784,14 @@ def run_one(
     began = time.monotonic()
     # (wall ms, calls answered): the service's count, sampled as the run goes.
     served: list[tuple[float, int]] = []
+    # (wall ms, CPU s of the broker, of the service): what a contender costs the machine
+    # beside its own process (2 cores: the broker and the service share them with it).
+    beside: list[tuple[float, float, float]] = []
+    broker_process = getattr(broker, "_process", None)
+    broker_pid = broker_process.pid if broker_process is not None else None
     first_at: float | None = None
     progress_at = began
+    named = False
     try:
         while True:
             code = process.exited()
@@ -770,7 +804,11 @@ def run_one(
                 progress_at = now
                 if first_at is None:
                     first_at = now
+            if process.per_thread and not named and first_at and now - first_at > 2:
+                process.name_threads()  # every thread runs by now
+                named = True
             served.append((time.time() * 1000, count))
+            beside.append((time.time() * 1000, _cpu_of(broker_pid), _cpu_of(service.pid)))
             if count >= settings.records:
                 break  # the input is done
             if first_at is not None and now - first_at >= settings.warmup + settings.seconds:
@@ -829,9 +867,29 @@ def run_one(
         rss_mib_max=round(rss / 2**20, 1) if rss else None,
         wall_seconds=round(time.monotonic() - began, 1),
     )
+    if rate:
+        before = [b for b in beside if b[0] <= start_ms]
+        after = [b for b in beside if b[0] >= end_ms]
+        if before and after and measured:
+            b0, a0 = before[-1], after[0]
+            result["broker_cpu_us_per_record"] = round((a0[1] - b0[1]) / measured * 1e6, 1)
+            result["service_cpu_us_per_record"] = round((a0[2] - b0[2]) / measured * 1e6, 1)
+    if rate and process.per_thread:
+        result["threads"] = process.threads_between(start_ms, end_ms, measured)
     if result["status"] == "ok" and not rate:
         result["status"] = "too few calls to measure"
     return result
+
+
+def _cpu_of(pid: int | None) -> float:
+    """A process's CPU seconds so far (user + system), 0.0 if it cannot be read."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure_ceilings(
@@ -850,13 +908,16 @@ def measure_ceilings(
             done = subprocess.run(
                 argv, env=env, capture_output=True, text=True, timeout=300, check=False, cwd=work
             )
+            got: dict[str, Any] = {}
             try:
                 got = json.loads(done.stdout.strip().splitlines()[-1])
                 by_n[n] = round(got["calls"] / got["seconds"], 1)
             except (IndexError, ValueError, KeyError, ZeroDivisionError):
                 log(f"ceiling N={n} at {latency:g} ms failed: {done.stderr[-500:]}")
                 by_n[n] = None
-            log(f"ceiling {latency:g} ms N={n}: {by_n[n]} calls/s")
+            cpu = got.get("cpu_us_per_call")
+            CEILING_CPU.setdefault(f"{latency:g}", {}).setdefault(n, []).append(cpu)
+            log(f"ceiling {latency:g} ms N={n}: {by_n[n]} calls/s, {cpu} us of CPU a call")
         out[f"{latency:g}"] = by_n
     return out
 
@@ -928,6 +989,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cpu_measure": "CPU s (user + system, all threads) over the window / measured records",
         "bare_client": bare,
         "bare_client_rounds": {"before": before, "after": after},
+        "bare_client_cpu_us_per_call": CEILING_CPU,
+        "threads_measure": (
+            "Offtake runs' threads (bench/concurrency_threads.py): CPU us per record and "
+            "voluntary context switches (wake-ups) per second, per thread name, over the window"
+        ),
         "summary": summary,
         "goals": goals(summary, workloads),
         "runs": runs,
@@ -947,6 +1013,17 @@ def _describe(got: dict[str, Any]) -> str:
         f"in flight max {got['in_flight_max']}  cpu {got.get('cpu_us_per_record')} us  "
         f"rss {got.get('rss_mib_max')} MiB  {got['status']}"
     )
+    if got.get("broker_cpu_us_per_record") is not None:
+        text += (
+            f"\n    beside it: broker cpu {got['broker_cpu_us_per_record']} us/record, "
+            f"service cpu {got.get('service_cpu_us_per_record')} us/record"
+        )
+    for name, t in (got.get("threads") or {}).items():
+        text += (
+            f"\n    {name:<20} cpu {t['cpu_us_per_record']} us/record  "
+            f"wake-ups {t['wakeups_per_second']}/s ({t['wakeups_per_record']}/record)  "
+            f"preempted {t['preempted_per_second']}/s"
+        )
     if got.get("log_tail") and not rate:
         text += "\n" + got["log_tail"][-600:]
     return text

@@ -57,9 +57,20 @@ async def _ceiling(concurrency: int, seconds: float, warmup: float) -> dict[str,
                     if not first:
                         first.append(now)
 
+        async def cpu_from() -> float:  # the process's CPU when the measured window opens
+            await asyncio.sleep(max(0.0, measure_from - time.monotonic()))
+            return time.process_time()
+
+        cpu_at = asyncio.ensure_future(cpu_from())
         await asyncio.gather(*(worker(i) for i in range(concurrency)))
         ended = time.monotonic()
-    return {"calls": counted, "seconds": round(ended - measure_from, 3)}
+        cpu = time.process_time() - await cpu_at
+    return {
+        "calls": counted,
+        "seconds": round(ended - measure_from, 3),
+        # what one call costs the bare client: Offtake's event-loop thread against it
+        "cpu_us_per_call": round(cpu / counted * 1e6, 1) if counted else 0.0,
+    }
 
 
 def arroyo(args: argparse.Namespace) -> None:

@@ -114,6 +114,70 @@ def test_async_calls_come_back_as_they_finish_in_later_passes(
     assert [sorted(t for t, _ in h) for h in back.lists] == [[0, 1], [2, 3, 4, 5]]
 
 
+def test_async_calls_run_at_most_concurrency_and_start_the_waiting_as_others_finish(
+    async_processor: AsyncFunctionProcessor,
+) -> None:
+    running: set[int] = set()
+    most = 0
+    gates: dict[int, asyncio.Event] = {}
+
+    async def handle(record: Record) -> object:
+        nonlocal most
+        running.add(record.offset)
+        most = max(most, len(running))
+        await gates.setdefault(record.offset, asyncio.Event()).wait()
+        running.discard(record.offset)
+        return record.value
+
+    async_processor.function = handle
+    calls = AsyncCalls(async_processor, concurrency=2)
+    assert calls.ahead == 2  # as many again may wait on the loop
+    back = HandBacks()
+    calls.open(back)
+    calls.start([(i, [_record(i)]) for i in range(5)])
+    loop = async_processor.event_loop.loop
+
+    def started() -> list[int]:  # read on the loop
+        return sorted(running)
+
+    def on_loop(fn: object) -> object:
+        return asyncio.run_coroutine_threadsafe(_called(fn), loop).result(WAIT)
+
+    async def _called(fn: object) -> object:
+        await asyncio.sleep(0.01)  # a few passes: what could start has started
+        return fn() if callable(fn) else None
+
+    assert on_loop(started) == [0, 1]  # two run, three wait, in the order handed over
+    for i in range(5):  # each finish starts the oldest waiting call, on the loop itself
+        loop.call_soon_threadsafe(lambda i=i: gates.setdefault(i, asyncio.Event()).set())
+        back.wait_for(i + 1)
+    assert sorted(back.calls()) == list(range(5)) and most == 2
+
+
+def test_async_calls_waiting_at_close_never_start(
+    async_processor: AsyncFunctionProcessor,
+) -> None:
+    seen: list[int] = []
+    gate, first = threading.Event(), threading.Event()
+
+    async def handle(record: Record) -> object:
+        seen.append(record.offset)
+        first.set()
+        await asyncio.get_running_loop().run_in_executor(None, gate.wait, WAIT)
+        return record.value
+
+    async_processor.function = handle
+    calls = AsyncCalls(async_processor, concurrency=1)
+    back = HandBacks()
+    calls.open(back)
+    calls.start([(1, [_record(1)]), (2, [_record(2)])])
+    assert first.wait(WAIT)
+    calls.close(1.0)  # the stage stopped: call 2 waits, and never starts
+    gate.set()
+    back.wait_for(1)
+    assert seen == [1] and sorted(back.calls()) == [1]
+
+
 def test_a_call_whose_processor_breaks_comes_back_as_its_exception(
     async_processor: AsyncFunctionProcessor,
 ) -> None:

@@ -91,6 +91,9 @@ CHUNK = 100
 # How long the idle thread sleeps before it serves the sink again while items are out: short,
 # since delivery reports are what frees in-flight capacity and lets offsets be committed.
 SINK_SERVICE_INTERVAL = 0.005
+# The same with calls in flight (processor.concurrency > 1): each finished call wakes the
+# thread and its pass serves the sink, so the timer only bounds the wait when calls are slow.
+CALLS_SERVICE_INTERVAL = 0.025
 IDLE_WAIT = 0.1
 FLUSH_SLICE = 0.1  # one sink.drain() call while a flush is requested; the loop keeps asking
 
@@ -130,7 +133,10 @@ class ProcessingStage:
         # loop, the scheduler decides which record starts next, and its lanes are the holds.
         # Without it (concurrency 1): the processor runs here, one call at a time, as always.
         self.calls = calls
-        self.scheduler = Scheduler(order, concurrency * chunk) if calls is not None else None
+        # Handed out at most: the calls running, and those an executor takes to start itself
+        # as others finish (Calls.ahead: the event loop's).
+        self.handout = concurrency + (calls.ahead if calls is not None else 0)
+        self.scheduler = Scheduler(order, self.handout * chunk) if calls is not None else None
         self.concurrency = concurrency
         self.chunk = chunk  # records per call: 1, or CHUNK for a batch function or a sidecar
         self._finished: deque[Finished] = deque()
@@ -166,6 +172,7 @@ class ProcessingStage:
         self._cond = threading.Condition()
         self._progress = threading.Condition()
         self._progressed = 0  # progress made so far (under _progress): see wait_for_progress
+        self._told = 0  # settlements.posted when the poll loop was last told (this thread)
         self._queued = 0
         self._busy = False
         self._closed = False
@@ -290,6 +297,8 @@ class ProcessingStage:
                 while not self._has_task():
                     outstanding = self._outstanding()
                     wait = SINK_SERVICE_INTERVAL if outstanding else IDLE_WAIT
+                    if outstanding and self._running:
+                        wait = CALLS_SERVICE_INTERVAL  # not IDLE_WAIT's 100 ms: reports owed
                     next_due = self.parking.until_next_due(time.monotonic())
                     if next_due is not None:
                         wait = min(wait, next_due)
@@ -318,7 +327,11 @@ class ProcessingStage:
                     self._queued -= len(work.messages)
                 flush = self._take_flush() if not stop and not work and not retries else None
                 self._busy = True
-            self._progressed_now()
+            if work is not None or abandon or calls or stop or retries or flush is not None:
+                # Room in the queue, or a step a waiting poll loop checks. A pass for finished
+                # calls or the sink's timer tells it only of what it settled (_tell_posted):
+                # the poll loop at the in-flight bound has nothing else to look at.
+                self._progressed_now()
             for partitions in abandon:
                 self.sink.abandon(partitions)
                 self.parking.forget(partitions)
@@ -344,7 +357,7 @@ class ProcessingStage:
                 self.policy.flush(0.05)
             if self.scheduler is not None:
                 self._start_calls()
-            self._serve()
+            self._serve()  # tells the poll loop of what this pass settled (a flush's too)
             with self._cond:
                 self._busy = False
 
@@ -379,12 +392,17 @@ class ProcessingStage:
 
     def _serve(self) -> None:
         """Let the sink, the DLQ and retry sends fire their callbacks (on this thread)."""
-        out = self.router.out
         self.sink.poll()
         self.policy.poll()
-        if self.router.out < out:
-            # Records settled: a poll loop waiting at the in-flight bound can apply them (and
-            # commit, which frees room) now rather than when its wait times out.
+        self._tell_posted()
+
+    def _tell_posted(self) -> None:
+        """Records settled (or a slow-down or a stop was asked for) since the poll loop was
+        last told: a poll loop waiting at the in-flight bound can apply them (and commit, which
+        frees room) now rather than when its wait times out. Nothing new: it is not woken."""
+        posted = self.settlements.posted
+        if posted != self._told:
+            self._told = posted
             self._progressed_now()
 
     def _park(self, retry: list[Attempt]) -> None:
@@ -449,12 +467,13 @@ class ProcessingStage:
         return self.scheduler is None or (not self._running and not self.scheduler.has_ready())
 
     def _start_calls(self) -> None:
-        """Start what the scheduler hands out, up to ``concurrency`` calls in flight."""
+        """Start what the scheduler hands out, up to ``concurrency`` calls in flight and the
+        executor's ``ahead`` more (waiting for a slot on the event loop)."""
         scheduler, calls = self.scheduler, self.calls
         assert scheduler is not None and calls is not None
         if self.abort.is_set():
             return
-        free = self.concurrency - len(self._running)
+        free = self.handout - len(self._running)
         # One take for every free call, cut into calls of ``chunk`` records: the calls of one
         # chunk each, in the scheduler's order, as taking a chunk at a time would make them.
         items = scheduler.take(free * self.chunk) if free > 0 else []
@@ -515,7 +534,9 @@ class ProcessingStage:
             if isinstance(outcome.error, SlowDown) and self._is_current(record.tp, epoch):
                 continue  # parked by the router: its lane stays busy
             scheduler.done((record, epoch, attempt))
-        self._serve()
+        # The sink is served at the end of this thread's pass, after the next calls started:
+        # each poll of a producer hands the GIL to the busy event loop, and takes up to the
+        # switch interval to get it back, which the next calls would wait for.
 
     def _wait_unavailable(
         self, items: list[Attempt], exc: ProcessorUnavailable, now: float
@@ -542,7 +563,7 @@ class ProcessingStage:
         scheduler = self.scheduler
         assert scheduler is not None
         metrics = self.metrics
-        metrics.calls_in_flight.set(len(self._running))
+        metrics.calls_in_flight.set(min(len(self._running), self.concurrency))
         metrics.records_waiting.set(scheduler.waiting)
         oldest = next(iter(self._running.values()), None)
         metrics.oldest_call_seconds.set(time.monotonic() - oldest[0] if oldest else 0.0)

@@ -44,19 +44,25 @@ class Settlements:
         self._queue: deque[Settled | SettledMany] = deque()
         self._stops: deque[str] = deque()
         self._slow_downs: deque[tuple[TopicPartition, int, float]] = deque()
+        # Entries posted so far (settlements, slow-downs, stops): the processing thread wakes
+        # the poll loop when it moved, and only then (ProcessingStage._tell_posted).
+        self.posted = 0
 
     def put(
         self, tp: TopicPartition, offset: int, epoch: int, how: Settlement, reason: str = ""
     ) -> None:
         self._queue.append(Settled(tp, offset, epoch, how, reason))
+        self.posted += 1
 
     def put_many(self, tp: TopicPartition, offsets: list[int], epoch: int, how: Settlement) -> None:
         """Settle records of one partition together: one entry, not one per record."""
         self._queue.append(SettledMany(tp, offsets, epoch, how))
+        self.posted += 1
 
     def request_slow_down(self, tp: TopicPartition, epoch: int, until: float) -> None:
         """Ask the poll loop to pause ``tp`` until ``until`` (wall clock): offtake.Backpressure."""
         self._slow_downs.append((tp, epoch, until))
+        self.posted += 1
 
     def take_slow_downs(self) -> list[tuple[TopicPartition, int, float]]:
         out: list[tuple[TopicPartition, int, float]] = []
@@ -67,6 +73,7 @@ class Settlements:
     def request_stop(self, reason: str) -> None:
         """Ask the poll loop to stop the worker (exit code 1) for a reason it logs."""
         self._stops.append(reason)
+        self.posted += 1
 
     def take_all(self) -> list[Settled | SettledMany]:
         out: list[Settled | SettledMany] = []

@@ -44,6 +44,10 @@ log = logging.getLogger("offtake.worker")
 
 POLL_TIMEOUT = 0.1
 BUSY_POLL_TIMEOUT = 0.005
+# At the in-flight bound nothing but settled records (then a commit) frees room, and the
+# processing thread wakes this loop when it settles some: the wait's timeout only bounds how
+# long the loop goes without looking (a wake-up every 5 ms, 200 a second, found nothing new).
+AT_BOUND_WAIT = 0.02
 MAX_CONSUME_GAP = 0.1  # consume() at least this often: rebalance and commit callbacks run there
 MAX_BATCH = 500
 # A bound held this long is a stall (the sink does not confirm): pause; before, just wait.
@@ -224,7 +228,7 @@ class Worker:
             # may free room (a synchronous commit); else wait for the processing thread. Held
             # long enough, the bound pauses the partitions instead (a stall).
             if not self.delivery.at_bound(now):
-                self.stage.wait_for_progress(BUSY_POLL_TIMEOUT, mark)
+                self.stage.wait_for_progress(AT_BOUND_WAIT, mark)
             return []
         if want <= 0 and not paused and now - self._last_consume < MAX_CONSUME_GAP:
             self.stage.wait_for_progress(BUSY_POLL_TIMEOUT, mark)

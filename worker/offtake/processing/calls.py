@@ -14,7 +14,13 @@ back the calls that finished in one pass of the event loop as one list (one wake
 processing thread, however many calls a pass finished).
 
 - :class:`AsyncCalls`: ``async def`` functions, as tasks on the worker's event loop
-  (:mod:`offtake.processing.event_loop`); as many at once as the scheduler hands out.
+  (:mod:`offtake.processing.event_loop`), up to ``concurrency`` at once, and as many again
+  waiting on the loop (:attr:`Calls.ahead`): a call that finishes starts the next waiting one
+  in the same pass of the loop, as a bare asyncio client's worker task would, instead of its
+  slot waiting for the round trip through the processing thread (the hand-back, the routing
+  of the outcomes, the next start: passes of a thread that shares the GIL with a busy loop).
+  Safe for every order: what the scheduler hands out is at most one record per lane, so a
+  waiting call is never behind a call of its own key.
 - :class:`ThreadCalls`: anything else (a plain function, a batch function, a sidecar), on up
   to ``threads`` daemon threads, started as calls need them. Daemon: a call that never
   returns (a thread cannot be killed) must not keep the process from exiting after the drain.
@@ -28,6 +34,7 @@ import asyncio
 import queue
 import threading
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Sequence
 
 from offtake.processing.base import Outcome, Processor
@@ -42,6 +49,10 @@ Call = tuple[int, Sequence[Record]]
 
 
 class Calls(ABC):
+    # Calls the executor takes beyond the ``concurrency`` it runs at once, and starts itself
+    # as running ones finish (0: it is handed only what it can start now).
+    ahead = 0
+
     @abstractmethod
     def open(self, done: Done) -> None:
         """Register the callback finished calls go to (before the first :meth:`start`)."""
@@ -59,17 +70,24 @@ class Calls(ABC):
 def make_calls(processor: Processor, concurrency: int) -> Calls:
     """The executor for ``processor`` with up to ``concurrency`` calls in flight."""
     if isinstance(processor, AsyncFunctionProcessor):
-        return AsyncCalls(processor)
+        return AsyncCalls(processor, concurrency)
     return ThreadCalls(processor, concurrency)
 
 
 class AsyncCalls(Calls):
-    def __init__(self, processor: AsyncFunctionProcessor) -> None:
+    def __init__(self, processor: AsyncFunctionProcessor, concurrency: int | None = None) -> None:
+        """``concurrency``: calls running at once, as many again taken to wait on the loop;
+        None: every call handed over starts at once."""
         self.processor = processor
+        self.concurrency = concurrency
+        self.ahead = concurrency or 0
         self._done: Done | None = None
+        self._closed = False  # set by close(): waiting calls never start
         # On the loop only: the calls running, by token (strong references: the loop keeps
-        # only weak ones to its tasks), and the calls finished since the last hand-back.
+        # only weak ones to its tasks), the calls waiting for a free slot (oldest first), and
+        # the calls finished since the last hand-back.
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._waiting: deque[Call] = deque()
         self._finished: list[Finished] = []
 
     def open(self, done: Done) -> None:
@@ -81,20 +99,32 @@ class AsyncCalls(Calls):
         self.processor.event_loop.loop.call_soon_threadsafe(self._spawn, calls)
 
     def _spawn(self, calls: list[Call]) -> None:  # on the loop
+        self._waiting.extend(calls)
+        self._run_waiting()
+
+    def _run_waiting(self) -> None:  # on the loop
+        waiting = self._waiting
+        if self._closed:
+            waiting.clear()
+            return
         loop = self.processor.event_loop.loop
         tasks, call = self._tasks, self._call
-        for token, records in calls:
+        free = len(waiting) if self.concurrency is None else self.concurrency - len(tasks)
+        for _ in range(min(free, len(waiting))):
+            token, records = waiting.popleft()
             tasks[token] = loop.create_task(call(token, records))
 
     async def _call(self, token: int, records: Sequence[Record]) -> None:  # on the loop
         try:
             result: list[Outcome] | BaseException = await self.processor.aprocess(records)
         except asyncio.CancelledError as exc:  # abandoned at close: handed back all the same
-            self._finish(token, exc)
+            self._finish(token, exc)  # and no waiting call takes its slot
             raise
         except Exception as exc:  # handed back: the processing thread decides
             result = exc
         self._finish(token, result)
+        if self._waiting:  # its slot goes to the oldest waiting call, now
+            self._run_waiting()
 
     def _finish(self, token: int, result: list[Outcome] | BaseException) -> None:  # on the loop
         del self._tasks[token]
@@ -111,9 +141,10 @@ class AsyncCalls(Calls):
         self._done(finished)
 
     def close(self, timeout: float) -> None:
-        # The tasks are cancelled with the loop, which the processor owns (its close, at the
+        # The calls waiting never start (the loop reads the flag before it starts one); the
+        # tasks are cancelled with the loop, which the processor owns (its close, at the
         # worker's shutdown, after this stage stopped).
-        pass
+        self._closed = True
 
 
 class ThreadCalls(Calls):
