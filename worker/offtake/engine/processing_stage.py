@@ -1,15 +1,12 @@
 """The processing thread: its mailbox, and the steps it runs: decode, then the processor.
 
-Split by job, one step per module: this module is the thread and the mailbox through which
-the poll loop talks to it; :mod:`offtake.engine.work` makes a :class:`Work`'s records
-attempts (decoded, numbered, the ones that must not run sent to the error policy);
-:mod:`offtake.engine.processor_runs` runs the processor on them (waiting out an unavailable
-one); :mod:`offtake.engine.routing` sends each outcome on (the sink, the error policy,
-parking) and turns the sink's reports into settlements; :mod:`offtake.engine.parking` keeps
-the records waiting out a delay and the partitions held behind them (plain code, unit-tested
-on its own). At concurrency 1 with a plain per-record function, :mod:`offtake.engine.fused`
-runs a Work's common records through decode, call and routing in one pass, and hands the
-others to these steps.
+One step per module: this one is the thread and the mailbox the poll loop talks to it
+through; :mod:`~offtake.engine.work` makes a :class:`Work`'s records attempts (decoded,
+numbered, the ones that must not run sent to the policy); :mod:`~offtake.engine.processor_runs`
+runs the processor on them; :mod:`~offtake.engine.routing` sends each outcome on and turns the
+sink's reports into settlements; :mod:`~offtake.engine.parking` keeps records waiting out a
+delay. :mod:`~offtake.engine.fused` does a Work's common records in one pass (concurrency 1, a
+plain per-record function) and hands the others to those steps.
 
 It runs beside the poll loop so that slow user code or a slow sidecar never stops the worker
 from polling (which would get it kicked out of the group). Work arrives in consumption order
@@ -18,11 +15,9 @@ except a record being retried: it waits out its backoff parked, while the record
 go on (one poison record must not stall every partition for seconds). The offset tracker
 still holds commits at the parked record, so nothing past it is committed before it settles.
 A record whose processor raised :class:`offtake.Backpressure` ("slow down") is parked the
-same way without counting an attempt, and the records behind it on its partition are held
-(whatever ``errors.ordering``), while the poll loop pauses the partition for the delay.
-With ``errors.ordering: strict`` the records behind a parked one on its partition are held
-too (with their results, if the processor already had them in the same batch) and go on, in
-order, once it is settled; other partitions are not held.
+same way, no attempt counted, the records behind it on its partition held while the poll
+loop pauses the partition. With ``errors.ordering: strict`` the records behind a parked one
+are held too (with their results, if already processed) and go on, in order, once it settled.
 
 Threading model (the rule every other module relies on):
 
@@ -35,18 +30,14 @@ Threading model (the rule every other module relies on):
   :class:`Settlements` (and the result of a :meth:`call`).
 - Which partition assignments are current is published by the poll loop as an immutable
   mapping (:meth:`set_current`); this thread never reads the offset tracker.
-- After :meth:`close` returned with the thread stopped, ownership of the sink passes back to
-  the caller (the poll loop), for the final close.
+- After :meth:`close` returned with the thread stopped, the sink is the poll loop's again.
 
-With ``processor.concurrency`` > 1 (``calls`` given) the processor no longer runs on this
-thread: records go to the scheduler (:mod:`offtake.engine.scheduler`), which hands out at most
-one record per lane (key, or partition, by ``processor.order``) and at most ``concurrency``
-calls; the calls run on the worker's event loop or on threads (:mod:`offtake.processing.calls`)
-and come back through ``_finished`` (a deque) and ``_cond``, so this thread still alone routes
-outcomes and calls the sink. A record parked for a retry or a slow-down keeps its lane busy:
-it holds its key (or partition), not more; no partition hold of :mod:`parking` is used then.
-Calls still running when the stage stops after an abort are abandoned: their records were
-never settled, so they are not committed and come back. At concurrency 1 none of this runs.
+With ``processor.concurrency`` > 1 (``calls`` given) the processor runs elsewhere: the
+scheduler (:mod:`~offtake.engine.scheduler`) hands out one record per lane (key or partition,
+``processor.order``), the calls run on the event loop or threads (:mod:`offtake.processing.calls`)
+and come back through ``_finished``; this thread alone still routes outcomes and calls the
+sink. A record parked for a retry or a slow-down holds its lane, not more. Calls still running
+when the stage stops after an abort are abandoned: never settled, so redelivered.
 """
 
 from __future__ import annotations
@@ -168,6 +159,11 @@ class ProcessingStage:
             parts = (self.router, self.parking, self.intake, metrics, self.abort)
             self.fused = FusedPass(decoder, processor, *parts)
         self._current: Mapping[TopicPartition, int] = MappingProxyType({})
+        self._open_mailbox()
+        self._thread = threading.Thread(target=self._run, name="offtake-processing", daemon=True)
+
+    def _open_mailbox(self) -> None:
+        """What the poll loop hands this thread (under ``_cond``), and the progress it waits on."""
         self._queue: deque[Work] = deque()
         self._cond = threading.Condition()
         self._progress = threading.Condition()
@@ -181,7 +177,6 @@ class ProcessingStage:
         self._abandon: deque[frozenset[TopicPartition]] = deque()
         self._calls: deque[tuple[Callable[[], object], Future[object]]] = deque()
         self._final_drain_until: float | None = None
-        self._thread = threading.Thread(target=self._run, name="offtake-processing", daemon=True)
 
     # -- called by the poll loop -----------------------------------------------------------
     def start(self) -> None:
