@@ -82,8 +82,7 @@ class Queue(DeliveryMode):
         n = super().settle(settled)
         kind = ACKS[settled.how]
         if isinstance(settled, SettledMany):
-            for offset in settled.offsets:
-                self.source.acknowledge(settled.tp, offset, kind)
+            self.source.acknowledge_many(settled.tp, settled.offsets, kind)
         else:
             self.source.acknowledge(settled.tp, settled.offset, kind)
         self._let_go_if_done()
