@@ -11,6 +11,7 @@ from offtake.engine.delivery.queue import Queue
 from offtake.engine.offsets import OffsetTracker
 from offtake.engine.settlements import Settled, SettledMany
 from offtake.kafka.memory import MemoryBroker
+from offtake.kafka.memory.messages import MemoryMessage
 from offtake.kafka.share_source import Ack, ShareSource, group_settings
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
@@ -194,3 +195,14 @@ def test_a_poll_is_handed_on_per_partition_in_offset_order_and_acknowledged_per_
     source.flush()
     states = {where: state for where, (state, _) in broker.share_states("g", "jobs").items()}
     assert states[(0, 0)] == "acknowledged" and states[(1, 2)] == "available"
+
+
+def test_only_a_work_of_first_deliveries_skips_numbering_its_attempts() -> None:
+    """Queue mode numbers attempts from the delivery count; a Work whose records were all
+    delivered once starts each at 1, and the stage takes its fast path for it."""
+    policy, _, _, _, _, got = queue(3)
+    fresh = policy.all_first_attempts
+    assert fresh(got)
+    again = MemoryMessage("jobs", 0, 9, None, b"", None, 0, delivery_count=2)
+    assert not fresh([*got, again])
+    assert fresh([MemoryMessage("jobs", 0, 9, None, b"", None, 0)])  # no count: attempt 1

@@ -120,6 +120,7 @@ def build_worker(
     # The stage numbers a record's attempts as the delivery mode says (queue mode: from the
     # broker's delivery count); set here, the policy being built with the stage.
     stage.intake.first_attempt = delivery.first_attempt
+    stage.intake.all_first = delivery.all_first_attempts
     parts = WorkerParts(
         spec, source, stage, settlements, processor, sink, metrics, health, delivery, route
     )

@@ -32,7 +32,7 @@ import sys
 import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from offtake.kafka.protocols import ClientFactory, ConsumerLike, MessageLike, ShareConsumerLike
 from offtake.kafka.source import SourceFatal, SourceListener, StartPosition
@@ -512,6 +512,21 @@ def delivery_count(msg: MessageLike) -> int | None:
     """The broker's delivery count of a share-group record (1 on its first delivery)."""
     count = getattr(msg, "delivery_count", None)
     return count() if callable(count) else None
+
+
+def first_deliveries(messages: list[MessageLike]) -> bool:
+    """Whether each of ``messages`` is on its first delivery (no count, or 1): a Work's records
+    then all start at attempt 1, and the processing stage numbers none of them. One C-level
+    pass over the counts, not a Python call per record."""
+    if not messages:
+        return True
+    count = _delivery_count_of(messages[0])
+    if count is None:
+        return True
+    counts = list(map(count, messages))
+    if None in counts:
+        return all((c or 1) <= 1 for c in counts)
+    return max(cast("list[int]", counts)) <= 1
 
 
 def _delivery_count_of(msg: MessageLike) -> Callable[[Any], int | None] | None:

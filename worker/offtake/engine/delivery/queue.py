@@ -37,7 +37,13 @@ from offtake.engine.delivery.base import DeliveryMode, Released
 from offtake.engine.offsets import OffsetTracker
 from offtake.engine.settlements import Settled, SettledMany, Settlement
 from offtake.kafka.protocols import MessageLike
-from offtake.kafka.share_source import Ack, ShareSource, ShareStats, delivery_count
+from offtake.kafka.share_source import (
+    Ack,
+    ShareSource,
+    ShareStats,
+    delivery_count,
+    first_deliveries,
+)
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
 
@@ -73,6 +79,10 @@ class Queue(DeliveryMode):
     @property
     def first_attempt(self) -> Callable[[MessageLike], int]:
         return first_attempt
+
+    @property
+    def all_first_attempts(self) -> Callable[[list[MessageLike]], bool]:
+        return first_deliveries
 
     def settle(self, settled: Settled | SettledMany) -> int:
         if self.tracker.epoch(settled.tp) != settled.epoch:
