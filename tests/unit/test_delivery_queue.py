@@ -7,7 +7,7 @@ from typing import Any
 
 from support.delivery_fakes import Clock, Listener
 
-from offtake.engine.delivery.queue import Queue
+from offtake.engine.delivery.queue import Queue, until_settled
 from offtake.engine.offsets import OffsetTracker
 from offtake.engine.settlements import Settled, SettledMany
 from offtake.kafka.memory import MemoryBroker
@@ -206,3 +206,14 @@ def test_only_a_work_of_first_deliveries_skips_numbering_its_attempts() -> None:
     again = MemoryMessage("jobs", 0, 9, None, b"", None, 0, delivery_count=2)
     assert not fresh([*got, again])
     assert fresh([MemoryMessage("jobs", 0, 9, None, b"", None, 0)])  # no count: attempt 1
+
+
+def test_the_wait_while_a_poll_is_out_ends_on_settlements_not_after_a_sleep() -> None:
+    waits: list[tuple[float, int]] = []
+    pending = [False]
+    wait = until_settled(lambda: 7, lambda t, mark: waits.append((t, mark)), lambda: pending[0])
+    wait(0.005)
+    assert waits == [(0.005, 7)]  # waits for progress past the mark taken before looking
+    pending[0] = True
+    wait(0.005)
+    assert waits == [(0.005, 7)]  # settlements already wait to be taken: no wait at all

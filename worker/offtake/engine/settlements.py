@@ -68,6 +68,10 @@ class Settlements:
         """Ask the poll loop to stop the worker (exit code 1) for a reason it logs."""
         self._stops.append(reason)
 
+    def waiting(self) -> bool:
+        """Whether settlements wait to be taken (a look from any thread)."""
+        return bool(self._queue)
+
     def take_all(self) -> list[Settled | SettledMany]:
         out: list[Settled | SettledMany] = []
         while self._queue:

@@ -169,6 +169,9 @@ class ShareSource:
         self._topics = topics
         self._settings = settings
         self._clock = clock
+        #: How consume() waits while a poll is out: until the processing thread settles
+        #: records, which is what lets the next poll come (the engine sets it; a sleep else).
+        self.idle_wait: Callable[[float], None] = time.sleep
         self._consumer: ShareConsumerLike | None = None
         self._fatal: str | None = None
         # The last poll's records not yet acknowledged, per partition by offset; all were
@@ -259,7 +262,7 @@ class ShareSource:
         if self._fatal is not None:
             raise SourceFatal(self._fatal)
         if self._held:
-            time.sleep(timeout)  # the processing thread's progress is what ends this wait
+            self.idle_wait(timeout)  # the processing thread's progress is what ends this wait
             return []
         try:
             got = self._c.poll(timeout)

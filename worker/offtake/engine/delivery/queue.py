@@ -61,6 +61,22 @@ ACKS: dict[Settlement, Ack] = {
 }
 
 
+def until_settled(
+    progress: Callable[[], int], wait: Callable[[float, int], None], waiting: Callable[[], bool]
+) -> Callable[[float], None]:
+    """The share source's wait while a poll is out (ShareSource.idle_wait): it ends as soon as
+    the processing thread settles records (``progress``/``wait``: the stage's progress mark and
+    wait, ``waiting``: settlements not taken yet), not a fixed sleep later. The last
+    settlement of a poll is what lets the next poll come."""
+
+    def idle_wait(timeout: float) -> None:
+        mark = progress()  # before looking: progress from here on ends the wait
+        if not waiting():
+            wait(timeout, mark)
+
+    return idle_wait
+
+
 def first_attempt(msg: MessageLike) -> int:
     """A share group's record starts its attempts at the broker's delivery count."""
     return delivery_count(msg) or 1
