@@ -7,11 +7,12 @@ from typing import Any
 
 from support.delivery_fakes import Clock, Listener
 
-from offtake.engine.delivery.queue import Queue
+from offtake.engine.delivery.queue import Queue, until_settled
 from offtake.engine.offsets import OffsetTracker
 from offtake.engine.settlements import Settled, SettledMany
 from offtake.kafka.memory import MemoryBroker
-from offtake.kafka.share_source import ShareSource, group_settings
+from offtake.kafka.memory.messages import MemoryMessage
+from offtake.kafka.share_source import Ack, ShareSource, group_settings
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
 
@@ -148,3 +149,71 @@ def test_a_late_settlement_does_not_acknowledge_the_record_acquired_again() -> N
     policy.step(0.0)
     assert {o: s for o, (s, _) in states(broker).items()} == {0: "acquired", 1: "acquired"}
     assert source.acquired == 2  # still held for the new epoch's settlements
+
+
+class Reversed:
+    """A share consumer whose polls come back in reverse: partitions interleaved, offsets
+    descending (librdkafka keeps a partition's records together; nothing promises it)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def poll(self, timeout: float) -> list[Any]:
+        return list(reversed(self.inner.poll(timeout)))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_poll_is_handed_on_per_partition_in_offset_order_and_acknowledged_per_partition() -> None:
+    broker = MemoryBroker()
+    broker.create_topic("jobs", 2)
+    for i in range(6):
+        broker.produce("jobs", {"id": i}, partition=i % 2)
+    clients = broker.clients()
+    make = clients.share_consumer
+    clients.share_consumer = lambda config: Reversed(make(config))  # type: ignore[method-assign,assignment,return-value]
+    source = ShareSource(clients, {"group.id": "g"}, ["jobs"], group_settings("earliest", 3))
+    tracker = OffsetTracker()
+    source.open(Listener(tracker))
+    got = source.consume(500, 1.0)
+    assert [(m.partition(), m.offset()) for m in got] == [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (1, 0),
+        (1, 1),
+        (1, 2),
+    ]
+    assert source.frontier == {TP: 2, TopicPartition("jobs", 1): 2}
+    assert source.acquired == 6
+    assert source.acknowledge_many(TP, [0, 1, 7], Ack.ACCEPT) == 2  # 7 was never held
+    assert source.acknowledge_many(TP, [1], Ack.ACCEPT) == 0  # acknowledged already
+    assert source.acquired == 4
+    assert source.release_all() == 4
+    assert source.acquired == 0 and source.stats.acknowledged[Ack.RELEASE] == 4
+    source.flush()
+    states = {where: state for where, (state, _) in broker.share_states("g", "jobs").items()}
+    assert states[(0, 0)] == "acknowledged" and states[(1, 2)] == "available"
+
+
+def test_only_a_work_of_first_deliveries_skips_numbering_its_attempts() -> None:
+    """Queue mode numbers attempts from the delivery count; a Work whose records were all
+    delivered once starts each at 1, and the stage takes its fast path for it."""
+    policy, _, _, _, _, got = queue(3)
+    fresh = policy.all_first_attempts
+    assert fresh(got)
+    again = MemoryMessage("jobs", 0, 9, None, b"", None, 0, delivery_count=2)
+    assert not fresh([*got, again])
+    assert fresh([MemoryMessage("jobs", 0, 9, None, b"", None, 0)])  # no count: attempt 1
+
+
+def test_the_wait_while_a_poll_is_out_ends_on_settlements_not_after_a_sleep() -> None:
+    waits: list[tuple[float, int]] = []
+    pending = [False]
+    wait = until_settled(lambda: 7, lambda t, mark: waits.append((t, mark)), lambda: pending[0])
+    wait(0.005)
+    assert waits == [(0.005, 7)]  # waits for progress past the mark taken before looking
+    pending[0] = True
+    wait(0.005)
+    assert waits == [(0.005, 7)]  # settlements already wait to be taken: no wait at all

@@ -17,7 +17,7 @@ from offtake.engine.commits import Committer
 from offtake.engine.dead_letters import DeadLetterQueue
 from offtake.engine.delivery.at_least_once import AtLeastOnce
 from offtake.engine.delivery.base import DeliveryMode
-from offtake.engine.delivery.queue import Queue
+from offtake.engine.delivery.queue import Queue, until_settled
 from offtake.engine.delivery.transactional import Transactional, TransactionCommitter
 from offtake.engine.errors import ErrorPolicy
 from offtake.engine.offsets import OffsetTracker
@@ -120,6 +120,11 @@ def build_worker(
     # The stage numbers a record's attempts as the delivery mode says (queue mode: from the
     # broker's delivery count); set here, the policy being built with the stage.
     stage.intake.first_attempt = delivery.first_attempt
+    stage.intake.all_first = delivery.all_first_attempts
+    if isinstance(source, ShareSource):  # queue mode: polls again once the last is settled
+        source.idle_wait = until_settled(
+            stage.progress, stage.wait_for_progress, settlements.waiting
+        )
     parts = WorkerParts(
         spec, source, stage, settlements, processor, sink, metrics, health, delivery, route
     )

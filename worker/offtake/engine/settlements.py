@@ -75,6 +75,10 @@ class Settlements:
         self._stops.append(reason)
         self.posted += 1
 
+    def waiting(self) -> bool:
+        """Whether settlements wait to be taken (a look from any thread)."""
+        return bool(self._queue)
+
     def take_all(self) -> list[Settled | SettledMany]:
         out: list[Settled | SettledMany] = []
         while self._queue:

@@ -80,6 +80,9 @@ class Intake:
         # A record's first attempt number, as the delivery mode says
         # (DeliveryMode.first_attempt; set by build_worker); None: every record starts at 1.
         self.first_attempt: Callable[[MessageLike], int] | None = None
+        # Whether all of a Work's records start at 1 even so (DeliveryMode.all_first_attempts,
+        # queue mode: none was delivered before): they take the fast path too.
+        self.all_first: Callable[[list[MessageLike]], bool] | None = None
 
     def attempts(self, work: Work) -> list[Attempt] | None:
         """The records of ``work`` to process, each with its attempt number; None once the
@@ -88,7 +91,10 @@ class Intake:
         decoded_all = self._decode(work)
         if decoded_all is None:
             return None
-        if self.first_attempt is None and self.parking.hold_of(work.tp, epoch) is None:
+        if self.parking.hold_of(work.tp, epoch) is None and (
+            self.first_attempt is None
+            or (self.all_first is not None and self.all_first(work.messages))
+        ):
             # The common case, one comprehension: nothing held on the partition, attempts
             # start at 1; only records that failed to decode go to the policy one by one.
             todo = [(record, epoch, 1) for record, error in decoded_all if error is None]

@@ -30,9 +30,9 @@ import enum
 import logging
 import sys
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from offtake.kafka.protocols import ClientFactory, ConsumerLike, MessageLike, ShareConsumerLike
 from offtake.kafka.source import SourceFatal, SourceListener, StartPosition
@@ -169,11 +169,15 @@ class ShareSource:
         self._topics = topics
         self._settings = settings
         self._clock = clock
+        #: How consume() waits while a poll is out: until the processing thread settles
+        #: records, which is what lets the next poll come (the engine sets it; a sleep else).
+        self.idle_wait: Callable[[float], None] = time.sleep
         self._consumer: ShareConsumerLike | None = None
         self._fatal: str | None = None
-        # The last poll's records not yet acknowledged, by position; all were acquired at
-        # _polled_at (one poll at a time), so their locks run out together.
-        self._open: dict[tuple[str, int, int], MessageLike] = {}
+        # The last poll's records not yet acknowledged, per partition by offset; all were
+        # acquired at _polled_at (one poll at a time), so their locks run out together.
+        self._open: dict[tuple[str, int], dict[int, MessageLike]] = {}
+        self._held = 0  # the records in _open
         self._polled_at = 0.0
         self._unsent = False  # acknowledgements recorded locally, not yet sent
         self._listener: SourceListener | None = None
@@ -257,8 +261,8 @@ class ShareSource:
         """
         if self._fatal is not None:
             raise SourceFatal(self._fatal)
-        if self._open:
-            time.sleep(timeout)  # the processing thread's progress is what ends this wait
+        if self._held:
+            self.idle_wait(timeout)  # the processing thread's progress is what ends this wait
             return []
         try:
             got = self._c.poll(timeout)
@@ -268,12 +272,42 @@ class ShareSource:
             return []
         self._unsent = False  # the poll sent the acknowledgements recorded before it
         self._polled_at = self._clock()
-        wall_ms = time.time() * 1000
+        runs = self._runs(got)
+        if not runs:
+            return []
         out: list[MessageLike] = []
-        opened = self._open
         redelivered = 0
-        # One pass, no object per record: this loop and the acknowledgements are the poll
-        # thread's work per record in queue mode (issue 39: the poll thread was the limit).
+        count = _delivery_count_of(next(iter(runs.values()))[0])
+        ages = dict.fromkeys(self.acquired_ages, 0.0)  # 0 for partitions this poll missed
+        now = time.time()
+        for where in sorted(runs):  # the engine's unit is a partition's records in offset order
+            run = runs[where]
+            offsets = [m.offset() or 0 for m in run]
+            if offsets != sorted(offsets):
+                pairs = sorted(zip(offsets, run, strict=True), key=_first)
+                offsets, run = [o for o, _ in pairs], [m for _, m in pairs]
+            self._open[where] = dict(zip(offsets, run, strict=True))
+            if count is not None:
+                redelivered += len([m for m in run if (count(m) or 1) > 1])
+            ages[TopicPartition(*where)] = self._track(where, run, offsets[-1], now)
+            out.extend(run)
+        self._held = len(out)
+        self.stats.redelivered += redelivered
+        self.stats.acquired += len(out)
+        self.acquired_ages = ages
+        self.revision += 1
+        new = [tp for tp in ages if tp not in self._seen]
+        if new and self._listener is not None:
+            self._seen.update(new)
+            self._listener.assigned({tp: StartPosition(None, False) for tp in new})
+        return out
+
+    def _runs(self, got: Any) -> dict[tuple[str, int], list[MessageLike]]:
+        """A poll's records per partition, in one pass with one lookup per run of a partition
+        (a poll holds each partition's records together); errors are noted, not returned."""
+        runs: dict[tuple[str, int], list[MessageLike]] = {}
+        last: tuple[str, int] | None = None
+        run: list[MessageLike] = []
         for msg in got:
             err = msg.error()
             if err is not None:
@@ -282,45 +316,25 @@ class ShareSource:
                 else:
                     log.warning("share consumer error: %s", err.str())
                 continue
-            opened[(msg.topic() or "", msg.partition() or 0, msg.offset() or 0)] = msg
-            if (delivery_count(msg) or 1) > 1:
-                redelivered += 1
-            out.append(msg)
-        self.stats.redelivered += redelivered
-        out.sort(key=_where)  # the engine's unit is a partition's records in offset order
-        self.stats.acquired += len(out)
-        self._track(out, wall_ms)
-        return out
+            where = (msg.topic() or "", msg.partition() or 0)
+            if where != last:
+                run = runs.setdefault(where, [])
+                last = where
+            run.append(msg)
+        return runs
 
-    def _track(self, records: list[MessageLike], wall_ms: float) -> None:
-        """Tell the listener of new partitions; note how old each partition's records were.
-
-        ``records`` are in partition and offset order: each partition's run is looked at once
-        (its frontier is the run's last offset), only the timestamps record by record."""
-        ages = dict.fromkeys(self.acquired_ages, 0.0)
-        i, n = 0, len(records)
-        while i < n:
-            topic, partition = records[i].topic() or "", records[i].partition() or 0
-            oldest = None  # the smallest timestamp of the run
-            j = i
-            while j < n and records[j].partition() == partition and records[j].topic() == topic:
-                kind, ts = records[j].timestamp()
-                if kind and ts >= 0 and (oldest is None or ts < oldest):
-                    oldest = ts
-                j += 1
-            tp = TopicPartition(topic, partition)
-            age = max(0.0, (wall_ms - oldest) / 1000) if oldest is not None else 0.0
-            ages[tp] = max(age, ages.get(tp, 0.0))
-            self._acquired_by_topic[topic] = self._acquired_by_topic.get(topic, 0) + j - i
-            last = records[j - 1].offset() or 0
-            self.frontier[tp] = max(last, self.frontier.get(tp, -1))
-            i = j
-        self.acquired_ages = ages
-        self.revision += 1
-        new = [tp for tp in ages if tp not in self._seen]
-        if new and self._listener is not None:
-            self._seen.update(new)
-            self._listener.assigned({tp: StartPosition(None, False) for tp in new})
+    def _track(
+        self, where: tuple[str, int], run: list[MessageLike], last: int, now: float
+    ) -> float:
+        """Note one partition's run of a poll (once per run, not per record): its frontier
+        (the run's last offset) and its records per topic; returns the age (s) of its first
+        record in offset order when acquired (the oldest, unless producers stamp records out
+        of order)."""
+        tp = TopicPartition(*where)
+        self._acquired_by_topic[where[0]] = self._acquired_by_topic.get(where[0], 0) + len(run)
+        self.frontier[tp] = max(last, self.frontier.get(tp, -1))
+        kind, ts = run[0].timestamp()
+        return max(0.0, now - ts / 1000) if kind and ts >= 0 else 0.0
 
     def refresh_backlog(self) -> None:
         """Every BACKLOG_INTERVAL_SECONDS, the backlog of each partition this worker acquired
@@ -379,7 +393,7 @@ class ShareSource:
     @property
     def acquired(self) -> int:
         """Records acquired by the last poll and not acknowledged yet."""
-        return len(self._open)
+        return self._held
 
     @staticmethod
     def _refused(exc: Exception) -> None:
@@ -397,20 +411,43 @@ class ShareSource:
     def acknowledge(self, tp: TopicPartition, offset: int, kind: Ack) -> bool:
         """Record how one acquired record ends; sent with the next :meth:`flush` or poll.
         False if it is not (or no longer) held here: released already, say."""
-        held = self._open.pop((tp.topic, tp.partition, offset), None)
+        return self.acknowledge_many(tp, (offset,), kind) == 1
+
+    def acknowledge_many(self, tp: TopicPartition, offsets: Iterable[int], kind: Ack) -> int:
+        """Record how records of one partition end (see :meth:`acknowledge`); how many were
+        held here. One look-up of the partition, then the client's call per record: the poll
+        thread's work per record in queue mode."""
+        where = (tp.topic, tp.partition)
+        held = self._open.get(where)
         if held is None:
-            return False
-        self._c.acknowledge(held, int(kind))
-        self.stats.acknowledged[kind] += 1
-        self._unsent = True
-        return True
+            return 0
+        pop, ack, how, n = held.pop, self._c.acknowledge, int(kind), 0
+        for offset in offsets:
+            msg = pop(offset, None)
+            if msg is not None:
+                ack(msg, how)
+                n += 1
+        if not held:
+            del self._open[where]
+        if n:
+            self._held -= n
+            self.stats.acknowledged[kind] += n
+            self._unsent = True
+        return n
+
+    def _release_held(self) -> list[tuple[TopicPartition, int]]:
+        """Give back every record held; returns them."""
+        out: list[tuple[TopicPartition, int]] = []
+        for where, held in list(self._open.items()):
+            tp = TopicPartition(*where)
+            offsets = list(held)
+            self.acknowledge_many(tp, offsets, Ack.RELEASE)
+            out.extend((tp, offset) for offset in offsets)
+        return out
 
     def release_all(self) -> int:
         """Give back every record held (another member receives them at once); how many."""
-        held = list(self._open)
-        for topic, partition, offset in held:
-            self.acknowledge(TopicPartition(topic, partition), offset, Ack.RELEASE)
-        return len(held)
+        return len(self._release_held())
 
     def release_expiring(
         self, margin: float = RELEASE_MARGIN_SECONDS
@@ -419,15 +456,13 @@ class ShareSource:
         engine forgets them (their outcome, if they finish after all, is not acknowledged)."""
         # Every record held came with the last poll: all expire together, or none. A look at
         # the clock per step, not at every record held (the step runs every few ms).
-        if not self._open or self._polled_at > self._clock() - release_after(
+        if not self._held or self._polled_at > self._clock() - release_after(
             self.lock_seconds, margin
         ):
             return []
-        out = list(self._open)
-        for topic, partition, offset in out:
-            self.acknowledge(TopicPartition(topic, partition), offset, Ack.RELEASE)
+        out = self._release_held()
         self.stats.released_before_expiry += len(out)
-        return [(TopicPartition(t, p), o) for t, p, o in out]
+        return out
 
     def send_acknowledgements(self, deadline: float) -> None:
         """Send what is recorded and wait for the broker's answer, until ``deadline``
@@ -482,8 +517,29 @@ def delivery_count(msg: MessageLike) -> int | None:
     return count() if callable(count) else None
 
 
-def _where(msg: MessageLike) -> tuple[str, int, int]:
-    return (msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
+def first_deliveries(messages: list[MessageLike]) -> bool:
+    """Whether each of ``messages`` is on its first delivery (no count, or 1): a Work's records
+    then all start at attempt 1, and the processing stage numbers none of them. One C-level
+    pass over the counts, not a Python call per record."""
+    if not messages:
+        return True
+    count = _delivery_count_of(messages[0])
+    if count is None:
+        return True
+    counts = list(map(count, messages))
+    if None in counts:
+        return all((c or 1) <= 1 for c in counts)
+    return max(cast("list[int]", counts)) <= 1
+
+
+def _delivery_count_of(msg: MessageLike) -> Callable[[Any], int | None] | None:
+    """The records' delivery_count method, looked up once per poll (None: they have none)."""
+    count = getattr(type(msg), "delivery_count", None)
+    return count if callable(count) else None
+
+
+def _first(pair: tuple[int, MessageLike]) -> int:
+    return pair[0]
 
 
 def _code(error: Any) -> int | None:

@@ -120,6 +120,13 @@ class DeliveryMode(ABC):
         docstring); None: every record starts at 1, the stage's fast path."""
         return None
 
+    @property
+    def all_first_attempts(self) -> Callable[[list[MessageLike]], bool] | None:
+        """Whether every one of a Work's records starts at attempt 1 although
+        :attr:`first_attempt` numbers attempts (queue mode: none was delivered before), so the
+        stage takes its fast path for them; None: no such check (see :attr:`first_attempt`)."""
+        return None
+
     def settle(self, settled: Settled | SettledMany) -> int:
         """Apply one settlement; returns how many records it settled (0: a stale assignment's,
         or a failed record, which the loop stops the worker for)."""

@@ -37,7 +37,13 @@ from offtake.engine.delivery.base import DeliveryMode, Released
 from offtake.engine.offsets import OffsetTracker
 from offtake.engine.settlements import Settled, SettledMany, Settlement
 from offtake.kafka.protocols import MessageLike
-from offtake.kafka.share_source import Ack, ShareSource, ShareStats, delivery_count
+from offtake.kafka.share_source import (
+    Ack,
+    ShareSource,
+    ShareStats,
+    delivery_count,
+    first_deliveries,
+)
 from offtake.metrics import Metrics
 from offtake.records import TopicPartition
 
@@ -53,6 +59,22 @@ ACKS: dict[Settlement, Ack] = {
     "skipped": Ack.REJECT,
     "failed": Ack.RELEASE,
 }
+
+
+def until_settled(
+    progress: Callable[[], int], wait: Callable[[float, int], None], waiting: Callable[[], bool]
+) -> Callable[[float], None]:
+    """The share source's wait while a poll is out (ShareSource.idle_wait): it ends as soon as
+    the processing thread settles records (``progress``/``wait``: the stage's progress mark and
+    wait, ``waiting``: settlements not taken yet), not a fixed sleep later. The last
+    settlement of a poll is what lets the next poll come."""
+
+    def idle_wait(timeout: float) -> None:
+        mark = progress()  # before looking: progress from here on ends the wait
+        if not waiting():
+            wait(timeout, mark)
+
+    return idle_wait
 
 
 def first_attempt(msg: MessageLike) -> int:
@@ -74,6 +96,10 @@ class Queue(DeliveryMode):
     def first_attempt(self) -> Callable[[MessageLike], int]:
         return first_attempt
 
+    @property
+    def all_first_attempts(self) -> Callable[[list[MessageLike]], bool]:
+        return first_deliveries
+
     def settle(self, settled: Settled | SettledMany) -> int:
         if self.tracker.epoch(settled.tp) != settled.epoch:
             # Its poll was given back (see step): the record may be acquired again, by this
@@ -82,8 +108,7 @@ class Queue(DeliveryMode):
         n = super().settle(settled)
         kind = ACKS[settled.how]
         if isinstance(settled, SettledMany):
-            for offset in settled.offsets:
-                self.source.acknowledge(settled.tp, offset, kind)
+            self.source.acknowledge_many(settled.tp, settled.offsets, kind)
         else:
             self.source.acknowledge(settled.tp, settled.offset, kind)
         self._let_go_if_done()
