@@ -29,12 +29,18 @@ from offtake.records import Record
 
 
 class SlowProcessor:
-    """Takes ``seconds`` per record and fails on records marked poison (they go to the DLQ)."""
+    """Takes ``seconds`` per record and fails on records marked poison (they go to the DLQ).
 
-    def __init__(self, seconds: float) -> None:
+    With a ``gate``, every record first waits until the test opens it: a backlog that lasts as
+    long as the test needs, whatever the machine's load, instead of one sized in seconds."""
+
+    def __init__(self, seconds: float, gate: threading.Event | None = None) -> None:
         self.seconds = seconds
+        self.gate = gate
 
     def __call__(self, record: Record) -> Any:
+        if self.gate is not None:
+            self.gate.wait(timeout=600)
         if self.seconds:
             time.sleep(self.seconds)
         if isinstance(record.value, dict) and record.value.get("poison"):
@@ -54,6 +60,7 @@ class RealWorker:
         commit_interval: float = 1.0,
         max_in_flight: int = 10_000,
         name: str = "orders-enrich",
+        gate: threading.Event | None = None,
     ) -> None:
         self.group = f"obs-{uuid.uuid4().hex[:8]}"
         errors: dict[str, Any] = {"policy": "skip", "maxRetries": 1, "retryBackoffSeconds": 0.01}
@@ -84,7 +91,7 @@ class RealWorker:
         self.server = MetricsServer(self.metrics, self.health, port=0, host="127.0.0.1")
         self.worker = build_worker(
             self.spec,
-            processor=FunctionProcessor(SlowProcessor(seconds_per_record)),
+            processor=FunctionProcessor(SlowProcessor(seconds_per_record, gate)),
             metrics=self.metrics,
             health=self.health,
         )
