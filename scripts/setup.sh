@@ -157,9 +157,8 @@ if [[ $MODE == --all || $MODE == --node || $MODE == --tests ]]; then
   # ended; the build holds the cache's lock for it, and install_control_plane() in a test's
   # fixture waits on that lock. Nothing is started when it is built already.
   kube_in_background() {
-    "$PY" -m offtake_testbed.kube built && return 0
-    local log="${OFFTAKE_CACHE:-$HOME/.cache/offtake}/kube/background-build.log"
-    mkdir -p "$(dirname "$log")"
+    local log
+    log=$("$PY" -m offtake_testbed.kube built) && return 0
     # Started from a subshell that ends at once, so it is no child of this script: the `wait`
     # for the parts below must not wait for it.
     (setsid "$PY" -m offtake_testbed.kube install --no-helm </dev/null >"$log" 2>&1 &)

@@ -13,8 +13,8 @@ export PATH="$VIRTUAL_ENV/bin:$PATH"
 # A bare machine's control plane is still building (setup.sh --tests left it in the background):
 # say so to the test processes, all alike, so that they hand out the files that need it last
 # and wait for it in their fixture instead of at collection (offtake_testbed.pytest_plugin_kube).
-if ! "$VIRTUAL_ENV/bin/python" -m offtake_testbed.kube built; then
-  export OFFTAKE_KUBE_BUILDING="${OFFTAKE_CACHE:-$HOME/.cache/offtake}/kube/background-build.log"
+if ! building=$("$VIRTUAL_ENV/bin/python" -m offtake_testbed.kube built); then
+  export OFFTAKE_KUBE_BUILDING="$building"
   printf '\nthe Kubernetes control plane is still building (log: %s): its tests go last\n' \
     "$OFFTAKE_KUBE_BUILDING"
 fi

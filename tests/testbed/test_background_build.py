@@ -9,11 +9,14 @@ would collect.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from offtake_testbed.kube import control_plane_installed, wait_for_build
+from offtake_testbed.kube.install import background_build_log
 
 pytest_plugins = ["pytester"]
 
@@ -77,3 +80,20 @@ def test_waiting_for_a_build_no_process_runs_returns_at_once(
     monkeypatch.setenv("OFFTAKE_CACHE", str(tmp_path))
     wait_for_build("v1.34.4")  # the lock is free: returns
     assert not control_plane_installed("v1.34.4")  # an empty cache holds no control plane
+
+
+def test_built_says_where_the_background_build_logs_when_it_is_not_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m offtake_testbed.kube built`` is where scripts/setup.sh --tests and
+    scripts/test.sh read the background build's log path from: one spelling of it."""
+    monkeypatch.setenv("OFFTAKE_CACHE", str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-m", "offtake_testbed.kube", "built"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done
+    assert done.stdout.strip() == str(tmp_path / "kube" / "background-build.log")
+    assert Path(done.stdout.strip()) == background_build_log()

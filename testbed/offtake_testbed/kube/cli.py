@@ -23,6 +23,7 @@ from .install import (
     ETCD_VERSION,
     HELM_VERSION,
     KUBE_VERSION,
+    background_build_log,
     control_plane_installed,
     install_control_plane,
     install_helm,
@@ -61,7 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--version", default=KUBE_VERSION, help="Kubernetes release")
     run.add_argument("--kubeconfig", type=Path, help="also copy the kubeconfig here")
     built = sub.add_parser(
-        "built", help="exit 0 if the control plane is built and cached, 1 if not (builds nothing)"
+        "built",
+        help="exit 0 if the control plane is built and cached; if not, print where its "
+        "background build logs (scripts/setup.sh --tests) and exit 1 (builds nothing)",
     )
     built.add_argument("--version", default=KUBE_VERSION, help="Kubernetes release")
     sub.add_parser(
@@ -92,7 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(report, indent=2))
             return 0
         if args.command == "built":
-            return 0 if control_plane_installed(args.version) else 1
+            if control_plane_installed(args.version):
+                return 0
+            print(background_build_log())
+            return 1
         if args.command == "trim":
             trim_go_caches()
             return 0

@@ -83,6 +83,12 @@ def control_plane_installed(version: str = KUBE_VERSION, etcd_version: str = ETC
     return _installed(cache_dir("kube", version, "bin"), version, etcd_version) is not None
 
 
+def background_build_log() -> Path:
+    """Where ``scripts/setup.sh --tests`` writes the output of the control plane's background
+    build (and where scripts/test.sh points the tests' fixture at): one spelling of it."""
+    return cache_dir("kube") / "background-build.log"
+
+
 def wait_for_build(version: str = KUBE_VERSION) -> None:
     """Block while another process builds the control plane ``version`` (it holds the lock
     :func:`install_control_plane` builds under), e.g. ``scripts/setup.sh --tests``' background
