@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from offtake.engine.fused import FusedPass
 from offtake.records import Record
-from offtake.testing import MemoryBroker, run_pipeline
+from offtake.testing import MemoryBroker, PipelineHarness, run_pipeline
 
 KINDS = ["ok", "raise", "drop", "empty", "fan", "await", "flaky", "ok"]
 BAD = 12  # not JSON: the careful decoder says why, then the dead-letter topic
@@ -102,3 +103,50 @@ def test_each_record_gets_the_general_paths_outcome_in_offset_order(ordering: st
         return 3 if KINDS[i % len(KINDS)] == "raise" else 2 if i in flaky_done else 1
 
     assert seen == {i: attempts(i) for i in seen} and BAD not in seen
+
+
+def test_queue_modes_first_deliveries_take_the_pass_and_redeliveries_the_general_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Queue mode numbers attempts from the broker's delivery count: a poll of first
+    deliveries starts every record at 1 and takes the pass; a redelivered record (released
+    after a failure) takes the general path, which counts its attempt. The outcomes are the
+    same rules' (queue mode keeps no order: compared as sets)."""
+    passes: list[int] = []
+    run = FusedPass.run
+
+    def spy(self: FusedPass, work: Any, *args: Any) -> None:
+        passes.append(len(work.messages))
+        run(self, work, *args)
+
+    monkeypatch.setattr(FusedPass, "run", spy)
+    broker = MemoryBroker()
+    broker.create_topic("in", 1)
+    n = 3 * len(KINDS)
+    for i in range(n):
+        if i == BAD:
+            broker.produce("in", b"{not json", key=str(i))
+        else:
+            broker.produce("in", {"id": i, "kind": KINDS[i % len(KINDS)]}, key=str(i))
+    doc = manifest("relaxed")
+    doc["spec"]["source"]["groupType"] = "share"
+    doc["spec"]["errors"]["retryBackoffSeconds"] = 0
+    kinds = {i: KINDS[i % len(KINDS)] for i in range(n) if i != BAD}
+    expected = sorted(
+        j
+        for i, k in kinds.items()
+        if k not in ("raise", "drop", "empty")
+        for j in ([i, i] if k == "fan" else [i])
+    )
+    dead = sorted([BAD, *(i for i, k in kinds.items() if k == "raise")])
+    seen: dict[int, int] = {}
+    with PipelineHarness(doc, broker, processor=mixed(seen)) as h:
+        h.add_worker()
+        h.wait_until(lambda: len(h.outputs()) == len(expected) and len(h.dlq()) == len(dead))
+        assert h.stop_all() == [0]
+    assert sorted(o["id"] for o in h.outputs()) == expected
+    assert sorted(int(m.key()) for m in h.dlq()) == dead
+    assert passes, "no poll took the one pass"
+    # Attempts counted by deliveries: a failing record three times (maxRetries 2), a flaky one
+    # twice, the others once.
+    assert seen == {i: 3 if k == "raise" else 2 if k == "flaky" else 1 for i, k in kinds.items()}

@@ -121,10 +121,6 @@ def build_worker(
     # broker's delivery count); set here, the policy being built with the stage.
     stage.intake.first_attempt = delivery.first_attempt
     stage.intake.all_first = delivery.all_first_attempts
-    if isinstance(source, ShareSource):  # queue mode: polls again once the last is settled
-        source.idle_wait = until_settled(
-            stage.progress, stage.wait_for_progress, settlements.waiting
-        )
     parts = WorkerParts(
         spec, source, stage, settlements, processor, sink, metrics, health, delivery, route
     )
@@ -171,13 +167,18 @@ def make_delivery(
 ) -> DeliveryMode:
     """The delivery mode, chosen here and nowhere else (:mod:`offtake.engine.delivery.base`):
 
-    - a share group's source: queue mode, each record acknowledged (:class:`Queue`);
+    - a share group's source: queue mode, each record acknowledged (:class:`Queue`), the
+      source polling again once its last poll is settled;
     - a transactional Kafka sink: exactly-once, offsets in the sink's transaction
       (:class:`Transactional`);
     - otherwise at-least-once, consumer offset commits (:class:`AtLeastOnce`).
     """
     tracker = OffsetTracker()
     if isinstance(source, ShareSource):
+        # A share consumer polls again once its last poll is settled: its wait between polls
+        # ends on the processing thread's progress, not a fixed sleep later.
+        waiting = stage.settlements.waiting
+        source.idle_wait = until_settled(stage.progress, stage.wait_for_progress, waiting)
         return Queue(tracker, source, metrics)
     interval = spec.commit.interval_seconds
     max_in_flight = spec.limits.max_in_flight_messages

@@ -67,10 +67,9 @@ class FusedPass:
 
     def applies(self, work: Work) -> bool:
         """Whether the general path would start each record of ``work`` at attempt 1 with
-        nothing held on its partition (the delivery mode numbers no attempts)."""
-        if self.intake.first_attempt is not None:
-            return False
-        return self.parking.hold_of(work.tp, work.epoch) is None
+        nothing held on its partition (the delivery mode numbers no attempts, or queue mode's
+        records are all first deliveries)."""
+        return self.intake.starts_fresh(work)
 
     def run(
         self,

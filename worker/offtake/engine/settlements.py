@@ -9,6 +9,7 @@ calls into the worker. A deque's append and popleft are atomic, so no lock is ne
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass
 from typing import Literal
@@ -44,25 +45,29 @@ class Settlements:
         self._queue: deque[Settled | SettledMany] = deque()
         self._stops: deque[str] = deque()
         self._slow_downs: deque[tuple[TopicPartition, int, float]] = deque()
-        # Entries posted so far (settlements, slow-downs, stops): the processing thread wakes
-        # the poll loop when it moved, and only then (ProcessingStage._tell_posted).
+        # A mark that changes with every entry posted (settlements, slow-downs, stops): the
+        # processing thread wakes the poll loop when it moved, and only then
+        # (ProcessingStage._tell_posted). Each post writes a number of its own, drawn from a
+        # counter (next() is atomic under the GIL), so two threads posting at once cannot
+        # leave the mark where the reader last saw it, as ``posted += 1`` could.
+        self._marks = itertools.count(1)
         self.posted = 0
 
     def put(
         self, tp: TopicPartition, offset: int, epoch: int, how: Settlement, reason: str = ""
     ) -> None:
         self._queue.append(Settled(tp, offset, epoch, how, reason))
-        self.posted += 1
+        self.posted = next(self._marks)
 
     def put_many(self, tp: TopicPartition, offsets: list[int], epoch: int, how: Settlement) -> None:
         """Settle records of one partition together: one entry, not one per record."""
         self._queue.append(SettledMany(tp, offsets, epoch, how))
-        self.posted += 1
+        self.posted = next(self._marks)
 
     def request_slow_down(self, tp: TopicPartition, epoch: int, until: float) -> None:
         """Ask the poll loop to pause ``tp`` until ``until`` (wall clock): offtake.Backpressure."""
         self._slow_downs.append((tp, epoch, until))
-        self.posted += 1
+        self.posted = next(self._marks)
 
     def take_slow_downs(self) -> list[tuple[TopicPartition, int, float]]:
         out: list[tuple[TopicPartition, int, float]] = []
@@ -73,7 +78,7 @@ class Settlements:
     def request_stop(self, reason: str) -> None:
         """Ask the poll loop to stop the worker (exit code 1) for a reason it logs."""
         self._stops.append(reason)
-        self.posted += 1
+        self.posted = next(self._marks)
 
     def waiting(self) -> bool:
         """Whether settlements wait to be taken (a look from any thread)."""

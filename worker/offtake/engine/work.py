@@ -84,6 +84,15 @@ class Intake:
         # queue mode: none was delivered before): they take the fast path too.
         self.all_first: Callable[[list[MessageLike]], bool] | None = None
 
+    def starts_fresh(self, work: Work) -> bool:
+        """Whether every record of ``work`` starts at attempt 1 with nothing held on its
+        partition: the common case, which takes the fast paths (the one comprehension below,
+        and :mod:`offtake.engine.fused`)."""
+        return self.parking.hold_of(work.tp, work.epoch) is None and (
+            self.first_attempt is None
+            or (self.all_first is not None and self.all_first(work.messages))
+        )
+
     def attempts(self, work: Work) -> list[Attempt] | None:
         """The records of ``work`` to process, each with its attempt number; None once the
         stage aborts while the registry is unreachable (the drain budget was spent)."""
@@ -91,10 +100,7 @@ class Intake:
         decoded_all = self._decode(work)
         if decoded_all is None:
             return None
-        if self.parking.hold_of(work.tp, epoch) is None and (
-            self.first_attempt is None
-            or (self.all_first is not None and self.all_first(work.messages))
-        ):
+        if self.starts_fresh(work):
             # The common case, one comprehension: nothing held on the partition, attempts
             # start at 1; only records that failed to decode go to the policy one by one.
             todo = [(record, epoch, 1) for record, error in decoded_all if error is None]
