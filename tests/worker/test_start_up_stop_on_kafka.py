@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -136,7 +137,7 @@ def test_sigterm_while_joining_the_group_exits_0_having_consumed_and_committed_n
     finally:
         if worker.proc is not None and worker.proc.poll() is None:
             worker.kill()
-        holder.close()
+        _close_after_rejoining(holder, assigned)
     log = worker.output()
     assert code == 0, log[-3000:]
     assert "stopped before the first assignment: nothing consumed, nothing committed" in log, log[
@@ -145,3 +146,20 @@ def test_sigterm_while_joining_the_group_exits_0_having_consumed_and_committed_n
     assert "Traceback" not in log, log[-3000:]
     assert all(offset < 0 for offset in committed(kafka_broker.bootstrap, group, src, 2).values())
     assert end_offsets(kafka_broker.bootstrap, out, 1) == {0: 0}, "nothing was consumed"
+
+
+def _close_after_rejoining(holder: Consumer, assigned: list[Any]) -> None:
+    """Close the holding member once it has rejoined the group. It stopped polling when the
+    worker joined, so it is still in the rebalance the worker's JoinGroup began; librdkafka's
+    close() there waits for that rebalance, which nothing served (a 5-minute hang, the test's
+    timeout, in the bare-machine run of 850b93b). Polled, it rejoins a group of one and gets
+    its partitions back, and then closes at once. The close runs on a thread of its own all
+    the same: should it hang again, the test fails saying so instead of holding the suite."""
+    assigned.clear()
+    deadline = time.monotonic() + 60
+    while not assigned and time.monotonic() < deadline:
+        holder.poll(0.2)
+    closing = threading.Thread(target=holder.close, name="holder-close", daemon=True)
+    closing.start()
+    closing.join(60)
+    assert not closing.is_alive(), "the holding consumer's close() did not return in 60 s"
