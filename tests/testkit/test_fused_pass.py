@@ -65,16 +65,22 @@ def mixed(seen: dict[int, int]) -> Any:
     return function
 
 
-@pytest.mark.parametrize("ordering", ["relaxed", "strict"])
-def test_each_record_gets_the_general_paths_outcome_in_offset_order(ordering: str) -> None:
+def filled() -> MemoryBroker:
+    """A broker whose topic "in" holds 3 x KINDS records, ``BAD`` among them not JSON."""
     broker = MemoryBroker()
     broker.create_topic("in", 1)
-    n = 3 * len(KINDS)
-    for i in range(n):
+    for i in range(3 * len(KINDS)):
         if i == BAD:
             broker.produce("in", b"{not json", key=str(i))  # the careful decoder's, then the DLQ
         else:
             broker.produce("in", {"id": i, "kind": KINDS[i % len(KINDS)]}, key=str(i))
+    return broker
+
+
+@pytest.mark.parametrize("ordering", ["relaxed", "strict"])
+def test_each_record_gets_the_general_paths_outcome_in_offset_order(ordering: str) -> None:
+    broker = filled()
+    n = 3 * len(KINDS)
     seen: dict[int, int] = {}
     run = run_pipeline(manifest(ordering), broker, processor=mixed(seen), timeout=30)
     assert run.ok
@@ -112,7 +118,7 @@ def test_queue_modes_first_deliveries_take_the_pass_and_redeliveries_the_general
     deliveries starts every record at 1 and takes the pass; a redelivered record (released
     after a failure) takes the general path, which counts its attempt. The outcomes are the
     same rules' (queue mode keeps no order: compared as sets)."""
-    passes: list[int] = []
+    passes: list[int] = []  # the records of each Work that took the pass
     run = FusedPass.run
 
     def spy(self: FusedPass, work: Any, *args: Any) -> None:
@@ -120,14 +126,8 @@ def test_queue_modes_first_deliveries_take_the_pass_and_redeliveries_the_general
         run(self, work, *args)
 
     monkeypatch.setattr(FusedPass, "run", spy)
-    broker = MemoryBroker()
-    broker.create_topic("in", 1)
+    broker = filled()
     n = 3 * len(KINDS)
-    for i in range(n):
-        if i == BAD:
-            broker.produce("in", b"{not json", key=str(i))
-        else:
-            broker.produce("in", {"id": i, "kind": KINDS[i % len(KINDS)]}, key=str(i))
     doc = manifest("relaxed")
     doc["spec"]["source"]["groupType"] = "share"
     doc["spec"]["errors"]["retryBackoffSeconds"] = 0
